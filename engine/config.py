@@ -1,0 +1,79 @@
+"""Decoding configuration: one dataclass, each default with the reason beside it.
+
+Defaults are the Goose paper's Table 5 / Appendix C.3 hyper-parameters (fixed across datasets and
+models there) unless a comment says otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+#: Draft methods the engine runs with the one decoding loop (the source switches below select them).
+METHODS = ("goose", "pld", "tr", "ar")
+
+
+class ConfigError(ValueError):
+    """A decoding parameter is out of range; the message names the parameter and the allowed range."""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Parameters of one speculative-decoding run.
+
+    Budget semantics (Goose Alg. 1): the node budget ``budget`` counts every row of the verification
+    forward, the root (anchor) included, so a spine tree has at most ``budget`` nodes and at most
+    ``budget - 1`` draft tokens.  The bypass chain (§4.3) is not a tree and is bounded by
+    ``max_spine`` instead, as in the paper.  ``max_depth`` bounds every node's depth (root = 0),
+    spine nodes included.
+    """
+
+    method: str = "goose"  # goose | pld (PLD chain only) | tr (TR tree only) | ar (no drafting)
+    max_new_tokens: int = 128  # tokens generated after the prompt, bonus tokens included
+    budget: int = 60  # node budget B, root included (Table 5)
+    spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
+    spine_branch_ratio: float = 0.5  # rho: share of the branch budget on spine nodes (Table 5)
+    max_depth: int = 6  # D: deepest node, root = depth 0 (Table 5)
+    top_k: int = 10  # K successors per adjacency-table row (Table 5)
+    min_score: float = 0.01  # successors scored below this are pruned (C.1)
+    gt_threshold: float = 0.0  # c: drop nodes whose estimated acceptance < c; 0 disables (GT principle)
+    bypass: bool = True  # verify a consensus / long PLD match as a linear chain (§4.3)
+    bypass_threshold: int = 8  # match length that triggers bypass (Table 5)
+    max_spine: int = 20  # longest PLD continuation copied (Table 5 "max spine continuation")
+    ngram_sizes: tuple[int, ...] = (5, 4, 3)  # context-match n, longest first (B.2)
+    ema_alpha: float = 0.3  # smoothing of the spine acceptance estimate p_s (Table 5)
+    ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
+    bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
+    pld_chain_tokens: int = 10  # chain length of the 'pld' baseline (HF prompt_lookup_num_tokens default)
+    extra: dict = field(default_factory=dict, compare=False)  # free-form notes carried into traces
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.method in METHODS, f"method must be one of {', '.join(METHODS)} (got {self.method!r})"),
+            (self.max_new_tokens >= 1, f"max new tokens must be at least 1 (got {self.max_new_tokens})"),
+            (1 <= self.budget <= 1024, f"node budget B must be in 1..1024 (got {self.budget})"),
+            (self.spine_ratio is None or 0.0 < self.spine_ratio < 1.0,
+             f"spine ratio r must be in (0, 1) or auto (got {self.spine_ratio})"),
+            (0.0 <= self.spine_branch_ratio <= 1.0, f"spine-branch ratio rho must be in [0, 1] (got {self.spine_branch_ratio})"),
+            (self.max_depth >= 1, f"max depth D must be at least 1 (got {self.max_depth})"),
+            (self.top_k >= 1, f"top-K must be at least 1 (got {self.top_k})"),
+            (0.0 <= self.gt_threshold < 1.0, f"GT threshold c must be in [0, 1) (got {self.gt_threshold})"),
+            (self.max_spine >= 1 and self.bypass_threshold >= 1, "max spine and bypass threshold must be >= 1"),
+            (len(self.ngram_sizes) >= 1 and min(self.ngram_sizes) >= 1, "n-gram sizes must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        object.__setattr__(self, "ngram_sizes", tuple(sorted(self.ngram_sizes, reverse=True)))
+
+    @property
+    def use_pld(self) -> bool:
+        return self.method in ("goose", "pld")
+
+    @property
+    def use_tr(self) -> bool:
+        return self.method in ("goose", "tr")
+
+    def with_(self, **changes) -> "DecodeConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,183 @@
+"""The decoding loop: draft -> build tree -> verify -> accept -> commit, one frozen trace per cycle.
+
+Source: Goose paper, Algorithm 2 (GOOSE decoding loop) with the routing of Appendix B.2 and the
+confidence-adaptive topology of §4.3.  The same loop runs every method of ``config.METHODS``:
+a method only switches draft sources on or off, so AR, PLD-only and TR-only baselines share the
+verification, cache and timing code with Goose.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from . import kv_cache
+from .adjacency import AdjacencyTable
+from .config import DecodeConfig
+from .context_match import NgramIndex, PldMatch
+from .estimates import AcceptanceStats, spine_ratio_tier
+from .spine_tree import Built, build_chain, build_spine_tree
+from .trace import CycleTrace
+from .tree import DraftTree, Source
+from .verify import forward_tree, greedy_walk
+
+
+@dataclass
+class Plan:
+    """What one cycle verifies (output of stages 1-2)."""
+
+    mode: str  # bypass | tree | ar
+    tree: DraftTree
+    ghosts: tuple
+    spine_ratio: float | None = None
+
+
+@dataclass
+class Session:
+    """Mutable state of one generation; never shared between generations or users."""
+
+    cache: object  # transformers DynamicCache (see kv_cache)
+    index: NgramIndex  # prompt + generated tokens, n-gram indexed
+    table: AdjacencyTable | None
+    stats: AcceptanceStats
+    output: list[int] = field(default_factory=list)
+    past_len: int = 0
+    cycles: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    @property
+    def anchor(self) -> int:
+        return self.index.tokens[-1]
+
+    @property
+    def prev(self) -> int | None:
+        return self.index.tokens[-2] if len(self.index.tokens) > 1 else None
+
+
+class SpecDecoder:
+    """Lossless greedy speculative decoder over a stock transformers causal LM.
+
+    Args:
+        model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
+        config: ``DecodeConfig``.
+        eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
+    """
+
+    def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = ()) -> None:
+        self.model = model
+        self.config = config
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+
+    def generate(self, prompt_ids: list[int], should_stop: Callable[[], bool] | None = None) -> Iterator[CycleTrace]:
+        """Yield one ``CycleTrace`` per forward (prefill first) until EOS, max new tokens or ``should_stop()``.
+
+        Raises:
+            ValueError: empty prompt.
+            kv_cache.UnsupportedCacheError: the model's cache cannot be compacted to a tree path.
+        """
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        session, trace = self._prefill(list(prompt_ids))
+        yield trace
+        while not trace.finished and not (should_stop and should_stop()):
+            t = {}
+            t_start = time.perf_counter()
+            match = self._draft(session)  # 1. draft: PLD context match
+            t["draft"] = _ms(t_start)
+            plan = self._build(session, match)  # 2. build: bypass chain, spine tree or AR
+            t["build"] = _ms(t_start) - t["draft"]
+            logits = forward_tree(self.model, session.cache, plan.tree, session.past_len)  # 3. verify
+            greedy = logits.argmax(dim=-1).tolist()  # (n,) target greedy token per node
+            t["forward"] = _ms(t_start) - t["draft"] - t["build"]
+            accepted, bonus = greedy_walk(plan.tree, greedy)  # 4. accept
+            t["walk"] = _ms(t_start) - sum(t.values())
+            new_tokens, finished = self._commit(session, plan, logits, accepted, bonus, t)  # 5. commit
+            t["total"] = _ms(t_start)
+            session.cycles += 1
+            trace = CycleTrace(
+                index=session.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts, greedy=tuple(greedy),
+                accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
+                p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=time.perf_counter() - session.t0,
+                total_tokens=len(session.output), finished=finished)
+            yield trace
+
+    # -- stages -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
+        """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
+        cfg, t_start = self.config, time.perf_counter()
+        session = Session(cache=kv_cache.new_cache(self.model), index=NgramIndex(cfg.ngram_sizes), table=None,
+                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init), t0=t_start)
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
+        logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
+        first = int(logits[-1].argmax())
+        t_forward = _ms(t_start)
+        if cfg.use_tr:
+            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, logits.device, cfg.bigram_capacity)
+            session.table.harvest([None, *prompt[:-1]], ids[0], logits)
+        session.past_len = len(prompt)
+        session.index.extend(prompt)
+        new_tokens, finished = self._append(session, [first])
+        root = DraftTree((prompt[-1],), (None,), (Source.ROOT,), (1.0,), (1.0,))
+        timings = {"forward": t_forward, "harvest": _ms(t_start) - t_forward, "total": _ms(t_start)}
+        return session, CycleTrace(
+            index=0, mode="prefill", tree=root, ghosts=(), greedy=(first,), accepted=(), bonus=first,
+            new_tokens=new_tokens, spine_ratio=None, p_s_ema=session.stats.p_s_ema, timings_ms=timings,
+            elapsed_s=time.perf_counter() - t_start, total_tokens=len(session.output), finished=finished)
+
+    def _draft(self, s: Session) -> PldMatch:
+        cfg = self.config
+        if not cfg.use_pld:
+            return PldMatch()
+        return s.index.match(cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine)
+
+    def _build(self, s: Session, match: PldMatch) -> Plan:
+        """Alg. 2 lines 6-13: bypass on a confident / long match, else spine tree, else AR fallback."""
+        cfg = self.config
+        confident = len(match.draft) >= cfg.bypass_threshold or match.consensus
+        built: Built | None = None
+        mode, r = "ar", None
+        if match.draft and (cfg.method == "pld" or (cfg.bypass and confident)):
+            mode, built = "bypass", build_chain(s.anchor, match.draft, s.stats, cfg.gt_threshold)
+        elif match.draft or (s.table is not None and s.table.has_successors(s.prev, s.anchor)):
+            r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
+            mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats)
+        if built is None or len(built[0]) == 1:  # nothing to verify beyond the anchor: plain AR step
+            root = DraftTree((s.anchor,), (None,), (Source.ROOT,), (1.0,), (1.0,))
+            return Plan("ar", root, built[1] if built else ())
+        return Plan(mode, built[0], built[1], r)
+
+    def _commit(self, s: Session, plan: Plan, logits: torch.Tensor, accepted: tuple[int, ...], bonus: int,
+                timings: dict) -> tuple[tuple[int, ...], bool]:
+        """Alg. 2 lines 15-16: compact the KV cache, harvest every logit row, update estimates, append."""
+        t_start = time.perf_counter()
+        tree = plan.tree
+        kv_cache.keep_path(s.cache, s.past_len, [0, *accepted])
+        s.past_len += 1 + len(accepted)
+        timings["cache"] = _ms(t_start)
+        if s.table is not None:  # every row, rejected branches included (C.1)
+            prev_tokens = [s.prev, *(tree.tokens[p] for p in tree.parents[1:])]
+            s.table.harvest(prev_tokens, torch.tensor(tree.tokens), logits)
+        s.stats.update(tree, accepted)
+        result = self._append(s, [*(tree.tokens[i] for i in accepted), bonus])
+        timings["harvest"] = _ms(t_start) - timings["cache"]
+        return result
+
+    def _append(self, s: Session, tokens: list[int]) -> tuple[tuple[int, ...], bool]:
+        """Append tokens to the output, cut at the first EOS and at ``max_new_tokens``."""
+        room = self.config.max_new_tokens - len(s.output)
+        kept = tokens[:room]
+        eos_at = next((i for i, t in enumerate(kept) if t in self.eos), None)
+        if eos_at is not None:
+            kept = kept[: eos_at + 1]
+        s.output.extend(kept)
+        s.index.extend(kept)
+        finished = eos_at is not None or len(s.output) >= self.config.max_new_tokens
+        return tuple(kept), finished
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0

@@ -1,0 +1,76 @@
+"""Run summaries derived from cycle traces: tau, tokens/s, tokens by source, p_s / p_t, overhead.
+
+Definitions (Goose §5.1): tau = generated tokens / verification forwards, bonus tokens included;
+the prefill forward counts (it yields the first token), so plain AR has tau = 1.0 exactly.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from .trace import CycleTrace
+from .tree import Source
+
+
+def committed_sources(trace: CycleTrace) -> list[str]:
+    """Source label of each committed token of a cycle: 'pld' / 'tr' / 'ptd' / 'bonus'."""
+    labels = [s.value for s in trace.accepted_sources] + ["bonus"]
+    return labels[: len(trace.new_tokens)]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    new_tokens: int  # tokens generated
+    cycles: int  # decoding cycles after prefill
+    forwards: int  # verification forwards, prefill included
+    tau: float  # tokens per forward, bonus included
+    seconds: float  # wall time, prefill included (s)
+    tok_per_s: float  # new_tokens / seconds
+    accepted_by_source: dict  # {"pld": n, "tr": n, "ptd": n, "bonus": n}; sums to new_tokens
+    p_s: float  # accepted / proposed PLD (spine) draft tokens
+    p_t: float  # accepted / proposed TR (branch) draft tokens
+    modes: dict  # cycles per mode
+    paths: dict  # cycles per path category (pure PLD / spine continuation / pure TR / none)
+    median_overhead_ms: float  # median per-cycle time outside the forward (ms)
+    median_forward_ms: float  # median per-cycle verification forward (ms)
+    mean_tree_nodes: float  # mean verified nodes per cycle, root included
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
+    """Summarise a complete run (prefill trace first). Raises ValueError on an empty sequence."""
+    if not traces:
+        raise ValueError("no cycles to summarise")
+    cycles = [t for t in traces if t.mode != "prefill"]
+    by_source = {"pld": 0, "tr": 0, "ptd": 0, "bonus": 0}
+    proposed = {Source.PLD: 0, Source.TR: 0}
+    accepted = {Source.PLD: 0, Source.TR: 0}
+    modes: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    for t in traces:
+        for label in committed_sources(t):
+            by_source[label] += 1
+    for t in cycles:
+        modes[t.mode] = modes.get(t.mode, 0) + 1
+        paths[t.path_category] = paths.get(t.path_category, 0) + 1
+        on_path = set(t.accepted)
+        for i, src in enumerate(t.tree.sources):
+            if src in proposed:
+                proposed[src] += 1
+                accepted[src] += i in on_path
+    new_tokens = sum(len(t.new_tokens) for t in traces)
+    seconds = traces[-1].elapsed_s
+    overhead = [t.timings_ms["total"] - t.timings_ms["forward"] for t in cycles]
+    return RunSummary(
+        new_tokens=new_tokens, cycles=len(cycles), forwards=len(traces), tau=new_tokens / len(traces),
+        seconds=seconds, tok_per_s=new_tokens / seconds if seconds > 0 else 0.0, accepted_by_source=by_source,
+        p_s=accepted[Source.PLD] / proposed[Source.PLD] if proposed[Source.PLD] else 0.0,
+        p_t=accepted[Source.TR] / proposed[Source.TR] if proposed[Source.TR] else 0.0,
+        modes=modes, paths=paths,
+        median_overhead_ms=statistics.median(overhead) if overhead else 0.0,
+        median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,
+        mean_tree_nodes=statistics.fmean(len(t.tree) for t in cycles) if cycles else 1.0,
+    )

@@ -1,0 +1,113 @@
+"""BUILDSPINETREE and the linear (bypass) chain.
+
+Source: Goose paper, Algorithm 1 (BUILDSPINETREE), Appendix B.1 (duplicate exclusion, BFS
+extension) and C.1 (successors scored < 0.01 pruned).  The GT threshold c (GT principle paper,
+§3) is enforced by ``TreeBuilder.add``: a node whose estimated path acceptance is below c is not
+added (it becomes a ghost) and its budget goes to the next candidate.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+from .adjacency import AdjacencyTable
+from .config import DecodeConfig
+from .estimates import AcceptanceStats
+from .tree import DraftTree, GhostNode, Source, TreeBuilder
+
+Built = tuple[DraftTree, tuple[GhostNode, ...]]
+
+
+def build_chain(anchor: int, draft: tuple[int, ...], stats: AcceptanceStats, gt_threshold: float = 0.0) -> Built:
+    """Linear chain anchor -> draft[0] -> ... (bypass mode, Goose §4.3; also the PLD baseline)."""
+    builder = TreeBuilder(anchor, budget=len(draft) + 1, max_depth=max(1, len(draft)), gt_threshold=gt_threshold)
+    node = 0
+    for depth, tok in enumerate(draft, 1):
+        node = builder.add(node, tok, Source.PLD, stats.pld_rate(depth))
+        if node is None:
+            break
+    return builder.freeze()
+
+
+def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], table: AdjacencyTable | None,
+                     cfg: DecodeConfig, spine_ratio: float, stats: AcceptanceStats) -> Built:
+    """Goose Algorithm 1.
+
+    Args:
+        anchor: token id at the root (the last committed token).
+        prev: the token before ``anchor`` (bigram context of the root), or None.
+        spine: PLD draft chain d (possibly empty: then the tree is TR-only).
+        table: adjacency table A, or None when TR is disabled (then the tree is the spine alone).
+        cfg: budget B, spine-branch ratio rho, max depth D, min score, GT threshold c.
+        spine_ratio: r for this cycle.
+        stats: supplies the per-depth PLD acceptance estimates.
+
+    Returns:
+        (tree, ghosts): at most B nodes (root included), every depth <= D.
+
+    Step 4 expands branch leaves best-first by estimated path acceptance (a priority-queue BFS), so
+    the remaining budget goes to the candidates most likely to be accepted wherever they are.
+    """
+    B, rho = cfg.budget, cfg.spine_branch_ratio
+    b = TreeBuilder(anchor, budget=B, max_depth=cfg.max_depth, gt_threshold=cfg.gt_threshold)
+
+    # Step 1: lay the PLD spine, b_s = min(m, floor(B r)) nodes (also bounded by B - 1 and D).
+    n_spine = min(len(spine), math.floor(B * spine_ratio), B - 1, cfg.max_depth)
+    spine_nodes = [0]
+    for depth, tok in enumerate(spine[:n_spine], 1):
+        node = b.add(spine_nodes[-1], tok, Source.PLD, stats.pld_rate(depth))
+        if node is None:
+            break
+        spine_nodes.append(node)
+    n_spine = len(spine_nodes) - 1
+    if table is None:
+        return b.freeze()
+    context = [prev, anchor, *spine[:n_spine]]  # context[i + 1] is the token of spine node i
+
+    def attach(node: int, count: int) -> list[int]:
+        """Attach up to ``count`` top successors of ``node`` that are not already its children."""
+        taken = b.child_tokens(node)
+        added = []
+        for tok, score in table.successors(context[node_pos[node]], context[node_pos[node] + 1], cfg.min_score):
+            if len(added) >= count:
+                break
+            if tok not in taken and (child := b.add(node, tok, Source.TR, score)) is not None:
+                added.append(child)
+        return added
+
+    node_pos = {node: i for i, node in enumerate(spine_nodes)}
+    # Step 2: root branches, b_r = floor((B - 1 - b_s)(1 - rho)).
+    n_root = math.floor((B - 1 - n_spine) * (1 - rho))
+    branches = attach(0, n_root)
+    # Step 3: spine branches with harmonic decay, a_i = floor(b_sp (1/i) / sum_j 1/j).
+    n_spine_br = B - 1 - n_spine - n_root
+    harmonic = sum(1 / j for j in range(1, n_spine + 1))
+    for i in range(1, n_spine + 1):
+        branches += attach(spine_nodes[i], math.floor(n_spine_br * (1 / i) / harmonic))
+    # Step 4: extend all branch leaves through A up to depth D within the remaining budget.
+    _extend_best_first(b, branches, table, cfg.min_score)
+    return b.freeze()
+
+
+def _extend_best_first(b: TreeBuilder, seeds: list[int], table: AdjacencyTable, min_score: float) -> None:
+    order = itertools.count()
+    heap: list[tuple[float, int, int, int, float]] = []  # (-estimated acceptance, tie, parent, token, score)
+
+    def push_successors(node: int) -> None:
+        if not b.can_grow(node):
+            return
+        prev = b.tokens[b.parents[node]] if b.parents[node] is not None else None
+        for tok, score in table.successors(prev, b.tokens[node], min_score):
+            heapq.heappush(heap, (-b.est[node] * score, next(order), node, tok, score))
+
+    for node in seeds:
+        push_successors(node)
+    while heap and not b.full:
+        _, _, parent, tok, score = heapq.heappop(heap)
+        if tok in b.child_tokens(parent):
+            continue
+        child = b.add(parent, tok, Source.TR, score)
+        if child is None:
+            break  # budget full, or the best remaining candidate is below c (so are all the others)
+        push_successors(child)

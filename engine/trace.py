@@ -1,0 +1,71 @@
+"""Per-cycle trace: the frozen record the decoding loop yields after every verification forward."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from .tree import DraftTree, GhostNode, Source
+
+#: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear PLD
+#: chain), tree (spine tree, or TR-only / spine-only tree), or ar (no draft source available).
+MODES = ("prefill", "bypass", "tree", "ar")
+
+#: Timing keys recorded per cycle, in ms.
+TIMING_KEYS = ("draft", "build", "forward", "walk", "cache", "harvest")
+
+
+@dataclass(frozen=True)
+class CycleTrace:
+    """One decoding cycle.
+
+    Attributes:
+        index: 0 for prefill, then 1, 2, ...
+        mode: one of ``MODES``.
+        tree: the verified tree (node 0 = anchor).
+        ghosts: candidates the GT threshold removed (never verified).
+        greedy: (n,) target greedy token at each node (the token it wants next).
+        accepted: accepted node indices, root excluded, in path order.
+        bonus: the target's token after the last accepted node.
+        new_tokens: tokens committed this cycle (accepted tokens + bonus, cut at EOS / max tokens).
+        spine_ratio: r used this cycle (None when no tree was built).
+        p_s_ema: EMA of spine acceptance after this cycle.
+        timings_ms: ms per stage (``TIMING_KEYS``) plus ``total``.
+        elapsed_s: seconds since generation began (prefill included) at the end of this cycle.
+        total_tokens: tokens generated so far, this cycle included.
+        finished: True on the last cycle (EOS, max new tokens, or stop request).
+    """
+
+    index: int
+    mode: str
+    tree: DraftTree
+    ghosts: tuple[GhostNode, ...]
+    greedy: tuple[int, ...]
+    accepted: tuple[int, ...]
+    bonus: int
+    new_tokens: tuple[int, ...]
+    spine_ratio: float | None
+    p_s_ema: float
+    timings_ms: Mapping[str, float]
+    elapsed_s: float
+    total_tokens: int
+    finished: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
+
+    @property
+    def accepted_sources(self) -> tuple[Source, ...]:
+        return tuple(self.tree.sources[i] for i in self.accepted)
+
+    @property
+    def path_category(self) -> str:
+        """Goose §4.2 outcome: 'pure PLD', 'spine continuation', 'pure TR', or 'none' (bonus only)."""
+        srcs = self.accepted_sources
+        if not srcs:
+            return "none"
+        if all(s is Source.PLD for s in srcs):
+            return "pure PLD"
+        if srcs[0] is Source.PLD:
+            return "spine continuation"
+        return "pure TR" if all(s is Source.TR for s in srcs) else "mixed"

@@ -1,0 +1,177 @@
+"""Draft tree: one parent array is the truth; depths, children, mask rows and positions derive from it.
+
+Node 0 is the root: the anchor token (the last committed token, not yet in the KV cache).  Nodes
+are stored in topological order (a parent's index is smaller than its children's), which is the
+order they are fed to the verification forward.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import torch
+
+
+class Source(str, enum.Enum):
+    """Where a node's token came from; drawn in these colours by viz."""
+
+    ROOT = "anchor"  # the anchor token, committed in the previous cycle
+    PLD = "pld"  # PLD spine: n-gram prompt lookup (Goose §4, Saxena 2023)
+    TR = "tr"  # TR branch: Token Recycling adjacency table (Goose §4.1, C.1)
+    PTD = "ptd"  # PTD perturbation: progressive tree drafting (arrives with a later issue)
+
+
+#: Greedy-walk priority (Goose Alg. 3 / B.3): spine children are tried before branch children.
+WALK_PRIORITY = (Source.PLD, Source.PTD, Source.TR)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A verified-in-one-forward draft tree.
+
+    Attributes (all length n, node 0 = root):
+        tokens: token id per node.
+        parents: parent index per node; ``None`` for the root.
+        sources: ``Source`` per node.
+        scores: draft score per node (TR: adjacency probability; PLD: per-depth PLD acceptance rate;
+            root: 1.0).
+        est_accept: estimated acceptance probability of the node's whole root-to-node path: the
+            product of the per-source estimates along it (root: 1.0).  Used by the GT threshold.
+    """
+
+    tokens: tuple[int, ...]
+    parents: tuple[int | None, ...]
+    sources: tuple[Source, ...]
+    scores: tuple[float, ...]
+    est_accept: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.tokens)
+        if not (len(self.parents) == len(self.sources) == len(self.scores) == len(self.est_accept) == n) or n == 0:
+            raise ValueError("DraftTree fields must be non-empty and of equal length")
+        if self.parents[0] is not None or any(p is None or not 0 <= p < i for i, p in enumerate(self.parents[1:], 1)):
+            raise ValueError("DraftTree parents must be topologically ordered with a single root at index 0")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @cached_property
+    def depths(self) -> tuple[int, ...]:
+        depths = [0] * len(self)
+        for i in range(1, len(self)):
+            depths[i] = depths[self.parents[i]] + 1
+        return tuple(depths)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        kids: list[list[int]] = [[] for _ in range(len(self))]
+        for i in range(1, len(self)):
+            kids[self.parents[i]].append(i)
+        return tuple(tuple(k) for k in kids)
+
+    @cached_property
+    def ancestor_matrix(self) -> np.ndarray:
+        """(n, n) bool; ``[i, j]`` iff node j is node i or one of its ancestors."""
+        n = len(self)
+        anc = np.zeros((n, n), dtype=bool)
+        for i in range(n):
+            if i:
+                anc[i] = anc[self.parents[i]]
+            anc[i, i] = True
+        return anc
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's first child down to ``node`` (root excluded)."""
+        path = []
+        while node:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+        """Tree attention mask, float, shape (1, 1, n, past_len + n): 0 where attended, finfo.min elsewhere.
+
+        Every node attends to the whole KV cache (past) and to its own ancestors and itself.
+        """
+        n = len(self)
+        allowed = torch.ones(n, past_len + n, dtype=torch.bool)  # (n, past + n)
+        allowed[:, past_len:] = torch.from_numpy(self.ancestor_matrix)
+        mask = torch.zeros(n, past_len + n, dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask.to(device)[None, None]  # (1, 1, n, past + n)
+
+    def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:
+        """(1, n) int64: ``past_len + depth`` per node."""
+        return (torch.tensor(self.depths, dtype=torch.long) + past_len).to(device)[None]
+
+    def input_ids(self, device: torch.device | str) -> torch.Tensor:
+        """(1, n) int64 node tokens in forward order."""
+        return torch.tensor(self.tokens, dtype=torch.long, device=device)[None]
+
+
+@dataclass(frozen=True)
+class GhostNode:
+    """A candidate the GT threshold removed: shown faded in the viz, never verified.
+
+    ``parent`` indexes the kept tree (ghosts hang off kept nodes; their own subtrees are never grown).
+    """
+
+    parent: int
+    token: int
+    source: Source
+    score: float
+    est_accept: float
+
+
+@dataclass
+class TreeBuilder:
+    """Mutable accumulator that freezes into a ``DraftTree``; enforces budget, depth and GT threshold."""
+
+    root_token: int
+    budget: int
+    max_depth: int
+    gt_threshold: float = 0.0
+    tokens: list[int] = field(init=False)
+    parents: list[int | None] = field(init=False)
+    sources: list[Source] = field(init=False)
+    scores: list[float] = field(init=False)
+    est: list[float] = field(init=False)
+    depth: list[int] = field(init=False)
+    ghosts: list[GhostNode] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
+        self.scores, self.est, self.depth = [1.0], [1.0], [0]
+
+    @property
+    def full(self) -> bool:
+        return len(self.tokens) >= self.budget
+
+    def can_grow(self, parent: int) -> bool:
+        return not self.full and self.depth[parent] < self.max_depth
+
+    def add(self, parent: int, token: int, source: Source, score: float) -> int | None:
+        """Add a child of ``parent``; returns its index, or None when budget, depth or GT refuse it."""
+        if not self.can_grow(parent):
+            return None
+        est = self.est[parent] * score
+        if est < self.gt_threshold:
+            if len(self.ghosts) < self.budget:  # enough ghosts to show what c removed
+                self.ghosts.append(GhostNode(parent, token, source, score, est))
+            return None
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.sources.append(source)
+        self.scores.append(score)
+        self.est.append(est)
+        self.depth.append(self.depth[parent] + 1)
+        return len(self.tokens) - 1
+
+    def child_tokens(self, parent: int) -> set[int]:
+        return {t for t, p in zip(self.tokens, self.parents) if p == parent}
+
+    def freeze(self) -> tuple[DraftTree, tuple[GhostNode, ...]]:
+        tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores), tuple(self.est))
+        return tree, tuple(self.ghosts)
