@@ -45,7 +45,7 @@ class Session:
     output: list[int] = field(default_factory=list)
     past_len: int = 0
     cycles: int = 0
-    t0: float = field(default_factory=time.perf_counter)
+    busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
 
     @property
     def anchor(self) -> int:
@@ -96,10 +96,11 @@ class SpecDecoder:
             new_tokens, finished = self._commit(session, plan, logits, accepted, bonus, t)  # 5. commit
             t["total"] = _ms(t_start)
             session.cycles += 1
+            session.busy_s += t["total"] / 1000
             trace = CycleTrace(
                 index=session.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts, greedy=tuple(greedy),
                 accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
-                p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=time.perf_counter() - session.t0,
+                p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=session.busy_s,
                 total_tokens=len(session.output), finished=finished)
             yield trace
 
@@ -110,7 +111,7 @@ class SpecDecoder:
         """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
         cfg, t_start = self.config, time.perf_counter()
         session = Session(cache=kv_cache.new_cache(self.model), index=NgramIndex(cfg.ngram_sizes), table=None,
-                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init), t0=t_start)
+                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init))
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
         logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
         first = int(logits[-1].argmax())
@@ -123,10 +124,11 @@ class SpecDecoder:
         new_tokens, finished = self._append(session, [first])
         root = DraftTree((prompt[-1],), (None,), (Source.ROOT,), (1.0,), (1.0,))
         timings = {"forward": t_forward, "harvest": _ms(t_start) - t_forward, "total": _ms(t_start)}
+        session.busy_s = timings["total"] / 1000
         return session, CycleTrace(
             index=0, mode="prefill", tree=root, ghosts=(), greedy=(first,), accepted=(), bonus=first,
             new_tokens=new_tokens, spine_ratio=None, p_s_ema=session.stats.p_s_ema, timings_ms=timings,
-            elapsed_s=time.perf_counter() - t_start, total_tokens=len(session.output), finished=finished)
+            elapsed_s=session.busy_s, total_tokens=len(session.output), finished=finished)
 
     def _draft(self, s: Session) -> PldMatch:
         cfg = self.config

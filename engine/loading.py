@@ -1,6 +1,7 @@
 """Model loading: hub id or local path, device and dtype choice, accelerate device_map for several GPUs."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 #: The embedded demo model (trained by scripts/train_demo_model.py), used when no --model is given.
 DEMO_MODEL = str(Path(__file__).resolve().parents[1] / "assets" / "demo-model")
+#: Environment variable that overrides the default model (a hub id or a local path), e.g. on a Space.
+MODEL_ENV = "GOOSE_LENS_MODEL"
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -72,7 +75,7 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     """Load a causal LM and its tokenizer.
 
     Args:
-        name_or_path: hub id or local directory; None = the embedded demo model.
+        name_or_path: hub id or local directory; None = ``$GOOSE_LENS_MODEL`` if set, else the embedded demo model.
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
         dtype: 'auto' (bf16/fp16 on CUDA, fp32 on CPU), 'fp32', 'fp16', 'bf16'.
         attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
@@ -80,11 +83,13 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     Raises:
         ModelLoadError: the id or path cannot be loaded (missing, no network, not a causal LM, bad device/dtype).
     """
-    name = name_or_path or DEMO_MODEL
+    name = name_or_path or os.environ.get(MODEL_ENV) or DEMO_MODEL
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
     local = Path(name).exists()
+    if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name):
+        raise ModelLoadError(f"could not load model {name!r}: no such directory")
     kwargs = {"dtype": torch_dtype, "local_files_only": local}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

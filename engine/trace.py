@@ -31,7 +31,8 @@ class CycleTrace:
         spine_ratio: r used this cycle (None when no tree was built).
         p_s_ema: EMA of spine acceptance after this cycle.
         timings_ms: ms per stage (``TIMING_KEYS``) plus ``total``.
-        elapsed_s: seconds since generation began (prefill included) at the end of this cycle.
+        elapsed_s: engine seconds so far (prefill and cycles; time the consumer spends between
+            cycles, e.g. drawing, is excluded).
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
     """

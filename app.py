@@ -1,0 +1,158 @@
+"""goose-lens: a Gradio page that streams speculative decoding and draws every cycle's draft tree.
+
+    python app.py [--model M] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
+                  [--host 127.0.0.1] [--port 7860] [--share]
+
+This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import gradio as gr
+
+from engine.config import METHODS, ConfigError, DecodeConfig
+from engine.decode import SpecDecoder
+from engine.loading import LoadedModel, ModelLoadError, load_model
+from engine.metrics import summarize
+from viz.charts import speed_figure
+from viz.tree_figure import tree_figure
+
+PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
+UPDATE_EVERY_S = 0.15  # the page redraws at most this often; every cycle is still recorded in the state
+CSS = "#stats {font-size: 1.05em} #draft-tree {min-height: 380px}"
+
+METHOD_LABELS = {"goose": "Goose (PLD spine + TR branches)", "pld": "PLD only (chain)", "tr": "TR only (tree)",
+                 "ar": "AR (no drafting)"}
+
+
+def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens) -> tuple[list[int] | None, str | None]:
+    """Prompt ids, or a message saying what is wrong with the input (shown in the page, never raised)."""
+    if not prompt or not prompt.strip():
+        return None, "The prompt is empty: type one or pick a preset."
+    if max_new_tokens is None or int(max_new_tokens) <= 0:
+        return None, "Max new tokens must be at least 1."
+    if budget is None or int(budget) < 1:
+        return None, "The node budget B must be at least 1 (B counts the anchor, so B = 1 means plain AR)."
+    ids = lm.encode_prompt(prompt)
+    limit = lm.max_context
+    if limit and len(ids) + int(max_new_tokens) > limit:
+        return None, (f"The prompt is {len(ids)} tokens; with {int(max_new_tokens)} new tokens that exceeds the "
+                      f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
+    return ids, None
+
+
+def stats_line(summary, trace) -> str:
+    src = summary.accepted_by_source
+    return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
+            f"{summary.new_tokens} tokens — by source: PLD {src['pld']} · TR {src['tr']} · PTD {src['ptd']} · "
+            f"bonus {src['bonus']} · last cycle: {trace.mode}, {len(trace.tree)} nodes, "
+            f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}")
+
+
+def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, max_new_tokens, bypass, pace, run,
+             *, lm: LoadedModel):
+    """Stream (text, tree figure, speed figure, stats, run state) while decoding; one yield per redraw."""
+    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens)
+    if problem is None:
+        try:
+            config = DecodeConfig(method=method, budget=int(budget), max_depth=int(depth),
+                                  spine_ratio=None if auto_r else float(spine_ratio), gt_threshold=float(gt_threshold),
+                                  max_new_tokens=int(max_new_tokens), bypass=bool(bypass))
+        except ConfigError as exc:
+            problem = str(exc)
+    if problem is not None:
+        gr.Warning(problem)
+        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ {problem}", run
+        return
+    token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
+    run = {"model": lm.name, "prompt": prompt, "config": config.to_dict(), "traces": []}
+    tokens: list[int] = []
+    last_draw = 0.0
+    try:
+        for trace in SpecDecoder(lm.model, config, lm.eos_token_ids).generate(ids):
+            run["traces"].append(trace)
+            tokens.extend(trace.new_tokens)
+            if trace.finished or time.perf_counter() - last_draw >= UPDATE_EVERY_S or pace:
+                last_draw = time.perf_counter()
+                yield (lm.tokenizer.decode(tokens), tree_figure(trace, token_text), speed_figure(run["traces"]),
+                       stats_line(summarize(run["traces"]), trace), run)
+                if pace:
+                    time.sleep(float(pace))
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
+        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run
+
+
+def build_demo(lm: LoadedModel) -> gr.Blocks:
+    """The page. Per-user data lives in ``gr.State``; the model is shared read-only."""
+    with gr.Blocks(title="goose-lens") as demo:
+        gr.Markdown(f"# goose-lens — speculative decoding, one draft tree per cycle\n"
+                    f"Model: `{lm.name}` on {lm.device} ({str(lm.dtype).removeprefix('torch.')}). "
+                    f"Nodes are coloured by source: **PLD spine** (n-gram prompt lookup), **TR branch** "
+                    f"(Token Recycling adjacency table), **PTD perturbation**; the accepted path is thick and the "
+                    f"star is the bonus token. Greedy decoding: the output equals plain AR exactly.")
+        run = gr.State(None)
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=None)
+                prompt = gr.Textbox(label="Prompt", lines=8, placeholder="Type a prompt or pick a preset")
+                method = gr.Dropdown([(v, k) for k, v in METHOD_LABELS.items()], value="goose", label="Method")
+                budget = gr.Slider(1, 128, value=60, step=1, label="Node budget B (anchor included)")
+                auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
+                spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, label="Spine ratio r (when not adaptive)")
+                depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D")
+                gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="GT threshold c (0 = off)")
+                max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+                bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain")
+                pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+                with gr.Row():
+                    go_btn = gr.Button("Generate", variant="primary")
+                    stop_btn = gr.Button("Stop", variant="stop")
+                gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS),
+                            elem_classes=["small"])
+            with gr.Column(scale=2):
+                stats = gr.Markdown("Pick a preset and press **Generate**.", elem_id="stats")
+                tree_plot = gr.Plot(label="Draft tree of the latest cycle", elem_id="draft-tree")
+                output = gr.Textbox(label="Output so far", lines=10, max_lines=24, interactive=False)
+                speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
+        preset.change(lambda label: next(p["prompt"] for p in PRESETS if p["label"] == label) if label else gr.skip(),
+                      preset, prompt, api_visibility="private")
+        event = go_btn.click(partial(generate, lm=lm),
+                             [prompt, method, budget, auto_r, spine_ratio, depth, gt, max_new, bypass, pace, run],
+                             [output, tree_plot, speed_plot, stats, run], api_name="generate", concurrency_limit=1,
+                             concurrency_id="model")
+        stop_btn.click(None, None, None, cancels=[event], api_visibility="private")
+    return demo
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="goose-lens: visual debugger for training-free speculative decoding")
+    ap.add_argument("--model", default=None, help="hub id or local path (default: the embedded demo model)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=7860)
+    ap.add_argument("--share", action="store_true", help="create a public gradio.live link")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    demo = build_demo(lm)
+    demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
+                                                   css=CSS, theme=gr.themes.Soft())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Headless CLI: run one generation and print a JSON summary.
+
+    python -m engine.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
+        [--spine-ratio R] [--depth D] [--gt-threshold C] [--method goose|pld|tr|ar]
+        [--check-lossless] [--json]
+
+With ``--check-lossless`` the token ids are compared with ``model.generate(do_sample=False)`` on
+the same prompt and length, and ``lossless`` is true iff they are identical.  Exit status: 0 on
+success, 1 when the lossless check fails, 2 on bad input (message on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import METHODS, ConfigError, DecodeConfig
+from .decode import SpecDecoder
+from .loading import ModelLoadError, load_model
+from .metrics import summarize
+from .reference import greedy_reference
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
+    src.add_argument("--prompt", help="the prompt itself")
+    ap.add_argument("--model", default=None, help="hub id or local path (default: the embedded demo model)")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
+    ap.add_argument("--method", default="goose", choices=METHODS)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
+    ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
+    ap.add_argument("--depth", type=int, default=6, help="max depth D")
+    ap.add_argument("--gt-threshold", type=float, default=0.0, help="GT threshold c (0 disables)")
+    ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
+    ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
+        if not prompt.strip():
+            raise ValueError("the prompt is empty")
+        config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
+                              spine_ratio=args.spine_ratio, max_depth=args.depth, gt_threshold=args.gt_threshold,
+                              bypass=not args.no_bypass)
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    except (OSError, ValueError, ConfigError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    prompt_ids = lm.encode_prompt(prompt)
+    traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(prompt_ids))
+    tokens = [t for tr in traces for t in tr.new_tokens]
+    result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
+              **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
+    if args.check_lossless:
+        ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)
+        result["lossless"] = ref == tokens
+    if not args.json:
+        print(result["text"])
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 1 if result.get("lossless") is False else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

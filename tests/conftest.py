@@ -1,0 +1,35 @@
+"""Shared fixtures: the embedded demo model and benchmark prompts from ../shared/data."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT.parent / "shared" / "data"))
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def demo_lm():
+    from engine.loading import load_model
+
+    return load_model(None, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def lossless_prompts() -> list[str]:
+    """10 real prompts: 6 HumanEval, 4 MT-Bench (first turn)."""
+    humaneval = read_jsonl(DATA / "humaneval" / "HumanEval.jsonl")
+    mt_bench = read_jsonl(DATA / "mt_bench" / "question.jsonl")
+    return [humaneval[i]["prompt"] for i in (0, 7, 23, 51, 88, 130)] + [mt_bench[i]["turns"][0] for i in (0, 25, 40, 65)]

@@ -1,0 +1,88 @@
+"""The page builds and streams through its API; the CLI prints its JSON; bad input gets a clear message."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from engine.loading import ModelLoadError, load_model
+
+ROOT = __import__("conftest").ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_json_with_lossless_check(tmp_path):
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "engine.generate", "--prompt-file", str(prompt), "--max-new-tokens",
+                          "48", "--check-lossless", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    for key in ("new_tokens", "cycles", "tau", "tok_per_s", "accepted_by_source", "lossless"):
+        assert key in result
+    assert result["lossless"] is True and result["new_tokens"] == 48
+    assert set(result["accepted_by_source"]) == {"pld", "tr", "ptd", "bonus"}
+    assert sum(result["accepted_by_source"].values()) == 48
+
+
+def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n", encoding="utf-8")
+    for args in (["--prompt-file", str(empty)], ["--prompt", "x", "--budget", "0"],
+                 ["--prompt", "x", "--model", str(tmp_path / "missing-model")]):
+        out = subprocess.run([sys.executable, "-m", "engine.generate", *args], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 2
+        assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+
+
+def test_load_error_names_the_model(tmp_path):
+    with pytest.raises(ModelLoadError, match="missing-dir"):
+        load_model(str(tmp_path / "missing-dir"))
+    (tmp_path / "not-a-model").mkdir()
+    with pytest.raises(ModelLoadError, match="not-a-model"):
+        load_model(str(tmp_path / "not-a-model"))
+
+
+def test_app_builds_and_checks_input(demo_lm):
+    import app
+
+    demo = app.build_demo(demo_lm)
+    assert demo is not None
+    assert app.check_inputs(demo_lm, "  ", 60, 10)[1].startswith("The prompt is empty")
+    assert "at least 1" in app.check_inputs(demo_lm, "x", 60, 0)[1]
+    assert "node budget" in app.check_inputs(demo_lm, "x", 0, 10)[1]
+    assert "context" in app.check_inputs(demo_lm, "x " * 3000, 60, 10)[1]
+
+
+def test_launched_app_streams_cycles_through_the_api(demo_lm):
+    from gradio_client import Client
+
+    import app
+
+    demo = app.build_demo(demo_lm)
+    port = free_port()
+    demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        job = client.submit("def fib(n):\n    ", api_name="/generate")
+        updates = list(job)
+        assert updates, "no streamed update"
+        text, tree, speed, stats = updates[-1]
+        assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
+        assert speed and speed["type"] == "plotly"
+        assert "τ" in stats and "cycles" in stats
+        bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
+        assert "prompt is empty" in bad[3]
+        again = list(client.submit("x = 1\n", 'ar', 8, True, 0.5, 6, 0.0, 4, api_name="/generate"))
+        assert again and "cycles" in again[-1][3]
+    finally:
+        demo.close()

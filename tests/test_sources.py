@@ -1,0 +1,78 @@
+"""Draft sources: the PLD context matcher and the TR adjacency table."""
+from __future__ import annotations
+
+import torch
+
+from engine.adjacency import AdjacencyTable
+from engine.context_match import NgramIndex
+
+
+def test_no_match_on_fresh_text():
+    idx = NgramIndex()
+    idx.extend([1, 2, 3, 4, 5])
+    m = idx.match(10)
+    assert m.draft == () and m.n == 0 and not m.consensus
+
+
+def test_longest_n_first_and_most_recent_occurrence():
+    idx = NgramIndex((5, 4, 3))
+    # '1 2 3' occurs twice before the end with different continuations; the most recent wins
+    idx.extend([1, 2, 3, 7, 8, 0, 1, 2, 3, 9, 9, 0, 1, 2, 3])
+    m = idx.match(4)
+    assert m.n == 4  # '0 1 2 3' matches, longer than 3
+    assert m.draft == (9, 9, 0, 1)
+
+
+def test_consensus_when_two_n_agree_on_first_token():
+    idx = NgramIndex((5, 4, 3))
+    idx.extend([5, 1, 2, 3, 4, 6, 7, 1, 2, 3, 4])
+    m = idx.match(8)
+    assert m.draft[0] == 6 and m.consensus  # n=4 and n=3 both continue with 6
+
+
+def test_no_consensus_when_lengths_disagree():
+    idx = NgramIndex((4, 3))
+    idx.extend([9, 2, 3, 4, 5, 8, 2, 3, 4, 6, 1, 9, 2, 3, 4])
+    m = idx.match(3)
+    assert m.n == 4 and m.draft == (5, 8, 2)
+    assert not m.consensus  # n=3's most recent occurrence continues with 6
+
+
+def test_index_is_incremental():
+    idx = NgramIndex((3,))
+    idx.extend([1, 2, 3])
+    idx.extend([4, 1, 2])
+    idx.extend([3])
+    assert idx.match(5).draft == (4, 1, 2, 3)
+    assert len(idx._positions[3][(1, 2, 3)]) == 2
+
+
+def test_match_is_capped_at_max_len():
+    idx = NgramIndex((3,))
+    idx.extend([1, 2, 3] + list(range(10, 40)) + [1, 2, 3])
+    assert len(idx.match(20).draft) == 20
+
+
+def test_harvest_fills_unigram_and_bigram_tiers():
+    table = AdjacencyTable(vocab_size=16, top_k=3)
+    logits = torch.full((2, 16), -10.0)
+    logits[0, 5], logits[0, 6], logits[0, 7] = 5.0, 4.0, 3.0
+    logits[1, 9] = 8.0
+    table.harvest([None, 4], torch.tensor([2, 3]), logits)
+    succ = table.successors(None, 2)
+    assert [t for t, _ in succ] == [5, 6, 7]
+    assert succ[0][1] > succ[1][1] > succ[2][1] and abs(sum(s for _, s in succ) - 1) < 0.01
+    assert table.successors(4, 3)[0][0] == 9  # bigram tier
+    assert table.successors(1, 3)[0][0] == 9  # unseen bigram -> unigram row
+    assert table.successors(None, 11) == []  # never observed
+    assert [t for t, _ in table.successors(None, 2, min_score=0.2)] == [5, 6]
+
+
+def test_harvest_overwrites_with_latest_and_bigram_capacity_is_bounded():
+    table = AdjacencyTable(vocab_size=8, top_k=2, bigram_capacity=3)
+    for prev in range(6):
+        logits = torch.zeros(1, 8)
+        logits[0, prev] = 10.0
+        table.harvest([prev], torch.tensor([1]), logits)
+    assert table.successors(None, 1)[0][0] == 5
+    assert len(table.bigram) == 3 and (5, 1) in table.bigram and (0, 1) not in table.bigram

@@ -1,0 +1,47 @@
+"""Live charts: tokens/s and tau per cycle, with running means."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.trace import CycleTrace
+
+
+def cycle_series(traces: Sequence[CycleTrace]) -> dict[str, list[float]]:
+    """Per-cycle series (prefill included as cycle 0).
+
+    Keys: ``cycle``; ``tok_per_s`` (tokens / cycle wall time, tokens/s); ``tau`` (tokens committed
+    by that forward); ``mean_tok_per_s`` (tokens so far / elapsed s); ``mean_tau`` (tokens so far /
+    forwards so far).
+    """
+    out = {k: [] for k in ("cycle", "tok_per_s", "tau", "mean_tok_per_s", "mean_tau")}
+    total = 0
+    for k, t in enumerate(traces, 1):
+        n = len(t.new_tokens)
+        total += n
+        out["cycle"].append(t.index)
+        out["tok_per_s"].append(n / (t.timings_ms["total"] / 1000) if t.timings_ms["total"] > 0 else 0.0)
+        out["tau"].append(float(n))
+        out["mean_tok_per_s"].append(total / t.elapsed_s if t.elapsed_s > 0 else 0.0)
+        out["mean_tau"].append(total / k)
+    return out
+
+
+def speed_figure(traces: Sequence[CycleTrace]) -> go.Figure:
+    """Two stacked panels: tokens/s and tau per cycle (markers) with their running means (lines)."""
+    s = cycle_series(traces)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("tokens/s", "τ (tokens per forward)"))
+    fig.add_trace(go.Scatter(x=s["cycle"], y=s["tok_per_s"], mode="markers", name="tok/s this cycle",
+                             marker=dict(size=5, color="#93c5fd")), row=1, col=1)
+    fig.add_trace(go.Scatter(x=s["cycle"], y=s["mean_tok_per_s"], mode="lines", name="tok/s running mean",
+                             line=dict(color="#1d4ed8", width=2)), row=1, col=1)
+    fig.add_trace(go.Bar(x=s["cycle"], y=s["tau"], name="τ this cycle", marker_color="#fcd34d"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=s["cycle"], y=s["mean_tau"], mode="lines", name="τ running mean",
+                             line=dict(color="#b45309", width=2)), row=2, col=1)
+    fig.update_layout(height=420, margin=dict(l=40, r=20, t=40, b=30), uirevision="speed",
+                      legend=dict(orientation="h", y=-0.15))
+    fig.update_xaxes(title_text="cycle", row=2, col=1)
+    return fig
