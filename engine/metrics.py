@@ -30,6 +30,7 @@ class RunSummary:
     accepted_by_source: dict  # {"pld": n, "tr": n, "ptd": n, "bonus": n}; sums to new_tokens
     p_s: float  # accepted / proposed PLD (spine) draft tokens
     p_t: float  # accepted / proposed TR (branch) draft tokens
+    drafted: dict  # {"pld": [accepted, proposed], "tr": [...], "ptd": [...]} draft-token counts
     modes: dict  # cycles per mode
     paths: dict  # cycles per path category (pure PLD / spine continuation / pure TR / none)
     median_overhead_ms: float  # median per-cycle time outside the forward (ms)
@@ -46,8 +47,7 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         raise ValueError("no cycles to summarise")
     cycles = [t for t in traces if t.mode != "prefill"]
     by_source = {"pld": 0, "tr": 0, "ptd": 0, "bonus": 0}
-    proposed = {Source.PLD: 0, Source.TR: 0}
-    accepted = {Source.PLD: 0, Source.TR: 0}
+    drafted = {s.value: [0, 0] for s in (Source.PLD, Source.TR, Source.PTD)}  # [accepted, proposed]
     modes: dict[str, int] = {}
     paths: dict[str, int] = {}
     for t in traces:
@@ -58,19 +58,23 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         paths[t.path_category] = paths.get(t.path_category, 0) + 1
         on_path = set(t.accepted)
         for i, src in enumerate(t.tree.sources):
-            if src in proposed:
-                proposed[src] += 1
-                accepted[src] += i in on_path
+            if src.value in drafted:
+                drafted[src.value][0] += i in on_path
+                drafted[src.value][1] += 1
     new_tokens = sum(len(t.new_tokens) for t in traces)
     seconds = traces[-1].elapsed_s
     overhead = [t.timings_ms["total"] - t.timings_ms["forward"] for t in cycles]
     return RunSummary(
         new_tokens=new_tokens, cycles=len(cycles), forwards=len(traces), tau=new_tokens / len(traces),
         seconds=seconds, tok_per_s=new_tokens / seconds if seconds > 0 else 0.0, accepted_by_source=by_source,
-        p_s=accepted[Source.PLD] / proposed[Source.PLD] if proposed[Source.PLD] else 0.0,
-        p_t=accepted[Source.TR] / proposed[Source.TR] if proposed[Source.TR] else 0.0,
+        p_s=_rate(drafted["pld"]), p_t=_rate(drafted["tr"]), drafted=drafted,
         modes=modes, paths=paths,
         median_overhead_ms=statistics.median(overhead) if overhead else 0.0,
         median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,
         mean_tree_nodes=statistics.fmean(len(t.tree) for t in cycles) if cycles else 1.0,
     )
+
+
+def _rate(counts: list[int]) -> float:
+    accepted, proposed = counts
+    return accepted / proposed if proposed else 0.0

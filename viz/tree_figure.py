@@ -98,10 +98,10 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
         title=title or f"cycle {trace.index} · {trace.mode} · {len(trace.tree)} nodes · "
                        f"{len(trace.new_tokens)} tokens ({trace.path_category})",
         uirevision="draft-tree",  # keep the user's zoom / pan across cycles
-        showlegend=True, legend=dict(orientation="h", y=-0.12),
+        showlegend=True, legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
         xaxis=dict(title="depth", dtick=1, zeroline=False),
         yaxis=dict(visible=False, autorange="reversed"),
-        height=max(360, min(900, 28 * n_rows + 160)), margin=dict(l=20, r=20, t=50, b=40),
+        title_y=0.98, height=max(380, min(900, 28 * n_rows + 180)), margin=dict(l=20, r=20, t=90, b=40),
         plot_bgcolor="rgba(0,0,0,0)",
     )
     return fig
