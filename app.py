@@ -55,8 +55,8 @@ def stats_line(summary, trace) -> str:
             f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}")
 
 
-def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, max_new_tokens, bypass, pace, run,
-             *, lm: LoadedModel):
+def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, max_new_tokens, bypass, pace,
+             show_ghosts, run, *, lm: LoadedModel):
     """Stream (text, tree figure, speed figure, stats, run state) while decoding; one yield per redraw."""
     ids, problem = check_inputs(lm, prompt, budget, max_new_tokens)
     if problem is None:
@@ -80,7 +80,7 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, m
             tokens.extend(trace.new_tokens)
             if trace.finished or time.perf_counter() - last_draw >= UPDATE_EVERY_S or pace:
                 last_draw = time.perf_counter()
-                yield (lm.tokenizer.decode(tokens), tree_figure(trace, token_text), speed_figure(run["traces"]),
+                yield (lm.tokenizer.decode(tokens), tree_figure(trace, token_text, show_ghosts=bool(show_ghosts)), speed_figure(run["traces"]),
                        stats_line(summarize(run["traces"]), trace), run)
                 if pace:
                     time.sleep(float(pace))
@@ -110,6 +110,7 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                 max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
                 bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain")
                 pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+                show_ghosts = gr.Checkbox(value=True, label="Show GT-pruned candidates as ghosts")
                 with gr.Row():
                     go_btn = gr.Button("Generate", variant="primary")
                     stop_btn = gr.Button("Stop", variant="stop")
@@ -123,7 +124,7 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
         preset.change(lambda label: next(p["prompt"] for p in PRESETS if p["label"] == label) if label else gr.skip(),
                       preset, prompt, api_visibility="private")
         event = go_btn.click(partial(generate, lm=lm),
-                             [prompt, method, budget, auto_r, spine_ratio, depth, gt, max_new, bypass, pace, run],
+                             [prompt, method, budget, auto_r, spine_ratio, depth, gt, max_new, bypass, pace, show_ghosts, run],
                              [output, tree_plot, speed_plot, stats, run], api_name="generate", concurrency_limit=1,
                              concurrency_id="model")
         stop_btn.click(None, None, None, cancels=[event], api_visibility="private")

@@ -52,6 +52,18 @@ def test_load_error_names_the_model(tmp_path):
         load_model(str(tmp_path / "not-a-model"))
 
 
+def test_chat_template_is_applied_when_the_tokenizer_has_one(demo_lm):
+    import copy
+    import dataclasses
+
+    tok = copy.deepcopy(demo_lm.tokenizer)
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}")
+    chat_lm = dataclasses.replace(demo_lm, tokenizer=tok)
+    assert tok.decode(chat_lm.encode_prompt("hello")) == "user: hello\nassistant:"
+    assert demo_lm.tokenizer.decode(demo_lm.encode_prompt("hello")) == "hello"  # the demo model has no template
+
+
 def test_app_builds_and_checks_input(demo_lm):
     import app
 
@@ -82,6 +94,8 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         assert "τ" in stats and "cycles" in stats
         bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
         assert "prompt is empty" in bad[3]
+        with pytest.raises(Exception, match="less than minimum value 1"):  # gradio's own range check on B
+            client.predict("x", "goose", 0, api_name="/generate")
         again = list(client.submit("x = 1\n", 'ar', 8, True, 0.5, 6, 0.0, 4, api_name="/generate"))
         assert again and "cycles" in again[-1][3]
     finally:
