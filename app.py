@@ -118,7 +118,7 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                             elem_classes=["small"])
             with gr.Column(scale=2):
                 stats = gr.Markdown("Pick a preset and press **Generate**.", elem_id="stats")
-                tree_plot = gr.Plot(label="Draft tree of the latest cycle", elem_id="draft-tree")
+                tree_plot = gr.Plot(label="Draft tree of the latest cycle", show_label=False, elem_id="draft-tree")
                 output = gr.Textbox(label="Output so far", lines=10, max_lines=24, interactive=False)
                 speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
         preset.change(lambda label: next(p["prompt"] for p in PRESETS if p["label"] == label) if label else gr.skip(),
@@ -149,6 +149,7 @@ def main(argv=None) -> int:
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    lm.warm_up()  # the first Generate should not pay for torch's lazy initialisation
     demo = build_demo(lm)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft())

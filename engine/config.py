@@ -5,7 +5,7 @@ models there) unless a comment says otherwise.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 #: Draft methods the engine runs with the one decoding loop (the source switches below select them).
 METHODS = ("goose", "pld", "tr", "ar")
@@ -43,7 +43,6 @@ class DecodeConfig:
     ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
     bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
     pld_chain_tokens: int = 10  # chain length of the 'pld' baseline (HF prompt_lookup_num_tokens default)
-    extra: dict = field(default_factory=dict, compare=False)  # free-form notes carried into traces
 
     def __post_init__(self) -> None:
         checks = [

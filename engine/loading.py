@@ -43,6 +43,11 @@ class LoadedModel:
         """Longest sequence (prompt + new tokens) the model's config allows, or None if unknown."""
         return getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
 
+    @torch.no_grad()
+    def warm_up(self) -> None:
+        """One small forward, so the first user request does not pay for lazy initialisation."""
+        self.model(input_ids=torch.tensor([self.encode_prompt("warm up")], device=self.model.device))
+
     def encode_prompt(self, text: str) -> list[int]:
         """Token ids of a user prompt; the tokenizer's chat template is applied when it has one."""
         if getattr(self.tokenizer, "chat_template", None):

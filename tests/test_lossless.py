@@ -14,7 +14,7 @@ from engine.decode import SpecDecoder
 from engine.metrics import summarize
 from engine.reference import greedy_reference
 
-MAX_NEW = 80
+MAX_NEW = 128
 CONFIGS = {
     "default": {},
     "B1": {"budget": 1},
