@@ -28,7 +28,7 @@ UPDATE_EVERY_S = 0.15  # the page redraws at most this often; every cycle is sti
 CSS = "#stats {font-size: 1.05em} #draft-tree {min-height: 380px}"
 
 METHOD_LABELS = {"goose": "Goose (PLD spine + TR branches)", "pld": "PLD only (chain)", "tr": "TR only (tree)",
-                 "ar": "AR (no drafting)"}
+                 "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 
 
 def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens) -> tuple[list[int] | None, str | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 #: Draft methods the engine runs with the one decoding loop (the source switches below select them).
-METHODS = ("goose", "pld", "tr", "ar")
+METHODS = ("goose", "pld", "tr", "iso3", "iso5", "ar")
 
 
 class ConfigError(ValueError):
@@ -26,7 +26,7 @@ class DecodeConfig:
     spine nodes included.
     """
 
-    method: str = "goose"  # goose | pld (PLD chain only) | tr (TR tree only) | ar (no drafting)
+    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | iso3 / iso5 (balanced k-ary tree) | ar
     max_new_tokens: int = 128  # tokens generated after the prompt, bonus tokens included
     budget: int = 60  # node budget B, root included (Table 5)
     spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
@@ -65,11 +65,16 @@ class DecodeConfig:
 
     @property
     def use_pld(self) -> bool:
-        return self.method in ("goose", "pld")
+        return self.method in ("goose", "pld") or self.iso_k is not None
 
     @property
     def use_tr(self) -> bool:
-        return self.method in ("goose", "tr")
+        return self.method in ("goose", "tr") or self.iso_k is not None
+
+    @property
+    def iso_k(self) -> int | None:
+        """k of an Iso(k) method (Goose §5.3), else None."""
+        return int(self.method[3:]) if self.method.startswith("iso") else None
 
     def with_(self, **changes) -> "DecodeConfig":
         return replace(self, **changes)

@@ -18,7 +18,7 @@ from .adjacency import AdjacencyTable
 from .config import DecodeConfig
 from .context_match import NgramIndex, PldMatch
 from .estimates import AcceptanceStats, spine_ratio_tier
-from .spine_tree import Built, build_chain, build_spine_tree
+from .spine_tree import Built, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
 from .tree import DraftTree, Source
 from .verify import forward_tree, greedy_walk
@@ -142,8 +142,10 @@ class SpecDecoder:
         confident = len(match.draft) >= cfg.bypass_threshold or match.consensus
         built: Built | None = None
         mode, r = "ar", None
-        if match.draft and (cfg.method == "pld" or (cfg.bypass and confident)):
+        if match.draft and (cfg.method == "pld" or (cfg.bypass and confident and cfg.iso_k is None)):
             mode, built = "bypass", build_chain(s.anchor, match.draft, s.stats, cfg.gt_threshold)
+        elif cfg.iso_k is not None:
+            mode, built = "tree", build_isotropic_tree(s.anchor, s.prev, match.draft, s.table, cfg, cfg.iso_k, s.stats)
         elif match.draft or (s.table is not None and s.table.has_successors(s.prev, s.anchor)):
             r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
             mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats)

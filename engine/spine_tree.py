@@ -111,3 +111,37 @@ def _extend_best_first(b: TreeBuilder, seeds: list[int], table: AdjacencyTable, 
         if child is None:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
         push_successors(child)
+
+
+def build_isotropic_tree(anchor: int, prev: int | None, spine: tuple[int, ...], table: AdjacencyTable | None,
+                         cfg: DecodeConfig, k: int, stats: AcceptanceStats) -> Built:
+    """Iso(k): a balanced k-ary tree with the same budget and draft sources (Goose §5.3, Table 1).
+
+    Breadth-first, every node gets up to ``k`` children until B nodes or depth D: the PLD
+    continuation first while the node is on the spine, then the adjacency table's top successors.
+    Source-blind in shape (uniform rate), unlike the spine tree.
+    """
+    b = TreeBuilder(anchor, budget=cfg.budget, max_depth=cfg.max_depth, gt_threshold=cfg.gt_threshold)
+    frontier = [(0, prev, 0)]  # (node, its parent's token, spine depth or -1 when off the spine)
+    while frontier and not b.full:
+        next_frontier = []
+        for node, node_prev, spine_depth in frontier:
+            if not b.can_grow(node):
+                continue
+            candidates: list[tuple[int, Source, float, int]] = []
+            if 0 <= spine_depth < len(spine):
+                candidates.append((spine[spine_depth], Source.PLD, stats.pld_rate(spine_depth + 1), spine_depth + 1))
+            if table is not None:
+                candidates += [(t, Source.TR, s, -1) for t, s in table.successors(node_prev, b.tokens[node], cfg.min_score)]
+            taken: set[int] = set()
+            for tok, src, score, child_spine in candidates:
+                if len(taken) >= k or b.full:
+                    break
+                if tok in taken:
+                    continue
+                child = b.add(node, tok, src, score)
+                if child is not None:
+                    taken.add(tok)
+                    next_frontier.append((child, b.tokens[node], child_spine))
+        frontier = next_frontier
+    return b.freeze()

@@ -30,6 +30,8 @@ CONFIGS = {
     "c0.2-bypass-off": {"gt_threshold": 0.2, "bypass": False},
     "method-pld": {"method": "pld"},
     "method-tr": {"method": "tr"},
+    "method-iso3": {"method": "iso3"},
+    "method-iso5": {"method": "iso5"},
 }
 
 

@@ -10,21 +10,21 @@ import torch
 from engine.adjacency import AdjacencyTable
 from engine.config import DecodeConfig
 from engine.estimates import AcceptanceStats, spine_ratio_tier
-from engine.spine_tree import build_chain, build_spine_tree
+from engine.spine_tree import build_chain, build_isotropic_tree, build_spine_tree
 from engine.tree import DraftTree, Source
 from engine.verify import greedy_walk
 
 VOCAB = 64
 
 
-def random_table(seed: int, top_k: int = 10) -> AdjacencyTable:
-    """An adjacency table harvested from random logits for every token and some bigrams."""
+def random_table(seed: int, top_k: int = 10, scale: float = 3.0) -> AdjacencyTable:
+    """An adjacency table harvested from random logits (std ``scale``) for every token and some bigrams."""
     gen = torch.Generator().manual_seed(seed)
     table = AdjacencyTable(VOCAB, top_k)
     tokens = torch.arange(VOCAB)
-    table.harvest([None] * VOCAB, tokens, torch.randn(VOCAB, VOCAB, generator=gen) * 3)
+    table.harvest([None] * VOCAB, tokens, torch.randn(VOCAB, VOCAB, generator=gen) * scale)
     prev = torch.randint(0, VOCAB, (VOCAB,), generator=gen).tolist()
-    table.harvest(prev, tokens, torch.randn(VOCAB, VOCAB, generator=gen) * 3)
+    table.harvest(prev, tokens, torch.randn(VOCAB, VOCAB, generator=gen) * scale)
     return table
 
 
@@ -124,3 +124,16 @@ def test_ancestor_matrix_is_boolean_reachability():
     expected = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=bool)
     assert (tree.ancestor_matrix == expected).all()
     assert tree.path_to(3) == [2, 3]
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_isotropic_tree_is_balanced_k_ary(k):
+    cfg = DecodeConfig(budget=60, max_depth=6)
+    tree, _ = build_isotropic_tree(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg, k, AcceptanceStats())
+    assert len(tree) == 60 and max(tree.depths) <= cfg.max_depth
+    assert all(len(kids) <= k for kids in tree.children)
+    # breadth first: every level but the last is full
+    levels = [tree.depths.count(d) for d in range(max(tree.depths) + 1)]
+    assert levels[:-1] == [k ** d for d in range(len(levels) - 1)]
+    # the PLD continuation is the first child along the spine
+    assert [tree.tokens[i] for i in range(len(tree)) if tree.sources[i] is Source.PLD] == [5, 6, 7]
