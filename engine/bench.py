@@ -1,13 +1,22 @@
 """Benchmark: every method on the same prompts, AR measured in the same run, medians reported.
 
-    python -m engine.bench [--model M] [--datasets humaneval,mt_bench] [--limit 20] [--max-new-tokens 128]
-        [--methods ar,pld,tr,goose,hf-ar,hf-pld] [--budget 60] [--device cpu] [--out results/DIR]
+    python -m engine.bench [--model M] [--datasets humaneval,mbpp,gsm8k,mt_bench] [--limit 20]
+        [--max-new-tokens 128] [--methods ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld] [--budget 60]
+        [--device cpu] [--dtype auto] [--draft-model D] [--data ../shared/data] [--profile] [--out DIR]
 
-Methods: the engine's own (``ar``, ``pld``, ``tr``, ``goose``: one decoding loop) and transformers'
-``model.generate`` as peers: ``hf-ar`` (plain greedy) and ``hf-pld`` (``prompt_lookup_num_tokens=10``).
-Methods run interleaved per prompt (machine drift hits all alike) after a warm-up.  Every method's
-token ids are checked against ``ar``'s; a mismatch is reported loudly and marks the row.
-Writes ``results.json`` (meta + one row per method x dataset) and ``results.md``.
+Methods: the engine's own (``ar``, ``pld``, ``tr``, ``iso3``, ``iso5``, ``goose``: one decoding
+loop) and transformers' ``model.generate`` as peers: ``hf-ar`` (plain greedy), ``hf-pld``
+(``prompt_lookup_num_tokens=10``) and ``hf-assisted`` (``assistant_model``, needs ``--draft-model``).
+Methods not implemented yet (``ptd``) are refused with a message, never faked.
+
+Prompts come from the data directory; the chat template is applied when the tokenizer has one; all
+methods get the same prompts and lengths; a warm-up runs first; the method order rotates per prompt
+so machine drift hits all alike.  Every method's token ids are checked against ``ar``'s; a mismatch
+is printed loudly and marks the row ``lossless: false`` (exit status 1).
+
+Writes to ``--out``: ``results.json`` (meta + one row per method x dataset), ``results.md`` (the
+paper's Table 3 shape plus details), ``report.html`` (plotly figures) and, with ``--profile``,
+``profile.jsonl`` (every cycle's stage timings).
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from .config import METHODS, DecodeConfig
 from .decode import SpecDecoder
 from .loading import load_model
 from .metrics import summarize
+from .trace import TIMING_KEYS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DATASETS = {  # name -> (file, how to get the prompt text from a record)
@@ -36,130 +46,214 @@ DATASETS = {  # name -> (file, how to get the prompt text from a record)
     "gsm8k": ("gsm8k/test.jsonl", lambda r: r["question"]),
     "mt_bench": ("mt_bench/question.jsonl", lambda r: r["turns"][0]),
 }
-HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}}
+HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}
+NOT_YET = {"ptd": "PTD perturbation drafting is not implemented yet (engine-breadth issue)"}
+DEFAULT_METHODS = "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld"
+
+
+class BenchError(Exception):
+    """Bad benchmark arguments or inputs; the message says what to change."""
 
 
 def load_prompts(data_dir: Path, dataset: str, limit: int) -> list[str]:
     if dataset not in DATASETS:
-        raise SystemExit(f"error: unknown dataset {dataset!r}; choose from {', '.join(DATASETS)}")
+        raise BenchError(f"unknown dataset {dataset!r}; choose from {', '.join(DATASETS)}")
     rel, get = DATASETS[dataset]
     path = data_dir / rel
     if not path.exists():
-        raise SystemExit(f"error: {path} not found (set --data to the folder holding the benchmark files)")
+        raise BenchError(f"{path} not found (set --data to the folder holding the benchmark files)")
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()][:limit]
     return [get(json.loads(ln)) for ln in lines]
 
 
-def run_engine(lm, method: str, prompt_ids: list[int], args) -> dict:
-    config = DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, budget=args.budget)
-    traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(prompt_ids))
-    s = summarize(traces)
-    return {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds, "forwards": s.forwards,
-            "by_source": s.accepted_by_source, "paths": s.paths, "overhead_ms": s.median_overhead_ms,
-            "forward_ms": s.median_forward_ms, "drafted": s.drafted}
+def parse_methods(text: str, draft_model: str | None) -> list[str]:
+    methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    for m in methods:
+        if m in NOT_YET:
+            raise BenchError(f"method {m!r} refused: {NOT_YET[m]}")
+        if m not in METHODS and m not in HF_METHODS:
+            raise BenchError(f"unknown method {m!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))}")
+    if "hf-assisted" in methods and not draft_model:
+        raise BenchError("method 'hf-assisted' needs --draft-model (a small model sharing the target's tokenizer)")
+    return ["ar"] + [m for m in methods if m != "ar"]  # AR is always measured in the same run
 
 
-@torch.no_grad()
-def run_hf(lm, method: str, prompt_ids: list[int], args) -> dict:
-    eos = list(lm.eos_token_ids) or None
-    ids = torch.tensor([prompt_ids], device=lm.model.device)
-    t0 = time.perf_counter()
-    out = lm.model.generate(ids, do_sample=False, max_new_tokens=args.max_new_tokens, eos_token_id=eos,
-                            pad_token_id=eos[0] if eos else None, **HF_METHODS[method])
-    if lm.model.device.type == "cuda":
-        torch.cuda.synchronize()
-    return {"tokens": out[0, len(prompt_ids):].tolist(), "seconds": time.perf_counter() - t0}
+class Runner:
+    """Runs one method on one prompt and returns a flat record."""
+
+    def __init__(self, lm, args, draft=None) -> None:
+        self.lm, self.args, self.draft = lm, args, draft
+
+    def __call__(self, method: str, prompt_ids: list[int]) -> dict:
+        return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
+
+    def engine(self, method: str, prompt_ids: list[int]) -> dict:
+        config = DecodeConfig(method=method, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
+        traces = list(SpecDecoder(self.lm.model, config, self.lm.eos_token_ids).generate(prompt_ids))
+        s = summarize(traces)
+        record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
+                  "forwards": s.forwards, "summary": s}
+        if self.args.profile:
+            record["cycles"] = [{"cycle": t.index, "mode": t.mode, "nodes": len(t.tree), "tokens": len(t.new_tokens),
+                                 **dict(t.timings_ms)} for t in traces]
+        return record
+
+    @torch.no_grad()
+    def hf(self, method: str, prompt_ids: list[int]) -> dict:
+        eos = list(self.lm.eos_token_ids) or None
+        kwargs = dict(HF_METHODS[method])
+        if method == "hf-assisted":
+            kwargs["assistant_model"] = self.draft.model
+        ids = torch.tensor([prompt_ids], device=self.lm.model.device)
+        t0 = time.perf_counter()
+        out = self.lm.model.generate(ids, do_sample=False, max_new_tokens=self.args.max_new_tokens, eos_token_id=eos,
+                                     pad_token_id=eos[0] if eos else None, **kwargs)
+        if self.lm.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        return {"tokens": out[0, len(prompt_ids):].tolist(), "seconds": time.perf_counter() - t0}
 
 
 def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) -> dict:
+    """One results row: totals, medians over prompts, and for engine methods the draft statistics."""
     new_tokens = sum(len(r["tokens"]) for r in runs)
     seconds = sum(r["seconds"] for r in runs)
-    per_prompt_tps = [len(r["tokens"]) / r["seconds"] for r in runs]
-    per_prompt_speedup = [len(r["tokens"]) / r["seconds"] / (len(a["tokens"]) / a["seconds"])
-                          for r, a in zip(runs, ar_runs)]
+    speedups = [len(r["tokens"]) / r["seconds"] / (len(a["tokens"]) / a["seconds"]) for r, a in zip(runs, ar_runs)]
     row = {"method": method, "dataset": dataset, "n_prompts": len(runs), "new_tokens": new_tokens,
-           "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(per_prompt_tps),
-           "speedup_vs_ar": statistics.median(per_prompt_speedup),
-           "lossless": all(r["tokens"] == a["tokens"] for r, a in zip(runs, ar_runs))}
-    if "forwards" in runs[0]:
-        by_source = {k: sum(r["by_source"][k] for r in runs) for k in runs[0]["by_source"]}
-        pld, tr = ([sum(r["drafted"][src][i] for r in runs) for i in (0, 1)] for src in ("pld", "tr"))
-        paths = {}
-        for r in runs:
-            for k, v in r["paths"].items():
-                paths[k] = paths.get(k, 0) + v
-        row.update(tau=new_tokens / sum(r["forwards"] for r in runs), accepted_by_source=by_source,
-                   p_s=pld[0] / pld[1] if pld[1] else None, p_t=tr[0] / tr[1] if tr[1] else None,
-                   path_cycles=paths, median_overhead_ms=statistics.median(r["overhead_ms"] for r in runs),
-                   median_forward_ms=statistics.median(r["forward_ms"] for r in runs))
+           "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(len(r["tokens"]) / r["seconds"]
+                                                                                  for r in runs),
+           "speedup_vs_ar": statistics.median(speedups), "lossless": all(r["tokens"] == a["tokens"]
+                                                                         for r, a in zip(runs, ar_runs))}
+    if "summary" not in runs[0]:
+        return row
+    sums = [r["summary"] for r in runs]
+    add = lambda dicts: {k: sum(d.get(k, 0) for d in dicts) for k in sorted({k for d in dicts for k in d})}  # noqa: E731
+    drafted = {src: [sum(s.drafted[src][i] for s in sums) for i in (0, 1)] for src in sums[0].drafted}
+    stage_ms = add([s.stage_ms for s in sums])
+    row.update(
+        tau=new_tokens / sum(r["forwards"] for r in runs),
+        accepted_by_source=add([s.accepted_by_source for s in sums]),
+        accepted_by_path=add([s.tokens_by_path for s in sums]),
+        cycles_by_path=add([s.paths for s in sums]), cycles_by_mode=add([s.modes for s in sums]),
+        p_s=drafted["pld"][0] / drafted["pld"][1] if drafted["pld"][1] else None,
+        p_t=drafted["tr"][0] / drafted["tr"][1] if drafted["tr"][1] else None,
+        median_overhead_ms=statistics.median(s.median_overhead_ms for s in sums),
+        median_forward_ms=statistics.median(s.median_forward_ms for s in sums),
+        mean_tree_nodes=statistics.fmean(s.mean_tree_nodes for s in sums),
+        stage_ms=stage_ms, stage_share={k: v / sum(stage_ms.values()) for k, v in stage_ms.items()},
+    )
     return row
 
 
-def to_markdown(rows: list[dict], meta: dict) -> str:
-    lines = [f"# goose-lens benchmark — {meta['model']} on {meta['device']}", "",
-             f"`{meta['command']}`  ({meta['date']}, {meta['max_new_tokens']} new tokens, B = {meta['budget']})", "",
-             "| method | dataset | prompts | τ | tok/s | median speedup vs AR | p_s | p_t | overhead ms/cycle | lossless |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
+def add_synergy(rows: list[dict]) -> None:
+    """Goose row: synergy = tau(goose) / max(tau(pld), tau(tr)) on the same dataset (Goose §5.4)."""
+    tau = {(r["method"], r["dataset"]): r.get("tau") for r in rows}
     for r in rows:
-        lines.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {fmt(r.get('tau'))} | "
-                     f"{r['tok_per_s']:.1f} | {r['speedup_vs_ar']:.2f} | {fmt(r.get('p_s'))} | {fmt(r.get('p_t'))} | "
-                     f"{fmt(r.get('median_overhead_ms'))} | {'yes' if r['lossless'] else '**NO**'} |")
-    return "\n".join(lines) + "\n"
+        if r["method"] == "goose" and tau.get(("pld", r["dataset"])) and tau.get(("tr", r["dataset"])):
+            r["synergy"] = r["tau"] / max(tau[("pld", r["dataset"])], tau[("tr", r["dataset"])])
+
+
+def to_markdown(rows: list[dict], meta: dict) -> str:
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cell = {(r["method"], r["dataset"]): r for r in rows}
+    fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
+    out = [f"# goose-lens benchmark — {meta['model']} on {meta['device']} ({meta['dtype']})", "",
+           f"`{meta['command']}`", "",
+           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · greedy · "
+           f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
+           "## Speedup (median per prompt, vs AR in the same run) and τ", "",
+           "| method | " + " | ".join(f"{d} Spd | {d} τ" for d in datasets) + " | Avg Spd |",
+           "|---|" + "---|---|" * len(datasets) + "---|"]
+    for m in methods:
+        cells = [cell[(m, d)] for d in datasets]
+        out.append(f"| {m} | " + " | ".join(f"{fmt(c['speedup_vs_ar'])} | {fmt(c.get('tau'))}" for c in cells)
+                   + f" | {fmt(statistics.fmean(c['speedup_vs_ar'] for c in cells))} |")
+    out += ["", "## Details", "",
+            "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
+            "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        paths = r.get("accepted_by_path", {})
+        split = " / ".join(str(paths.get(k, 0)) for k in ("pure PLD", "spine continuation", "pure TR")) if paths else "–"
+        out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | {fmt(r.get('p_s'))} | "
+                   f"{fmt(r.get('p_t'))} | {fmt(r.get('synergy'))} | {split} | {fmt(r.get('median_overhead_ms'))} | "
+                   f"{fmt(r.get('median_forward_ms'))} | {'yes' if r['lossless'] else '**NO**'} |")
+    out += ["", "## Where the engine's time goes (share of engine time per stage, all datasets)", "",
+            "| method | " + " | ".join(TIMING_KEYS) + " |", "|---|" + "---|" * len(TIMING_KEYS)]
+    for m in methods:
+        stages = [r["stage_ms"] for r in rows if r["method"] == m and "stage_ms" in r]
+        if stages:
+            total = {k: sum(s[k] for s in stages) for k in TIMING_KEYS}
+            whole = sum(total.values()) or 1.0
+            out.append(f"| {m} | " + " | ".join(f"{100 * total[k] / whole:.1f} %" for k in TIMING_KEYS) + " |")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default=None, help="hub id or local path (default: the embedded demo model)")
+    ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--datasets", default="humaneval,mt_bench")
-    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
+    ap.add_argument("--limit", type=int, default=20, help="prompts per dataset")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--methods", default="ar,pld,tr,goose,hf-ar,hf-pld")
+    ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--budget", type=int, default=60)
+    ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS and m not in HF_METHODS]
-    if unknown:
-        print(f"error: method(s) not implemented: {', '.join(unknown)}", file=sys.stderr)
+    try:
+        methods = parse_methods(args.methods, args.draft_model)
+        prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    if "ar" not in methods:
-        methods.insert(0, "ar")  # the baseline is always measured in the same run
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    run = lambda m, ids: (run_hf if m in HF_METHODS else run_engine)(lm, m, ids, args)  # noqa: E731
+    draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
+    run = Runner(lm, args, draft)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
-    rows = []
-    for dataset in args.datasets.split(","):
-        prompts = load_prompts(args.data, dataset, args.limit)
+    rows, profile = [], []
+    for dataset, texts in prompts.items():
         runs = {m: [] for m in methods}
-        for k, prompt in enumerate(tqdm(prompts, desc=dataset)):
-            ids = lm.encode_prompt(prompt)
-            order = methods[k % len(methods):] + methods[: k % len(methods)]  # rotate: no method always first
-            for m in order:
+        for k, text in enumerate(tqdm(texts, desc=dataset)):
+            ids = lm.encode_prompt(text)
+            for m in methods[k % len(methods):] + methods[: k % len(methods)]:  # rotate: no method always first
                 runs[m].append(run(m, ids))
+                profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
             for m in methods:
                 if runs[m][-1]["tokens"] != runs["ar"][-1]["tokens"]:
-                    print(f"LOSSLESS VIOLATION: {m} on {dataset} prompt {k}", file=sys.stderr)
+                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}", file=sys.stderr)
         rows += [aggregate(m, dataset, runs[m], runs["ar"]) for m in methods]
-    meta = {"model": lm.name, "device": args.device, "dtype": str(lm.dtype), "torch": torch.__version__,
-            "transformers": __import__("transformers").__version__, "python": platform.python_version(),
-            "cpu_threads": torch.get_num_threads(), "date": dt.datetime.now().isoformat(timespec="seconds"),
+    add_synergy(rows)
+    meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": str(lm.dtype),
+            "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+            "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": dt.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (args.out / "results.md").write_text(to_markdown(rows, meta))
+            "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
+            "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
+    write_outputs(args.out, meta, rows, profile)
     print(to_markdown(rows, meta))
     return 0 if all(r["lossless"] for r in rows) else 1
 
 
+def write_outputs(out: Path, meta: dict, rows: list[dict], profile: list[dict]) -> None:
+    from viz.report import report_html  # figures live in viz/
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (out / "results.md").write_text(to_markdown(rows, meta))
+    (out / "report.html").write_text(report_html(rows, meta), encoding="utf-8")
+    if profile:
+        (out / "profile.jsonl").write_text("".join(json.dumps(c) + "\n" for c in profile))
+
+
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent).stdout.strip() or None
     except OSError:
         return None

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from .trace import CycleTrace
+from .trace import TIMING_KEYS, CycleTrace
 from .tree import Source
 
 
@@ -33,6 +33,8 @@ class RunSummary:
     drafted: dict  # {"pld": [accepted, proposed], "tr": [...], "ptd": [...]} draft-token counts
     modes: dict  # cycles per mode
     paths: dict  # cycles per path category (pure PLD / spine continuation / pure TR / none)
+    tokens_by_path: dict  # committed draft tokens per path category (bonus tokens excluded)
+    stage_ms: dict  # total engine ms per stage (TIMING_KEYS) over the run, prefill included
     median_overhead_ms: float  # median per-cycle time outside the forward (ms)
     median_forward_ms: float  # median per-cycle verification forward (ms)
     mean_tree_nodes: float  # mean verified nodes per cycle, root included
@@ -50,12 +52,19 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
     drafted = {s.value: [0, 0] for s in (Source.PLD, Source.TR, Source.PTD)}  # [accepted, proposed]
     modes: dict[str, int] = {}
     paths: dict[str, int] = {}
+    tokens_by_path: dict[str, int] = {}
+    stage_ms = {k: 0.0 for k in TIMING_KEYS}
     for t in traces:
-        for label in committed_sources(t):
+        labels = committed_sources(t)
+        for label in labels:
             by_source[label] += 1
+        for k in TIMING_KEYS:
+            stage_ms[k] += t.timings_ms.get(k, 0.0)
     for t in cycles:
         modes[t.mode] = modes.get(t.mode, 0) + 1
         paths[t.path_category] = paths.get(t.path_category, 0) + 1
+        drafted_here = sum(label != "bonus" for label in committed_sources(t))
+        tokens_by_path[t.path_category] = tokens_by_path.get(t.path_category, 0) + drafted_here
         on_path = set(t.accepted)
         for i, src in enumerate(t.tree.sources):
             if src.value in drafted:
@@ -68,7 +77,7 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         new_tokens=new_tokens, cycles=len(cycles), forwards=len(traces), tau=new_tokens / len(traces),
         seconds=seconds, tok_per_s=new_tokens / seconds if seconds > 0 else 0.0, accepted_by_source=by_source,
         p_s=_rate(drafted["pld"]), p_t=_rate(drafted["tr"]), drafted=drafted,
-        modes=modes, paths=paths,
+        modes=modes, paths=paths, tokens_by_path=tokens_by_path, stage_ms=stage_ms,
         median_overhead_ms=statistics.median(overhead) if overhead else 0.0,
         median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,
         mean_tree_nodes=statistics.fmean(len(t.tree) for t in cycles) if cycles else 1.0,

@@ -1,0 +1,34 @@
+"""Smoke bench: 2 prompts x 16 tokens, every implemented method, so the harness never rots."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import bench
+
+
+def test_smoke_bench_all_methods(tmp_path, demo_lm):
+    out = tmp_path / "bench"
+    rc = bench.main(["--datasets", "humaneval,mt_bench", "--limit", "2", "--max-new-tokens", "16", "--profile",
+                     "--methods", "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld", "--out", str(out)])
+    assert rc == 0
+    result = json.loads((out / "results.json").read_text())
+    rows = result["rows"]
+    assert {r["method"] for r in rows} == {"ar", "pld", "tr", "iso3", "iso5", "goose", "hf-ar", "hf-pld"}
+    assert all(r["lossless"] for r in rows) and all(r["n_prompts"] == 2 for r in rows)
+    goose = next(r for r in rows if r["method"] == "goose" and r["dataset"] == "humaneval")
+    for key in ("tau", "tok_per_s", "speedup_vs_ar", "p_s", "p_t", "accepted_by_source", "accepted_by_path",
+                "median_overhead_ms", "synergy"):
+        assert key in goose
+    assert result["meta"]["command"].startswith("python -m engine.bench")
+    assert "Avg Spd" in (out / "results.md").read_text()
+    assert "plotly" in (out / "report.html").read_text()
+    assert (out / "profile.jsonl").read_text().count("\n") > 10
+
+
+@pytest.mark.parametrize("methods, message", [("ar,ptd", "not implemented yet"), ("ar,eagle", "unknown method"),
+                                              ("ar,hf-assisted", "needs --draft-model")])
+def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, methods, message):
+    assert bench.main(["--methods", methods, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
