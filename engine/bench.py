@@ -12,7 +12,8 @@ Methods not implemented yet (``ptd``) are refused with a message, never faked.
 Prompts come from the data directory; the chat template is applied when the tokenizer has one; all
 methods get the same prompts and lengths; a warm-up runs first; the method order rotates per prompt
 so machine drift hits all alike.  Every method's token ids are checked against ``ar``'s; a mismatch
-is printed loudly and marks the row ``lossless: false`` (exit status 1).
+is printed loudly and marks the row ``lossless: false`` (exit status 1), with a diagnosis: where the
+sequences part and whether the target's two logits there are an exact floating-point tie.
 
 Writes to ``--out``: ``results.json`` (meta + one row per method x dataset), ``results.md`` (the
 paper's Table 3 shape plus details), ``report.html`` (plotly figures) and, with ``--profile``,
@@ -113,6 +114,25 @@ class Runner:
         return {"tokens": out[0, len(prompt_ids):].tolist(), "seconds": time.perf_counter() - t0}
 
 
+#: Logit gap (|AR token - method token| at the first differing position) below which a divergence
+#: is an exact tie in floating point rather than a bug: any batched verification, transformers'
+#: own prompt lookup included, may round such a tie the other way.
+TIE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 5e-2}
+
+
+@torch.no_grad()
+def diagnose(lm, prompt_ids: list[int], want: list[int], got: list[int]) -> dict:
+    """Where two token sequences first differ, and whether the target's logits there are a tie."""
+    i = next(j for j, (a, b) in enumerate(zip(want + [-1], got + [-2])) if a != b)
+    if i >= min(len(want), len(got)):
+        return {"position": i, "kind": "length"}
+    ids = torch.tensor([prompt_ids + want[:i]], device=lm.model.device)
+    logits = lm.model(input_ids=ids).logits[0, -1].float()  # (|V|,)
+    gap = abs(float(logits[want[i]] - logits[got[i]]))
+    kind = "fp tie" if gap < TIE_TOLERANCE.get(lm.dtype, 1e-4) else "BUG"
+    return {"position": i, "ar_token": want[i], "method_token": got[i], "logit_gap": gap, "kind": kind}
+
+
 def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) -> dict:
     """One results row: totals, medians over prompts, and for engine methods the draft statistics."""
     new_tokens = sum(len(r["tokens"]) for r in runs)
@@ -122,7 +142,8 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
            "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(len(r["tokens"]) / r["seconds"]
                                                                                   for r in runs),
            "speedup_vs_ar": statistics.median(speedups), "lossless": all(r["tokens"] == a["tokens"]
-                                                                         for r, a in zip(runs, ar_runs))}
+                                                                         for r, a in zip(runs, ar_runs)),
+           "divergences": [r["divergence"] for r in runs if "divergence" in r]}
     if "summary" not in runs[0]:
         return row
     sums = [r["summary"] for r in runs]
@@ -176,7 +197,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         split = " / ".join(str(paths.get(k, 0)) for k in ("pure PLD", "spine continuation", "pure TR")) if paths else "–"
         out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | {fmt(r.get('p_s'))} | "
                    f"{fmt(r.get('p_t'))} | {fmt(r.get('synergy'))} | {split} | {fmt(r.get('median_overhead_ms'))} | "
-                   f"{fmt(r.get('median_forward_ms'))} | {'yes' if r['lossless'] else '**NO**'} |")
+                   f"{fmt(r.get('median_forward_ms'))} | {_lossless_cell(r)} |")
     out += ["", "## Where the engine's time goes (share of engine time per stage, all datasets)", "",
             "| method | " + " | ".join(TIMING_KEYS) + " |", "|---|" + "---|" * len(TIMING_KEYS)]
     for m in methods:
@@ -186,6 +207,13 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
             whole = sum(total.values()) or 1.0
             out.append(f"| {m} | " + " | ".join(f"{100 * total[k] / whole:.1f} %" for k in TIMING_KEYS) + " |")
     return "\n".join(out) + "\n"
+
+
+def _lossless_cell(row: dict) -> str:
+    if row["lossless"]:
+        return "yes"
+    kinds = [d["kind"] for d in row["divergences"]]
+    return "**NO**: " + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                 profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
             for m in methods:
                 if runs[m][-1]["tokens"] != runs["ar"][-1]["tokens"]:
-                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}", file=sys.stderr)
+                    d = diagnose(lm, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"])
+                    runs[m][-1]["divergence"] = {"prompt": k, **d}
+                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}: {d}", file=sys.stderr)
         rows += [aggregate(m, dataset, runs[m], runs["ar"]) for m in methods]
     add_synergy(rows)
     meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": str(lm.dtype),
