@@ -40,11 +40,8 @@ def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens) -> tuple[
     if budget is None or int(budget) < 1:
         return None, "The node budget B must be at least 1 (B counts the anchor, so B = 1 means plain AR)."
     ids = lm.encode_prompt(prompt)
-    limit = lm.max_context
-    if limit and len(ids) + int(max_new_tokens) > limit:
-        return None, (f"The prompt is {len(ids)} tokens; with {int(max_new_tokens)} new tokens that exceeds the "
-                      f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
-    return ids, None
+    problem = lm.context_problem(len(ids), int(max_new_tokens))
+    return (None, problem) if problem else (ids, None)
 
 
 def stats_line(summary, trace) -> str:

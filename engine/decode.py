@@ -110,7 +110,8 @@ class SpecDecoder:
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
         """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
         cfg, t_start = self.config, time.perf_counter()
-        session = Session(cache=kv_cache.new_cache(self.model), index=NgramIndex(cfg.ngram_sizes), table=None,
+        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + max(cfg.budget, cfg.max_spine + 1))
+        session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init))
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
         logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)

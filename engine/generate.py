@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .config import METHODS, ConfigError, DecodeConfig
 from .decode import SpecDecoder
+from .kv_cache import UnsupportedCacheError
 from .loading import ModelLoadError, load_model
 from .metrics import summarize
 from .reference import greedy_reference
@@ -56,7 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt_ids = lm.encode_prompt(prompt)
-    traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(prompt_ids))
+    problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(prompt_ids))
+    except UnsupportedCacheError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
     result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}

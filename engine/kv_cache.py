@@ -1,8 +1,8 @@
 """Every KV-cache operation of the engine, in one module over the transformers 5 cache API.
 
 Tested with transformers >=5.0,<6 (``DynamicCache`` whose ``crop`` takes a negative count).
-Only full-attention ``DynamicLayer`` caches are supported: sliding-window and linear-attention
-layers cannot be compacted to an arbitrary tree path, and are refused with a clear error.
+Only full-attention ``DynamicLayer`` caches are supported (sliding-window models while the run fits in
+their window); linear-attention layers cannot be compacted to a tree path and are refused clearly.
 """
 from __future__ import annotations
 
@@ -15,14 +15,31 @@ class UnsupportedCacheError(RuntimeError):
     """The model's cache has layers that tree verification cannot compact (sliding window, linear attention)."""
 
 
-def new_cache(model) -> DynamicCache:
-    """An empty ``DynamicCache`` for ``model``; raises UnsupportedCacheError for non-full-attention layers."""
+def new_cache(model, max_length: int | None = None) -> DynamicCache:
+    """An empty ``DynamicCache`` of full-attention layers for ``model``.
+
+    Sliding-window layers are replaced by full-attention ones when the whole run fits in the window
+    (``max_length`` = prompt + new tokens + one tree), where both attend to the same keys; the tree
+    mask passed to every forward is full attention anyway.
+
+    Raises:
+        UnsupportedCacheError: the model has linear-attention / indexed layers, or a sliding window
+            shorter than ``max_length`` (or ``max_length`` unknown).
+    """
     cache = DynamicCache(config=model.config)
-    bad = [type(layer).__name__ for layer in cache.layers
-           if not isinstance(layer, DynamicLayer) or isinstance(layer, DynamicSlidingWindowLayer)]
-    if bad:
+    sliding = [layer for layer in cache.layers if isinstance(layer, DynamicSlidingWindowLayer)]
+    other = [type(layer).__name__ for layer in cache.layers
+             if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)]
+    if other:
         raise UnsupportedCacheError(
-            f"tree verification needs full-attention KV caches; this model has {sorted(set(bad))} layers")
+            f"tree verification needs full-attention KV caches; this model has {sorted(set(other))} layers")
+    if sliding:
+        window = min(layer.sliding_window for layer in sliding)
+        if max_length is None or max_length > window:
+            raise UnsupportedCacheError(
+                f"this model uses a sliding attention window of {window} tokens; tree verification supports it only "
+                f"while prompt + new tokens stay within the window (asked for {max_length})")
+        cache = DynamicCache()  # full-attention layers, created lazily per layer
     return cache
 
 

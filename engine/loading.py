@@ -43,6 +43,14 @@ class LoadedModel:
         """Longest sequence (prompt + new tokens) the model's config allows, or None if unknown."""
         return getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
 
+    def context_problem(self, prompt_tokens: int, max_new_tokens: int) -> str | None:
+        """A message when prompt + new tokens exceed the model's context, else None."""
+        limit = self.max_context
+        if limit and prompt_tokens + max_new_tokens > limit:
+            return (f"The prompt is {prompt_tokens} tokens; with {max_new_tokens} new tokens that exceeds the "
+                    f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
+        return None
+
     @torch.no_grad()
     def warm_up(self) -> None:
         """One small forward, so the first user request does not pay for lazy initialisation."""

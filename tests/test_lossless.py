@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from engine.config import DecodeConfig
 from engine.decode import SpecDecoder
+from engine.kv_cache import UnsupportedCacheError
 from engine.metrics import summarize
 from engine.reference import greedy_reference
 
@@ -68,3 +69,16 @@ def test_tiny_qwen2_matches_greedy(attn):
         prompt = prompt + prompt[:12]  # a repeat gives the PLD matcher something to find
         accepted += run_and_compare(model, (), prompt, DecodeConfig(max_new_tokens=MAX_NEW))
     assert accepted > 0, "inconclusive: no draft token accepted on the tiny Qwen2"
+
+
+def test_sliding_window_model_within_its_window_and_refused_beyond():
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=256, max_position_embeddings=1024)
+    model = MistralForCausalLM(cfg).eval()
+    prompt = torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(2)).tolist()
+    prompt = prompt + prompt[:10]
+    accepted = run_and_compare(model, (), prompt, DecodeConfig(max_new_tokens=64))
+    assert accepted > 0, "inconclusive: no draft token accepted on the tiny Mistral"
+    with pytest.raises(UnsupportedCacheError, match="sliding attention window of 256"):
+        list(SpecDecoder(model, DecodeConfig(max_new_tokens=300), ()).generate(prompt))
