@@ -17,10 +17,11 @@ from pathlib import Path
 import gradio as gr
 
 from engine.config import METHODS, ConfigError, DecodeConfig
+from engine.cost import cached_cost_curve
 from engine.decode import SpecDecoder
 from engine.loading import LoadedModel, ModelLoadError, load_model
 from engine.metrics import summarize
-from viz.charts import speed_figure
+from viz.charts import cost_figure, speed_figure
 from viz.tree_figure import tree_figure
 
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
@@ -44,22 +45,24 @@ def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens) -> tuple[
     return (None, problem) if problem else (ids, None)
 
 
-def stats_line(summary, trace) -> str:
+def stats_line(summary, trace, c: float) -> str:
     src = summary.accepted_by_source
     return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
             f"{summary.new_tokens} tokens — by source: PLD {src['pld']} · TR {src['tr']} · PTD {src['ptd']} · "
             f"bonus {src['bonus']} · last cycle: {trace.mode}, {len(trace.tree)} nodes, "
-            f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}")
+            f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
+            f"c = {c:.3f}")
 
 
-def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, max_new_tokens, bypass, pace,
+def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass, pace,
              show_ghosts, run, *, lm: LoadedModel):
     """Stream (text, tree figure, speed figure, stats, run state) while decoding; one yield per redraw."""
     ids, problem = check_inputs(lm, prompt, budget, max_new_tokens)
     if problem is None:
         try:
             config = DecodeConfig(method=method, budget=int(budget), max_depth=int(depth),
-                                  spine_ratio=None if auto_r else float(spine_ratio), gt_threshold=float(gt_threshold),
+                                  spine_ratio=None if auto_r else float(spine_ratio),
+                                  gt_threshold="auto" if auto_c else float(gt_threshold),
                                   max_new_tokens=int(max_new_tokens), bypass=bool(bypass))
         except ConfigError as exc:
             problem = str(exc)
@@ -68,17 +71,19 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, gt_threshold, m
         yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ {problem}", run
         return
     token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
-    run = {"model": lm.name, "prompt": prompt, "config": config.to_dict(), "traces": []}
     tokens: list[int] = []
     last_draw = 0.0
     try:
-        for trace in SpecDecoder(lm.model, config, lm.eos_token_ids).generate(ids):
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)  # resolves c = "auto"
+        run = {"model": lm.name, "prompt": prompt, "config": decoder.config.to_dict(), "traces": []}
+        for trace in decoder.generate(ids):
             run["traces"].append(trace)
             tokens.extend(trace.new_tokens)
             if trace.finished or time.perf_counter() - last_draw >= UPDATE_EVERY_S or pace:
                 last_draw = time.perf_counter()
-                yield (lm.tokenizer.decode(tokens), tree_figure(trace, token_text, show_ghosts=bool(show_ghosts)), speed_figure(run["traces"]),
-                       stats_line(summarize(run["traces"]), trace), run)
+                tree = tree_figure(trace, token_text, show_ghosts=bool(show_ghosts))
+                stats = stats_line(summarize(run["traces"]), trace, decoder.config.gt_threshold)
+                yield lm.tokenizer.decode(tokens), tree, speed_figure(run["traces"]), stats, run
                 if pace:
                     time.sleep(float(pace))
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
@@ -103,7 +108,8 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                 auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
                 spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, label="Spine ratio r (when not adaptive)")
                 depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D")
-                gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="GT threshold c (0 = off)")
+                auto_c = gr.Checkbox(value=True, label="Auto GT threshold c (from the measured cost curve)")
+                gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="GT threshold c when not auto (0 = off)")
                 max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
                 bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain")
                 pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
@@ -118,13 +124,22 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                 tree_plot = gr.Plot(label="Draft tree of the latest cycle", show_label=False, elem_id="draft-tree")
                 output = gr.Textbox(label="Output so far", lines=10, max_lines=24, interactive=False)
                 speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
+                with gr.Accordion("Verification cost curve and the auto GT threshold c", open=False):
+                    cost_plot = gr.Plot(cost_figure(cached_cost_curve(lm.model), 60), show_label=False,
+                                        elem_id="cost-curve")
+                    remeasure = gr.Button("Re-measure on this device")
         preset.change(lambda label: next(p["prompt"] for p in PRESETS if p["label"] == label) if label else gr.skip(),
                       preset, prompt, api_visibility="private")
         event = go_btn.click(partial(generate, lm=lm),
-                             [prompt, method, budget, auto_r, spine_ratio, depth, gt, max_new, bypass, pace, show_ghosts, run],
+                             [prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt, max_new, bypass, pace, show_ghosts,
+                              run],
                              [output, tree_plot, speed_plot, stats, run], api_name="generate", concurrency_limit=1,
                              concurrency_id="model")
         stop_btn.click(None, None, None, cancels=[event], api_visibility="private")
+        remeasure.click(lambda b: cost_figure(cached_cost_curve(lm.model, refresh=True), int(b)), budget, cost_plot,
+                        api_visibility="private", concurrency_id="model", concurrency_limit=1)
+        budget.change(lambda b: cost_figure(cached_cost_curve(lm.model), int(b)), budget, cost_plot,
+                      api_visibility="private")
     return demo
 
 

@@ -2,7 +2,8 @@
 
     python -m engine.bench [--model M] [--datasets humaneval,mbpp,gsm8k,mt_bench] [--limit 20]
         [--max-new-tokens 128] [--methods ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld] [--budget 60]
-        [--device cpu] [--dtype auto] [--draft-model D] [--data ../shared/data] [--profile] [--out DIR]
+        [--gt-threshold auto|C] [--device cpu] [--dtype auto] [--draft-model D] [--data ../shared/data]
+        [--profile] [--out DIR]
 
 Methods: the engine's own (``ar``, ``pld``, ``tr``, ``iso3``, ``iso5``, ``goose``: one decoding
 loop) and transformers' ``model.generate`` as peers: ``hf-ar`` (plain greedy), ``hf-pld``
@@ -36,6 +37,7 @@ from tqdm import tqdm
 
 from .config import METHODS, DecodeConfig
 from .decode import SpecDecoder
+from .generate import gt_threshold
 from .loading import load_model
 from .metrics import summarize
 from .trace import TIMING_KEYS
@@ -89,11 +91,13 @@ class Runner:
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
-        config = DecodeConfig(method=method, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
-        traces = list(SpecDecoder(self.lm.model, config, self.lm.eos_token_ids).generate(prompt_ids))
+        config = DecodeConfig(method=method, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget,
+                              gt_threshold=self.args.gt_threshold)
+        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids)
+        traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
         record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
-                  "forwards": s.forwards, "summary": s}
+                  "forwards": s.forwards, "summary": s, "gt_threshold": decoder.config.gt_threshold}
         if self.args.profile:
             record["cycles"] = [{"cycle": t.index, "mode": t.mode, "nodes": len(t.tree), "tokens": len(t.new_tokens),
                                  **dict(t.timings_ms)} for t in traces]
@@ -151,6 +155,7 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
     drafted = {src: [sum(s.drafted[src][i] for s in sums) for i in (0, 1)] for src in sums[0].drafted}
     stage_ms = add([s.stage_ms for s in sums])
     row.update(
+        gt_threshold=runs[0]["gt_threshold"],
         tau=new_tokens / sum(r["forwards"] for r in runs),
         accepted_by_source=add([s.accepted_by_source for s in sums]),
         accepted_by_path=add([s.tokens_by_path for s in sums]),
@@ -180,7 +185,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     out = [f"# goose-lens benchmark — {meta['model']} on {meta['device']} ({meta['dtype']})", "",
            f"`{meta['command']}`", "",
-           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · greedy · "
+           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} · greedy · "
            f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
            "## Speedup (median per prompt, vs AR in the same run) and τ", "",
            "| method | " + " | ".join(f"{d} Spd | {d} τ" for d in datasets) + " | Avg Spd |",
@@ -228,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--budget", type=int, default=60)
+    ap.add_argument("--gt-threshold", type=gt_threshold, default="auto",
+                    help="GT threshold c for the engine's methods: 'auto' (measured cost curve) or a number")
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
@@ -264,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": dt.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
+            "gt_threshold": args.gt_threshold,
             "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
     write_outputs(args.out, meta, rows, profile)
     print(to_markdown(rows, meta))

@@ -34,7 +34,8 @@ class DecodeConfig:
     max_depth: int = 6  # D: deepest node, root = depth 0 (Table 5)
     top_k: int = 10  # K successors per adjacency-table row (Table 5)
     min_score: float = 0.01  # successors scored below this are pruned (C.1)
-    gt_threshold: float = 0.0  # c: drop nodes whose estimated acceptance < c; 0 disables (GT principle)
+    gt_threshold: float | str = "auto"  # c: drop nodes whose estimated acceptance < c; 0 disables; "auto" =
+    # derived from the measured verification cost curve (GT principle §3.1, engine/cost.py)
     bypass: bool = True  # verify a consensus / long PLD match as a linear chain (§4.3)
     bypass_threshold: int = 8  # match length that triggers bypass (Table 5)
     max_spine: int = 20  # longest PLD continuation copied (Table 5 "max spine continuation")
@@ -54,7 +55,8 @@ class DecodeConfig:
             (0.0 <= self.spine_branch_ratio <= 1.0, f"spine-branch ratio rho must be in [0, 1] (got {self.spine_branch_ratio})"),
             (self.max_depth >= 1, f"max depth D must be at least 1 (got {self.max_depth})"),
             (self.top_k >= 1, f"top-K must be at least 1 (got {self.top_k})"),
-            (0.0 <= self.gt_threshold < 1.0, f"GT threshold c must be in [0, 1) (got {self.gt_threshold})"),
+            (self.gt_threshold == "auto" or (isinstance(self.gt_threshold, (int, float)) and 0.0 <= self.gt_threshold < 1.0),
+             f"GT threshold c must be 'auto' or in [0, 1) (got {self.gt_threshold!r})"),
             (self.max_spine >= 1 and self.bypass_threshold >= 1, "max spine and bypass threshold must be >= 1"),
             (len(self.ngram_sizes) >= 1 and min(self.ngram_sizes) >= 1, "n-gram sizes must be positive"),
         ]

@@ -17,6 +17,7 @@ from . import kv_cache
 from .adjacency import AdjacencyTable
 from .config import DecodeConfig
 from .context_match import NgramIndex, PldMatch
+from .cost import cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .spine_tree import Built, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
@@ -61,13 +62,16 @@ class SpecDecoder:
 
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
-        config: ``DecodeConfig``.
+        config: ``DecodeConfig``; ``gt_threshold="auto"`` is resolved here from the model's cost curve
+            (measured once per model, device and dtype, then cached on disk).
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
     """
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = ()) -> None:
         self.model = model
-        self.config = config
+        if config.gt_threshold == "auto":  # c from the (cached) verification cost curve, GT principle §3.1
+            config = config.with_(gt_threshold=cached_cost_curve(model).threshold(config.budget))
+        self.config = config  # gt_threshold is always a float here: the c in use
         self.eos = frozenset(int(t) for t in eos_token_ids)
 
     def generate(self, prompt_ids: list[int], should_stop: Callable[[], bool] | None = None) -> Iterator[CycleTrace]:

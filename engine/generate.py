@@ -23,6 +23,11 @@ from .metrics import summarize
 from .reference import greedy_reference
 
 
+def gt_threshold(text: str) -> float | str:
+    """argparse type: 'auto' or a float."""
+    return "auto" if text == "auto" else float(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -36,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
     ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
     ap.add_argument("--depth", type=int, default=6, help="max depth D")
-    ap.add_argument("--gt-threshold", type=float, default=0.0, help="GT threshold c (0 disables)")
+    ap.add_argument("--gt-threshold", type=gt_threshold, default="auto",
+                    help="GT threshold c: 'auto' (from the measured cost curve, default), or a number (0 disables)")
     ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
@@ -62,12 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(prompt_ids))
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)
+        traces = list(decoder.generate(prompt_ids))
     except UnsupportedCacheError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
     result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
+              "gt_threshold": decoder.config.gt_threshold,
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
         ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)

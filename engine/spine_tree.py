@@ -39,7 +39,8 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
         prev: the token before ``anchor`` (bigram context of the root), or None.
         spine: PLD draft chain d (possibly empty: then the tree is TR-only).
         table: adjacency table A, or None when TR is disabled (then the tree is the spine alone).
-        cfg: budget B, spine-branch ratio rho, max depth D, min score, GT threshold c.
+        cfg: budget B, spine-branch ratio rho, max depth D, min score, GT threshold c (a float here:
+            ``SpecDecoder`` resolves "auto").
         spine_ratio: r for this cycle.
         stats: supplies the per-depth PLD acceptance estimates.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# measure the cost curve once per test session, in a private folder (never a stale curve from $HOME)
+os.environ.setdefault("GOOSE_LENS_CACHE", tempfile.mkdtemp(prefix="goose-lens-test-"))
 
 
 def read_jsonl(path: Path) -> list[dict]:

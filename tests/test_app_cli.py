@@ -92,12 +92,13 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         text, tree, speed, stats = updates[-1]
         assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
         assert speed and speed["type"] == "plotly"
-        assert "τ" in stats and "cycles" in stats
+        assert "τ" in stats and "cycles" in stats and "c = 0." in stats
         bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
         assert "prompt is empty" in bad[3]
         with pytest.raises(Exception, match="less than minimum value 1"):  # gradio's own range check on B
             client.predict("x", "goose", 0, api_name="/generate")
-        again = list(client.submit("x = 1\n", 'ar', 8, True, 0.5, 6, 0.0, 4, api_name="/generate"))
-        assert again and "cycles" in again[-1][3]
+        again = list(client.submit(prompt="x = 1\n", method="tr", budget=8, auto_c=False, gt_threshold=0.1,
+                                   max_new_tokens=4, api_name="/generate"))
+        assert again and "cycles" in again[-1][3] and "c = 0.100" in again[-1][3]
     finally:
         demo.close()

@@ -17,7 +17,7 @@ from engine.reference import greedy_reference
 
 MAX_NEW = 128
 CONFIGS = {
-    "default": {},
+    "default": {},  # GT threshold c = "auto": measured cost curve
     "B1": {"budget": 1},
     "B8": {"budget": 8},
     "B60": {"budget": 60},
@@ -27,6 +27,7 @@ CONFIGS = {
     "r0.5": {"spine_ratio": 0.5},
     "bypass-off": {"bypass": False},
     "bypass-off-B8-r0.5": {"bypass": False, "budget": 8, "spine_ratio": 0.5},
+    "c0": {"gt_threshold": 0.0},
     "c0.2": {"gt_threshold": 0.2},
     "c0.2-bypass-off": {"gt_threshold": 0.2, "bypass": False},
     "method-pld": {"method": "pld"},

@@ -69,7 +69,7 @@ def test_spine_tree_invariants(seed):
 
 
 def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
-    cfg = DecodeConfig(budget=60)
+    cfg = DecodeConfig(budget=60, gt_threshold=0.0)
     table = random_table(3)
     tr_only, _ = build_spine_tree(1, 2, (), table, cfg, 0.5, AcceptanceStats())
     assert len(tr_only) == 60 and set(tr_only.sources[1:]) == {Source.TR}
@@ -128,7 +128,7 @@ def test_ancestor_matrix_is_boolean_reachability():
 
 @pytest.mark.parametrize("k", [3, 5])
 def test_isotropic_tree_is_balanced_k_ary(k):
-    cfg = DecodeConfig(budget=60, max_depth=6)
+    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0)
     tree, _ = build_isotropic_tree(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg, k, AcceptanceStats())
     assert len(tree) == 60 and max(tree.depths) <= cfg.max_depth
     assert all(len(kids) <= k for kids in tree.children)

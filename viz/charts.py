@@ -45,3 +45,26 @@ def speed_figure(traces: Sequence[CycleTrace]) -> go.Figure:
                       legend=dict(orientation="h", y=-0.15))
     fig.update_xaxes(title_text="cycle", row=2, col=1)
     return fig
+
+
+def cost_figure(curve, budget: int | None = None) -> go.Figure:
+    """Verification latency vs tree nodes (the GT principle's cost curve) with c(B) on a second axis.
+
+    Args:
+        curve: ``engine.cost.CostCurve``.
+        budget: node budget B to mark, with its threshold c(B).
+    """
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=list(curve.nodes), y=list(curve.ms), mode="lines+markers", name="forward ms"),
+                  secondary_y=False)
+    fig.add_trace(go.Scatter(x=list(curve.nodes), y=[curve.threshold(n) for n in curve.nodes], mode="lines",
+                             name="c(B)", line=dict(dash="dot")), secondary_y=True)
+    if budget:
+        fig.add_vline(x=budget, line_dash="dash", line_color="#6b7280",
+                      annotation_text=f"B={budget}: c={curve.threshold(budget):.3f}")
+    fig.update_layout(height=300, margin=dict(l=40, r=40, t=40, b=30), title="Verification cost curve",
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text="tree nodes n (log)", type="log")
+    fig.update_yaxes(title_text="ms per forward", secondary_y=False)
+    fig.update_yaxes(title_text="c = marginal node cost / AR step", secondary_y=True)
+    return fig
