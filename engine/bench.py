@@ -35,9 +35,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .config import METHODS, DecodeConfig
+from .config import METHODS, DecodeConfig, parse_gt_threshold
 from .decode import SpecDecoder
-from .generate import gt_threshold
 from .loading import load_model
 from .metrics import summarize
 from .trace import TIMING_KEYS
@@ -233,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--budget", type=int, default=60)
-    ap.add_argument("--gt-threshold", type=gt_threshold, default="auto",
+    ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
                     help="GT threshold c for the engine's methods: 'auto' (measured cost curve) or a number")
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))

@@ -11,6 +11,11 @@ from dataclasses import asdict, dataclass, replace
 METHODS = ("goose", "pld", "tr", "iso3", "iso5", "ar")
 
 
+def parse_gt_threshold(text: str) -> float | str:
+    """Command-line form of the GT threshold: 'auto' or a number."""
+    return "auto" if text.strip().lower() == "auto" else float(text)
+
+
 class ConfigError(ValueError):
     """A decoding parameter is out of range; the message names the parameter and the allowed range."""
 

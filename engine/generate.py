@@ -15,17 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, ConfigError, DecodeConfig
+from .config import METHODS, ConfigError, DecodeConfig, parse_gt_threshold
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
 from .loading import ModelLoadError, load_model
 from .metrics import summarize
 from .reference import greedy_reference
-
-
-def gt_threshold(text: str) -> float | str:
-    """argparse type: 'auto' or a float."""
-    return "auto" if text == "auto" else float(text)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
     ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
     ap.add_argument("--depth", type=int, default=6, help="max depth D")
-    ap.add_argument("--gt-threshold", type=gt_threshold, default="auto",
+    ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
                     help="GT threshold c: 'auto' (from the measured cost curve, default), or a number (0 disables)")
     ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
