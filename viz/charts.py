@@ -64,7 +64,7 @@ def cost_figure(curve, budget: int | None = None) -> go.Figure:
                       annotation_text=f"B={budget}: c={curve.threshold(budget):.3f}")
     fig.update_layout(height=300, margin=dict(l=40, r=40, t=40, b=30), title="Verification cost curve",
                       legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(title_text="tree nodes n (log)", type="log")
+    fig.update_xaxes(title_text="tree nodes n")
     fig.update_yaxes(title_text="ms per forward", secondary_y=False)
     fig.update_yaxes(title_text="c = marginal node cost / AR step", secondary_y=True)
     return fig
