@@ -89,18 +89,24 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     return CostCurve(tuple(sizes), tuple(medians), past, curve_key(model))
 
 
+_loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a measurement, no user data)
+
+
 def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None) -> CostCurve:
     """The model's cost curve from the disk cache, measured (and stored) when absent or ``refresh``."""
     folder = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "goose-lens") / "cost"
     key = curve_key(model)
     path = folder / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    if not refresh and path in _loaded:
+        return _loaded[path]
     if not refresh and path.exists():
         try:
             data = json.loads(path.read_text())
-            return CostCurve(tuple(data["nodes"]), tuple(data["ms"]), data["past"], data["key"])
+            _loaded[path] = CostCurve(tuple(data["nodes"]), tuple(data["ms"]), data["past"], data["key"])
+            return _loaded[path]
         except (ValueError, KeyError, OSError):
             pass  # unreadable cache: measure again
-    curve = measure_cost_curve(model)
+    curve = _loaded[path] = measure_cost_curve(model)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(curve.to_dict()))

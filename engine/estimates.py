@@ -40,7 +40,7 @@ class AcceptanceStats:
         on_path = set(accepted) | {0}
         spine_total = spine_acc = 0
         for i in range(1, len(tree)):
-            if tree.sources[i] is Source.PLD and tree.sources[tree.parents[i]] in (Source.ROOT, Source.PLD):
+            if tree.sources[i] is Source.PLD:  # PLD nodes form the spine (chains from the root)
                 spine_total += 1
                 if tree.parents[i] in on_path:  # reached: its parent was accepted
                     d = tree.depths[i]
