@@ -54,6 +54,7 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
 
 def test_visible_token_escapes_and_shows_whitespace():
     assert visible_token(" <b>\t\n") == "␣&lt;b&gt;→↵"
+    assert visible_token('("x")') == '("x")'  # quotes stay as they are: plotly shows &quot; literally
 
 
 def test_charts_running_means():

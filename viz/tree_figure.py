@@ -32,7 +32,7 @@ def visible_token(text: str, limit: int = 24) -> str:
     text = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "→").replace("\r", "␍")
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return html.escape(text)
+    return html.escape(text, quote=False)  # plotly decodes &lt; &gt; &amp; but shows &quot; literally
 
 
 def tree_graph(trace: CycleTrace) -> nx.DiGraph:
