@@ -2,8 +2,9 @@
 
 Source: GT principle paper, §3.1 (Eqs. 6-9): a draft node is worth verifying when its estimated
 acceptance exceeds the cost coefficient c = M_D / M_T.  Training-free drafters cost next to nothing
-to draft (M_D ≈ 0), so a node's cost is the extra verification time it adds, Φ(N) in Eq. 6.  We
-measure the target's forward latency T(n) for n tree nodes on the current device and take
+to draft (M_D ≈ 0), so a node's cost is the extra time it adds to a cycle, Φ(N) in Eq. 6: its row
+in the verification forward plus harvesting that row's logits into the adjacency table.  We
+measure that time T(n) for n tree nodes on the current device and take
 
     c(B) = (T(B) - T(1)) / ((B - 1) * T(1)),
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from . import kv_cache
+from .adjacency import AdjacencyTable
 from .tree import DraftTree, Source
 from .verify import forward_tree
 
@@ -38,7 +40,8 @@ class CostCurve:
 
     Attributes:
         nodes: tree sizes n (root included), increasing.
-        ms: median forward latency in ms for each n, over ``past`` cached tokens.
+        ms: median ms of one verification forward plus the logit harvest, for each n, over ``past``
+            cached tokens.
         past: cached tokens during the measurement.
         key: model | device | dtype | torch version the curve belongs to.
     """
@@ -69,20 +72,24 @@ def curve_key(model) -> str:
 
 @torch.no_grad()
 def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 5) -> CostCurve:
-    """Time one verification forward of a chain of n nodes over ``past`` cached tokens, per n (median)."""
+    """Time one verification forward of n nodes over ``past`` cached tokens plus the harvest of their
+    logit rows, per n (median of ``repeats`` after a warm-up)."""
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
     cache = kv_cache.new_cache(model, past + max(sizes) + 1)
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
     model(input_ids=prefix, past_key_values=cache, use_cache=True)
     medians = []
+    table = AdjacencyTable(vocab, device=model.device)  # scratch: harvesting each row is part of a node's cost
     for n in sizes:
         tokens = tuple(torch.randint(0, vocab, (n,), generator=gen).tolist())
         tree = DraftTree(tokens, (None, *range(n - 1)), (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n)
         times = []
         for _ in range(repeats + 1):  # the first run warms up
             t0 = time.perf_counter()
-            forward_tree(model, cache, tree, past).argmax(dim=-1).tolist()  # .tolist() waits for the device
+            logits = forward_tree(model, cache, tree, past)
+            logits.argmax(dim=-1).tolist()  # .tolist() waits for the device
+            table.harvest([None, *tokens[:-1]], torch.tensor(tokens), logits)
             times.append((time.perf_counter() - t0) * 1000)
             kv_cache.keep_path(cache, past, [])
         medians.append(statistics.median(times[1:]))

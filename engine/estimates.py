@@ -2,7 +2,8 @@
 
 Sources: Goose §3 (p_s, p_t: acceptance rates of spine and branch tokens), §4.3 and Appendix C.3
 (EMA of spine acceptance, alpha 0.3; tiers p_s < 0.2 -> r 0.15, < 0.4 -> 0.30, else 0.50), and
-the GT principle (node acceptance estimates as the product of per-source estimates along the path).
+the GT principle (node acceptance estimates as the product of per-source, per-depth estimates along
+the path, kept online).
 """
 from __future__ import annotations
 
@@ -25,27 +26,39 @@ class AcceptanceStats:
 
     ``pld_rate(depth)`` is the conditional acceptance of a PLD node at spine depth ``depth`` given
     that its parent was accepted, with a Beta(1, 1) prior so unseen depths start at 0.5.
+    ``tr_rate(depth, score)`` calibrates an adjacency score into a conditional acceptance: the score
+    times, per depth, (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent
+    was accepted, so scores start as they are and converge to what the target actually accepts.
     """
 
     ema_alpha: float = 0.3
     p_s_ema: float = 0.3
     pld_reached: dict[int, int] = field(default_factory=dict)
     pld_accepted: dict[int, int] = field(default_factory=dict)
+    tr_score_sum: dict[int, float] = field(default_factory=dict)
+    tr_accepted: dict[int, int] = field(default_factory=dict)
 
     def pld_rate(self, depth: int) -> float:
         return (self.pld_accepted.get(depth, 0) + 1) / (self.pld_reached.get(depth, 0) + 2)
+
+    def tr_rate(self, depth: int, score: float) -> float:
+        calibration = (self.tr_accepted.get(depth, 0) + 1) / (self.tr_score_sum.get(depth, 0.0) + 1)
+        return min(1.0, score * calibration)
 
     def update(self, tree: DraftTree, accepted: tuple[int, ...]) -> None:
         """Record one verified tree and the accepted node indices (root excluded)."""
         on_path = set(accepted) | {0}
         spine_total = spine_acc = 0
         for i in range(1, len(tree)):
+            reached, d = tree.parents[i] in on_path, tree.depths[i]  # reached: its parent was accepted
             if tree.sources[i] is Source.PLD:  # PLD nodes form the spine (chains from the root)
                 spine_total += 1
-                if tree.parents[i] in on_path:  # reached: its parent was accepted
-                    d = tree.depths[i]
+                if reached:
                     self.pld_reached[d] = self.pld_reached.get(d, 0) + 1
                     self.pld_accepted[d] = self.pld_accepted.get(d, 0) + (i in on_path)
                     spine_acc += i in on_path
+            elif tree.sources[i] is Source.TR and reached:
+                self.tr_score_sum[d] = self.tr_score_sum.get(d, 0.0) + tree.scores[i]
+                self.tr_accepted[d] = self.tr_accepted.get(d, 0) + (i in on_path)
         if spine_total:
             self.p_s_ema = (1 - self.ema_alpha) * self.p_s_ema + self.ema_alpha * spine_acc / spine_total

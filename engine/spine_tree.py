@@ -73,7 +73,8 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
         for tok, score in table.successors(context[node_pos[node]], context[node_pos[node] + 1], cfg.min_score):
             if len(added) >= count:
                 break
-            if tok not in taken and (child := b.add(node, tok, Source.TR, score)) is not None:
+            p = stats.tr_rate(b.depth[node] + 1, score)
+            if tok not in taken and (child := b.add(node, tok, Source.TR, score, p)) is not None:
                 added.append(child)
         return added
 
@@ -87,28 +88,30 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
     for i in range(1, n_spine + 1):
         branches += attach(spine_nodes[i], math.floor(n_spine_br * (1 / i) / harmonic))
     # Step 4: extend all branch leaves through A up to depth D within the remaining budget.
-    _extend_best_first(b, branches, table, cfg.min_score)
+    _extend_best_first(b, branches, table, cfg.min_score, stats)
     return b.freeze()
 
 
-def _extend_best_first(b: TreeBuilder, seeds: list[int], table: AdjacencyTable, min_score: float) -> None:
+def _extend_best_first(b: TreeBuilder, seeds: list[int], table: AdjacencyTable, min_score: float,
+                       stats: AcceptanceStats) -> None:
     order = itertools.count()
-    heap: list[tuple[float, int, int, int, float]] = []  # (-estimated acceptance, tie, parent, token, score)
+    heap: list[tuple[float, int, int, int, float, float]] = []  # (-est. acceptance, tie, parent, token, score, p)
 
     def push_successors(node: int) -> None:
         if not b.can_grow(node):
             return
         prev = b.tokens[b.parents[node]] if b.parents[node] is not None else None
         for tok, score in table.successors(prev, b.tokens[node], min_score):
-            heapq.heappush(heap, (-b.est[node] * score, next(order), node, tok, score))
+            p = stats.tr_rate(b.depth[node] + 1, score)
+            heapq.heappush(heap, (-b.est[node] * p, next(order), node, tok, score, p))
 
     for node in seeds:
         push_successors(node)
     while heap and not b.full:
-        _, _, parent, tok, score = heapq.heappop(heap)
+        _, _, parent, tok, score, p = heapq.heappop(heap)
         if tok in b.child_tokens(parent):
             continue
-        child = b.add(parent, tok, Source.TR, score)
+        child = b.add(parent, tok, Source.TR, score, p)
         if child is None:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
         push_successors(child)
@@ -129,18 +132,20 @@ def build_isotropic_tree(anchor: int, prev: int | None, spine: tuple[int, ...], 
         for node, node_prev, spine_depth in frontier:
             if not b.can_grow(node):
                 continue
-            candidates: list[tuple[int, Source, float, int]] = []
+            candidates: list[tuple[int, Source, float, float, int]] = []  # (token, source, score, p, spine depth)
             if 0 <= spine_depth < len(spine):
-                candidates.append((spine[spine_depth], Source.PLD, stats.pld_rate(spine_depth + 1), spine_depth + 1))
+                rate = stats.pld_rate(spine_depth + 1)
+                candidates.append((spine[spine_depth], Source.PLD, rate, rate, spine_depth + 1))
             if table is not None:
-                candidates += [(t, Source.TR, s, -1) for t, s in table.successors(node_prev, b.tokens[node], cfg.min_score)]
+                candidates += [(t, Source.TR, s, stats.tr_rate(b.depth[node] + 1, s), -1)
+                               for t, s in table.successors(node_prev, b.tokens[node], cfg.min_score)]
             taken: set[int] = set()
-            for tok, src, score, child_spine in candidates:
+            for tok, src, score, p, child_spine in candidates:
                 if len(taken) >= k or b.full:
                     break
                 if tok in taken:
                     continue
-                child = b.add(node, tok, src, score)
+                child = b.add(node, tok, src, score, p)
                 if child is not None:
                     taken.add(tok)
                     next_frontier.append((child, b.tokens[node], child_spine))

@@ -152,11 +152,15 @@ class TreeBuilder:
     def can_grow(self, parent: int) -> bool:
         return not self.full and self.depth[parent] < self.max_depth
 
-    def add(self, parent: int, token: int, source: Source, score: float) -> int | None:
-        """Add a child of ``parent``; returns its index, or None when budget, depth or GT refuse it."""
+    def add(self, parent: int, token: int, source: Source, score: float, p_accept: float | None = None) -> int | None:
+        """Add a child of ``parent``; returns its index, or None when budget, depth or GT refuse it.
+
+        ``score`` is the draft score shown for the node; ``p_accept`` (default: ``score``) is its
+        estimated conditional acceptance, multiplied into the path estimate compared with c.
+        """
         if not self.can_grow(parent):
             return None
-        est = self.est[parent] * score
+        est = self.est[parent] * (score if p_accept is None else p_accept)
         if est < self.gt_threshold:
             if len(self.ghosts) < self.budget:  # enough ghosts to show what c removed
                 self.ghosts.append(GhostNode(parent, token, source, score, est))

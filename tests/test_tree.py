@@ -137,3 +137,17 @@ def test_isotropic_tree_is_balanced_k_ary(k):
     assert levels[:-1] == [k ** d for d in range(len(levels) - 1)]
     # the PLD continuation is the first child along the spine
     assert [tree.tokens[i] for i in range(len(tree)) if tree.sources[i] is Source.PLD] == [5, 6, 7]
+
+
+def test_tr_estimates_are_calibrated_online_per_depth():
+    stats = AcceptanceStats()
+    assert stats.tr_rate(1, 0.4) == pytest.approx(0.4)  # no evidence yet: the score as it is
+    # depth-1 TR nodes scored 0.5 each, reached 10 times, never accepted
+    tree = DraftTree((0, 1), (None, 0), (Source.ROOT, Source.TR), (1.0, 0.5), (1.0, 0.5))
+    for _ in range(10):
+        stats.update(tree, ())
+    assert stats.tr_rate(1, 0.5) == pytest.approx(0.5 * 1 / 6)  # (0 + 1) / (5 + 1)
+    assert stats.tr_rate(2, 0.5) == pytest.approx(0.5)  # other depths unaffected
+    for _ in range(40):
+        stats.update(tree, (1,))  # now accepted every time
+    assert stats.tr_rate(1, 0.9) == 1.0  # clamped
