@@ -116,7 +116,8 @@ class SpecDecoder:
         cfg, t_start = self.config, time.perf_counter()
         cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + max(cfg.budget, cfg.max_spine + 1))
         session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes), table=None,
-                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init))
+                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
+                                                calibrate_tr=cfg.tr_calibration))
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
         logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
         first = int(logits[-1].argmax())

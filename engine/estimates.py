@@ -26,13 +26,15 @@ class AcceptanceStats:
 
     ``pld_rate(depth)`` is the conditional acceptance of a PLD node at spine depth ``depth`` given
     that its parent was accepted, with a Beta(1, 1) prior so unseen depths start at 0.5.
-    ``tr_rate(depth, score)`` calibrates an adjacency score into a conditional acceptance: the score
+    ``tr_rate(depth, score)`` (with ``calibrate_tr``) calibrates an adjacency score into a conditional
+    acceptance: the score
     times, per depth, (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent
     was accepted, so scores start as they are and converge to what the target actually accepts.
     """
 
     ema_alpha: float = 0.3
     p_s_ema: float = 0.3
+    calibrate_tr: bool = False  # False: tr_rate returns the adjacency score as it is
     pld_reached: dict[int, int] = field(default_factory=dict)
     pld_accepted: dict[int, int] = field(default_factory=dict)
     tr_score_sum: dict[int, float] = field(default_factory=dict)
@@ -42,6 +44,8 @@ class AcceptanceStats:
         return (self.pld_accepted.get(depth, 0) + 1) / (self.pld_reached.get(depth, 0) + 2)
 
     def tr_rate(self, depth: int, score: float) -> float:
+        if not self.calibrate_tr:
+            return score
         calibration = (self.tr_accepted.get(depth, 0) + 1) / (self.tr_score_sum.get(depth, 0.0) + 1)
         return min(1.0, score * calibration)
 

@@ -30,6 +30,7 @@ CONFIGS = {
     "c0": {"gt_threshold": 0.0},
     "c0.2": {"gt_threshold": 0.2},
     "c0.2-bypass-off": {"gt_threshold": 0.2, "bypass": False},
+    "tr-calibration": {"tr_calibration": True},
     "method-pld": {"method": "pld"},
     "method-tr": {"method": "tr"},
     "method-iso3": {"method": "iso3"},

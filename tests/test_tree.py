@@ -140,7 +140,8 @@ def test_isotropic_tree_is_balanced_k_ary(k):
 
 
 def test_tr_estimates_are_calibrated_online_per_depth():
-    stats = AcceptanceStats()
+    assert AcceptanceStats().tr_rate(1, 0.4) == 0.4  # calibration off (the default): the adjacency score
+    stats = AcceptanceStats(calibrate_tr=True)
     assert stats.tr_rate(1, 0.4) == pytest.approx(0.4)  # no evidence yet: the score as it is
     # depth-1 TR nodes scored 0.5 each, reached 10 times, never accepted
     tree = DraftTree((0, 1), (None, 0), (Source.ROOT, Source.TR), (1.0, 0.5), (1.0, 0.5))
