@@ -22,6 +22,7 @@ from engine.decode import SpecDecoder
 from engine.loading import LoadedModel, ModelLoadError, load_model
 from engine.metrics import summarize
 from viz.charts import cost_figure, speed_figure
+from viz.explain import explain_cycle
 from viz.tree_figure import tree_figure
 
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
@@ -68,7 +69,7 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
             problem = str(exc)
     if problem is not None:
         gr.Warning(problem)
-        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ {problem}", run
+        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ {problem}", run, gr.skip(), gr.skip()
         return
     token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
     tokens: list[int] = []
@@ -83,11 +84,24 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
                 last_draw = time.perf_counter()
                 tree = tree_figure(trace, token_text, show_ghosts=bool(show_ghosts))
                 stats = stats_line(summarize(run["traces"]), trace, decoder.config.gt_threshold)
-                yield lm.tokenizer.decode(tokens), tree, speed_figure(run["traces"]), stats, run
+                scrubber = gr.Slider(maximum=max(1, trace.index), value=trace.index)
+                yield (lm.tokenizer.decode(tokens), tree, speed_figure(run["traces"]), stats, run, scrubber,
+                       explain_cycle(trace, token_text))
                 if pace:
                     time.sleep(float(pace))
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
-        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run
+        yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run, gr.skip(), \
+            gr.skip()
+
+
+def show_cycle(run, index, show_ghosts, step: int = 0, *, lm: LoadedModel):
+    """Scrubber: redraw the tree and its explanation for recorded cycle ``index + step`` of the run."""
+    if not run or not run["traces"]:
+        return gr.skip(), gr.skip(), "Generate first: the scrubber steps through the cycles of the last run."
+    k = max(0, min(int(index) + int(step), len(run["traces"]) - 1))
+    trace = run["traces"][k]
+    token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
+    return k, tree_figure(trace, token_text, show_ghosts=bool(show_ghosts)), explain_cycle(trace, token_text)
 
 
 def build_demo(lm: LoadedModel) -> gr.Blocks:
@@ -122,6 +136,12 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
             with gr.Column(scale=2):
                 stats = gr.Markdown("Pick a preset and press **Generate**.", elem_id="stats")
                 tree_plot = gr.Plot(label="Draft tree of the latest cycle", show_label=False, elem_id="draft-tree")
+                explain = gr.Markdown(elem_id="explain")
+                with gr.Row(equal_height=True):
+                    back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
+                    scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (scrub or step through every recorded cycle)",
+                                         elem_id="cycle-scrubber")
+                    fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
                 output = gr.Textbox(label="Output so far", lines=10, max_lines=24, interactive=False)
                 speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
                 with gr.Accordion("Verification cost curve and the auto GT threshold c", open=False):
@@ -133,8 +153,11 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
         event = go_btn.click(partial(generate, lm=lm),
                              [prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt, max_new, bypass, pace, show_ghosts,
                               run],
-                             [output, tree_plot, speed_plot, stats, run], api_name="generate", concurrency_limit=1,
-                             concurrency_id="model")
+                             [output, tree_plot, speed_plot, stats, run, scrubber, explain], api_name="generate",
+                             concurrency_limit=1, concurrency_id="model")
+        for trigger, step in ((scrubber.release, 0), (back_btn.click, -1), (fwd_btn.click, 1)):
+            trigger(partial(show_cycle, step=step, lm=lm), [run, scrubber, show_ghosts], [scrubber, tree_plot, explain],
+                    api_visibility="private")
         stop_btn.click(None, None, None, cancels=[event], api_visibility="private")
         remeasure.click(lambda b: cost_figure(cached_cost_curve(lm.model, refresh=True), int(b)), budget, cost_plot,
                         api_visibility="private", concurrency_id="model", concurrency_limit=1)

@@ -89,7 +89,8 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         job = client.submit("def fib(n):\n    ", api_name="/generate")
         updates = list(job)
         assert updates, "no streamed update"
-        text, tree, speed, stats = updates[-1]
+        text, tree, speed, stats, scrubber, explanation = updates[-1]
+        assert scrubber and "bonus" in explanation
         assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
         assert speed and speed["type"] == "plotly"
         assert "τ" in stats and "cycles" in stats and "c = 0." in stats
@@ -102,3 +103,17 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         assert again and "cycles" in again[-1][3] and "c = 0.100" in again[-1][3]
     finally:
         demo.close()
+
+
+def test_scrubber_steps_through_recorded_cycles(demo_lm):
+    import app
+
+    outputs = list(app.generate("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6,
+                                True, 0.0, 24, True, 0.0, True, None, lm=demo_lm))
+    run = outputs[-1][4]
+    assert len(run["traces"]) >= 3
+    k, fig, text = app.show_cycle(run, 2, True, step=-1, lm=demo_lm)
+    assert k == 1 and fig.layout.title.text.startswith("cycle 1") and text
+    k, _, _ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, lm=demo_lm)
+    assert k == len(run["traces"]) - 1  # clamped at the last cycle
+    assert "Generate first" in app.show_cycle(None, 0, True, lm=demo_lm)[2]

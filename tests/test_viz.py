@@ -63,3 +63,11 @@ def test_charts_running_means():
     assert s["tau"] == [4.0, 4.0, 4.0] and s["mean_tau"] == [4.0, 4.0, 4.0]
     assert abs(s["mean_tok_per_s"][-1] - 12 / 0.03) < 1e-6
     assert len(speed_figure(traces).data) == 4
+
+
+def test_explain_cycle_tells_the_spine_continuation():
+    from viz.explain import explain_cycle
+
+    text = explain_cycle(make_trace(), TEXT.get)
+    assert text.startswith("tree: spine matched 2 tokens and broke at 'x' (the target wanted ')')")
+    assert "TR branch ')' was accepted" in text and "bonus ':' → 4 tokens from one forward of 7 nodes" in text
