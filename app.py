@@ -22,7 +22,7 @@ from engine.decode import SpecDecoder
 from engine.loading import LoadedModel, ModelLoadError, load_model
 from engine.metrics import summarize
 from viz.charts import cost_figure, speed_figure
-from viz.explain import explain_cycle
+from viz.explain import TOKEN_COLORS, cycle_segments, explain_cycle
 from viz.tree_figure import tree_figure
 
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
@@ -72,20 +72,22 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
         yield gr.skip(), gr.skip(), gr.skip(), f"⚠️ {problem}", run, gr.skip(), gr.skip()
         return
     token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
-    tokens: list[int] = []
+    segments: list[tuple[str, str]] = []  # the output, token by token, labelled by source
     last_draw = 0.0
     try:
         decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)  # resolves c = "auto"
-        run = {"model": lm.name, "prompt": prompt, "config": decoder.config.to_dict(), "traces": []}
+        run = {"model": lm.name, "prompt": prompt, "config": decoder.config.to_dict(), "traces": [],
+               "token_cycles": []}  # cycle index of every output token (click a token -> its cycle)
         for trace in decoder.generate(ids):
             run["traces"].append(trace)
-            tokens.extend(trace.new_tokens)
+            segments.extend(cycle_segments(trace, token_text))
+            run["token_cycles"].extend([trace.index] * len(trace.new_tokens))
             if trace.finished or time.perf_counter() - last_draw >= UPDATE_EVERY_S or pace:
                 last_draw = time.perf_counter()
                 tree = tree_figure(trace, token_text, show_ghosts=bool(show_ghosts))
                 stats = stats_line(summarize(run["traces"]), trace, decoder.config.gt_threshold)
                 scrubber = gr.Slider(maximum=max(1, trace.index), value=trace.index)
-                yield (lm.tokenizer.decode(tokens), tree, speed_figure(run["traces"]), stats, run, scrubber,
+                yield (list(segments), tree, speed_figure(run["traces"]), stats, run, scrubber,
                        explain_cycle(trace, token_text))
                 if pace:
                     time.sleep(float(pace))
@@ -102,6 +104,13 @@ def show_cycle(run, index, show_ghosts, step: int = 0, *, lm: LoadedModel):
     trace = run["traces"][k]
     token_text = lambda i: lm.tokenizer.decode([i])  # noqa: E731
     return k, tree_figure(trace, token_text, show_ghosts=bool(show_ghosts)), explain_cycle(trace, token_text)
+
+
+def jump_to_token(run, show_ghosts, evt: gr.SelectData, *, lm: LoadedModel):
+    """Clicking an output token shows the cycle that produced it."""
+    if not run or not isinstance(evt.index, int) or not 0 <= evt.index < len(run.get("token_cycles", [])):
+        return gr.skip(), gr.skip(), gr.skip()
+    return show_cycle(run, run["token_cycles"][evt.index], show_ghosts, lm=lm)
 
 
 def build_demo(lm: LoadedModel) -> gr.Blocks:
@@ -142,7 +151,9 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                     scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (scrub or step through every recorded cycle)",
                                          elem_id="cycle-scrubber")
                     fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
-                output = gr.Textbox(label="Output so far", lines=10, max_lines=24, interactive=False)
+                output = gr.HighlightedText(label="Output so far, coloured by the source of each token "
+                                                  "(click a token to see its cycle)", color_map=TOKEN_COLORS,
+                                            show_legend=True, combine_adjacent=False, elem_id="output")
                 speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
                 with gr.Accordion("Verification cost curve and the auto GT threshold c", open=False):
                     cost_plot = gr.Plot(cost_figure(cached_cost_curve(lm.model), 60), show_label=False,
@@ -155,6 +166,10 @@ def build_demo(lm: LoadedModel) -> gr.Blocks:
                               run],
                              [output, tree_plot, speed_plot, stats, run, scrubber, explain], api_name="generate",
                              concurrency_limit=1, concurrency_id="model")
+        def on_token_select(run_state, ghosts, evt: gr.SelectData):  # gradio injects evt by annotation
+            return jump_to_token(run_state, ghosts, evt, lm=lm)
+
+        output.select(on_token_select, [run, show_ghosts], [scrubber, tree_plot, explain], api_visibility="private")
         for trigger, step in ((scrubber.release, 0), (back_btn.click, -1), (fwd_btn.click, 1)):
             trigger(partial(show_cycle, step=step, lm=lm), [run, scrubber, show_ghosts], [scrubber, tree_plot, explain],
                     api_visibility="private")

@@ -117,3 +117,12 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     k, _, _ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, lm=demo_lm)
     assert k == len(run["traces"]) - 1  # clamped at the last cycle
     assert "Generate first" in app.show_cycle(None, 0, True, lm=demo_lm)[2]
+    # clicking an output token shows the cycle that produced it
+    from types import SimpleNamespace
+
+    assert len(run["token_cycles"]) == 24
+    index = len(run["token_cycles"]) - 1
+    k, fig, _ = app.jump_to_token(run, True, SimpleNamespace(index=index), lm=demo_lm)
+    assert k == run["token_cycles"][index] == run["traces"][-1].index
+    segments = outputs[-1][0]
+    assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)

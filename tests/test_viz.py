@@ -71,3 +71,9 @@ def test_explain_cycle_tells_the_spine_continuation():
     text = explain_cycle(make_trace(), TEXT.get)
     assert text.startswith("tree: spine matched 2 tokens and broke at 'x' (the target wanted ')')")
     assert "TR branch ')' was accepted" in text and "bonus ':' → 4 tokens from one forward of 7 nodes" in text
+
+
+def test_cycle_segments_label_tokens_by_source():
+    from viz.explain import cycle_segments
+
+    assert cycle_segments(make_trace(), TEXT.get) == [(" f", "PLD"), ("(", "PLD"), (")", "TR"), (":", "bonus")]

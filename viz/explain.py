@@ -41,3 +41,19 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
         parts.append("no draft token matched")
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes")
     return f"{trace.mode}: " + "; ".join(parts)
+
+
+#: Output-token colours by the source that produced each token (the page's coloured output).
+TOKEN_COLORS = {"PLD": "#93c5fd", "TR": "#fcd34d", "PTD": "#6ee7b7", "bonus": "#fca5a5", "AR": "#e5e7eb"}
+
+
+def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[tuple[str, str]]:
+    """(text, source label) for each token a cycle committed; labels are the keys of ``TOKEN_COLORS``.
+
+    Prefill and AR-fallback cycles are labelled "AR"; otherwise each accepted draft token carries its
+    node's source and the last token is the "bonus".
+    """
+    if trace.mode in ("prefill", "ar"):
+        return [(token_text(t), "AR") for t in trace.new_tokens]
+    labels = [s.value.upper() for s in trace.accepted_sources] + ["bonus"]
+    return [(token_text(t), label) for t, label in zip(trace.new_tokens, labels)]
