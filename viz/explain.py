@@ -39,7 +39,8 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
         parts.append(f"{src} {q(tree.tokens[rest[0]])} was accepted{more}")
     elif not n_spine:
         parts.append("no draft token matched")
-    parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes")
+    cut = " (cut by EOS / max new tokens)" if n_new < len(accepted) + 1 else ""
+    parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
     return f"{trace.mode}: " + "; ".join(parts)
 
 
