@@ -21,7 +21,7 @@ from .cost import cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .spine_tree import Built, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
-from .tree import DraftTree, Source
+from .tree import DraftTree
 from .verify import forward_tree, greedy_walk
 
 
@@ -128,7 +128,7 @@ class SpecDecoder:
         session.past_len = len(prompt)
         session.index.extend(prompt)
         new_tokens, finished = self._append(session, [first])
-        root = DraftTree((prompt[-1],), (None,), (Source.ROOT,), (1.0,), (1.0,))
+        root = DraftTree.root_only(prompt[-1])
         timings = {"forward": t_forward, "harvest": _ms(t_start) - t_forward, "total": _ms(t_start)}
         session.busy_s = timings["total"] / 1000
         return session, CycleTrace(
@@ -156,8 +156,7 @@ class SpecDecoder:
             r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
             mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats)
         if built is None or len(built[0]) == 1:  # nothing to verify beyond the anchor: plain AR step
-            root = DraftTree((s.anchor,), (None,), (Source.ROOT,), (1.0,), (1.0,))
-            return Plan("ar", root, built[1] if built else ())
+            return Plan("ar", DraftTree.root_only(s.anchor), built[1] if built else ())
         return Plan(mode, built[0], built[1], r)
 
     def _commit(self, s: Session, plan: Plan, logits: torch.Tensor, accepted: tuple[int, ...], bonus: int,

@@ -60,10 +60,11 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
             by_source[label] += 1
         for k in TIMING_KEYS:
             stage_ms[k] += t.timings_ms.get(k, 0.0)
-    for t in cycles:
+        if t.mode == "prefill":
+            continue
         modes[t.mode] = modes.get(t.mode, 0) + 1
         paths[t.path_category] = paths.get(t.path_category, 0) + 1
-        drafted_here = sum(label != "bonus" for label in committed_sources(t))
+        drafted_here = sum(label != "bonus" for label in labels)
         tokens_by_path[t.path_category] = tokens_by_path.get(t.path_category, 0) + drafted_here
         on_path = set(t.accepted)
         for i, src in enumerate(t.tree.sources):

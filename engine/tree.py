@@ -54,6 +54,11 @@ class DraftTree:
         if self.parents[0] is not None or any(p is None or not 0 <= p < i for i, p in enumerate(self.parents[1:], 1)):
             raise ValueError("DraftTree parents must be topologically ordered with a single root at index 0")
 
+    @classmethod
+    def root_only(cls, token: int) -> "DraftTree":
+        """A tree of the anchor alone: verifying it is one plain AR step."""
+        return cls((token,), (None,), (Source.ROOT,), (1.0,), (1.0,))
+
     def __len__(self) -> int:
         return len(self.tokens)
 

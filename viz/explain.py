@@ -1,15 +1,20 @@
 """One plain sentence per decoding cycle, for the page under the tree ("Explain this cycle")."""
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from engine.trace import CycleTrace
 from engine.tree import Source
+from viz.tree_figure import visible_token
+
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
 
 def _q(token_text: Callable[[int], str], token: int) -> str:
-    text = token_text(token).replace("\n", "↵").replace("\t", "→")
-    return f"'{text}'"
+    """A token quoted for the Markdown line: whitespace visible, HTML and Markdown characters escaped."""
+    return "'" + _MARKDOWN.sub(r"\\\1", visible_token(token_text(token))) + "'"
 
 
 def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
