@@ -49,7 +49,8 @@ DATASETS = {  # name -> (file, how to get the prompt text from a record)
     "mt_bench": ("mt_bench/question.jsonl", lambda r: r["turns"][0]),
 }
 HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}
-NOT_YET = {"ptd": "PTD perturbation drafting is not implemented yet (engine-breadth issue)"}
+#: Engine method variants: "goose+ptd" = goose with PTD added to its sources; a trailing "@pld>tr>ptd"
+#: sets the walk priority (e.g. "goose+ptd@ptd>pld>tr", used by the PTD priority experiment).
 DEFAULT_METHODS = "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld"
 
 
@@ -71,13 +72,34 @@ def load_prompts(data_dir: Path, dataset: str, limit: int) -> list[str]:
 def parse_methods(text: str, draft_model: str | None) -> list[str]:
     methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     for m in methods:
-        if m in NOT_YET:
-            raise BenchError(f"method {m!r} refused: {NOT_YET[m]}")
-        if m not in METHODS and m not in HF_METHODS:
-            raise BenchError(f"unknown method {m!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))}")
+        if m not in HF_METHODS:
+            method_config(m)  # raises BenchError on an unknown method or variant
     if "hf-assisted" in methods and not draft_model:
         raise BenchError("method 'hf-assisted' needs --draft-model (a small model sharing the target's tokenizer)")
     return ["ar"] + [m for m in methods if m != "ar"]  # AR is always measured in the same run
+
+
+def method_config(name: str) -> dict:
+    """DecodeConfig fields of an engine method name: 'goose', 'goose+ptd', 'goose+ptd@ptd>pld>tr', ...
+
+    Raises:
+        BenchError: unknown method, source or priority.
+    """
+    spec, _, priority = name.partition("@")
+    method, *extra = spec.split("+")
+    if method not in METHODS:
+        raise BenchError(f"unknown method {name!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))} "
+                         "(engine methods take +ptd / +pld / +tr and @a>b>c variants)")
+    fields: dict = {"method": method}
+    if extra:
+        fields["sources"] = tuple(dict.fromkeys(("pld", "tr", *extra)))
+    if priority:
+        fields["walk_priority"] = tuple(priority.split(">"))
+    try:
+        DecodeConfig(**fields)
+    except ValueError as exc:
+        raise BenchError(f"method {name!r}: {exc}") from None
+    return fields
 
 
 class Runner:
@@ -90,7 +112,7 @@ class Runner:
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
-        config = DecodeConfig(method=method, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget,
+        config = DecodeConfig(**method_config(method), max_new_tokens=self.args.max_new_tokens, budget=self.args.budget,
                               gt_threshold=self.args.gt_threshold)
         decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids)
         traces = list(decoder.generate(prompt_ids))

@@ -8,7 +8,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 #: Draft methods the engine runs with the one decoding loop (the source switches below select them).
-METHODS = ("goose", "pld", "tr", "iso3", "iso5", "ar")
+METHODS = ("goose", "pld", "tr", "ptd", "iso3", "iso5", "ar")
+
+#: Draft sources a tree may mix; ``DecodeConfig.sources`` picks among them for goose / iso(k).
+SOURCES = ("pld", "tr", "ptd")
+
+#: Verifiers for sampling mode: "tree" = SpecInfer-style recursive rejection over the tree (PTD
+#: Appendix B-C); "hsd" = hierarchical speculative decoding on linear chains (bypass / PLD cycles),
+#: trees still use "tree".
+VERIFIERS = ("tree", "hsd")
 
 
 def parse_gt_threshold(text: str) -> float | str:
@@ -31,7 +39,7 @@ class DecodeConfig:
     spine nodes included.
     """
 
-    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | iso3 / iso5 (balanced k-ary tree) | ar
+    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd (PTD alone) | iso3 / iso5 | ar
     max_new_tokens: int = 128  # tokens generated after the prompt, bonus tokens included
     budget: int = 60  # node budget B, root included (Table 5)
     spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
@@ -51,6 +59,20 @@ class DecodeConfig:
     # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
     bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
     pld_chain_tokens: int = 10  # chain length of the 'pld' baseline (HF prompt_lookup_num_tokens default)
+    sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (the page's per-source toggles); PTD
+    # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
+    # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd ignore this field
+    ptd_rows: int = 16  # PTD drafting rows per forward (not counted in B: engine/ptd.py says why)
+    ptd_width: int = 4  # children per node of the PTD tree and of pool tries (PTD §4 setup: 4)
+    ptd_depth: int = 6  # depth cap of the PTD tree before stepping (PTD §4 setup: 6)
+    ptd_share: float = 0.5  # share of the non-spine budget PTD candidates may take in a goose tree
+    walk_priority: tuple[str, ...] = ("pld", "ptd", "tr")  # order children are tried in (Goose Alg. 3);
+    # greedy tau does not depend on it (children of a node carry distinct tokens); sampling tau does
+    temperature: float = 0.0  # 0 = greedy (lossless = token-identical); > 0 = sampling mode
+    top_p: float = 1.0  # nucleus sampling mass (1 = off), as transformers' TopPLogitsWarper
+    sample_top_k: int = 0  # keep the k most likely tokens when sampling (0 = off), as TopKLogitsWarper
+    seed: int = 0  # seed of the sampling generator (and of PTD's initial perturbation tokens)
+    verifier: str = "tree"  # sampling verifier for chains: tree (SpecInfer) | hsd (HSD); see VERIFIERS
 
     def __post_init__(self) -> None:
         checks = [
@@ -66,19 +88,45 @@ class DecodeConfig:
              f"GT threshold c must be 'auto' or in [0, 1) (got {self.gt_threshold!r})"),
             (self.max_spine >= 1 and self.bypass_threshold >= 1, "max spine and bypass threshold must be >= 1"),
             (len(self.ngram_sizes) >= 1 and min(self.ngram_sizes) >= 1, "n-gram sizes must be positive"),
+            (set(self.sources) <= set(SOURCES), f"sources must be among {', '.join(SOURCES)} (got {self.sources})"),
+            (self.ptd_rows >= 2 and self.ptd_width >= 1 and self.ptd_depth >= 1,
+             "PTD rows must be >= 2, PTD width and depth >= 1"),
+            (0.0 <= self.ptd_share <= 1.0, f"PTD share must be in [0, 1] (got {self.ptd_share})"),
+            (sorted(self.walk_priority) == sorted(SOURCES),
+             f"walk priority must order exactly {', '.join(SOURCES)} (got {self.walk_priority})"),
+            (0.0 <= self.temperature <= 100.0, f"temperature must be in [0, 100] (got {self.temperature})"),
+            (0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1] (got {self.top_p})"),
+            (self.sample_top_k >= 0, f"sampling top-k must be >= 0 (got {self.sample_top_k})"),
+            (self.verifier in VERIFIERS, f"verifier must be one of {', '.join(VERIFIERS)} (got {self.verifier!r})"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
         object.__setattr__(self, "ngram_sizes", tuple(sorted(self.ngram_sizes, reverse=True)))
+        object.__setattr__(self, "sources", tuple(s for s in SOURCES if s in self.sources))
+        object.__setattr__(self, "walk_priority", tuple(self.walk_priority))
+
+    def _uses(self, source: str) -> bool:
+        if self.method in SOURCES:
+            return self.method == source
+        return self.method != "ar" and source in self.sources
 
     @property
     def use_pld(self) -> bool:
-        return self.method in ("goose", "pld") or self.iso_k is not None
+        return self._uses("pld")
 
     @property
     def use_tr(self) -> bool:
-        return self.method in ("goose", "tr") or self.iso_k is not None
+        return self._uses("tr")
+
+    @property
+    def use_ptd(self) -> bool:
+        return self._uses("ptd")
+
+    @property
+    def sampling(self) -> bool:
+        """True in sampling mode (temperature > 0); greedy otherwise."""
+        return self.temperature > 0.0
 
     @property
     def iso_k(self) -> int | None:

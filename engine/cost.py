@@ -55,11 +55,15 @@ class CostCurve:
         """Interpolated forward latency (ms) for n nodes."""
         return float(np.interp(n, self.nodes, self.ms))
 
-    def threshold(self, budget: int) -> float:
-        """GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5]."""
+    def threshold(self, budget: int, extra_rows: int = 0) -> float:
+        """GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
+
+        c = (T(B + R) - T(1 + R)) / ((B - 1) T(1)): the marginal cost of a verified node in AR steps,
+        where R rows ride along in every forward anyway (PTD drafting rows; 0 otherwise).
+        """
         if budget <= 1:
             return 0.0
-        c = (self.latency(budget) - self.latency(1)) / ((budget - 1) * self.latency(1))
+        c = (self.latency(budget + extra_rows) - self.latency(1 + extra_rows)) / ((budget - 1) * self.latency(1))
         return float(min(0.5, max(0.0, c)))
 
     def to_dict(self) -> dict:

@@ -19,10 +19,20 @@ from .config import DecodeConfig
 from .context_match import NgramIndex, PldMatch
 from .cost import cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
-from .spine_tree import Built, build_chain, build_isotropic_tree, build_spine_tree
+from .ptd import CandidatePool, ProgressiveTree, Trie
+from .sampling import make_warper, new_generator
+from .spine_tree import Built, build_chain, build_isotropic_tree, build_ptd_tree, build_spine_tree
 from .trace import CycleTrace
-from .tree import DraftTree
-from .verify import forward_tree, greedy_walk
+from .tree import DraftTree, Source
+from .verify import forward_tree, greedy_walk, hsd_chain_walk, sample_walk
+
+
+@dataclass
+class Drafts:
+    """Output of stage 1: what the draft sources propose for the current anchor."""
+
+    pld: PldMatch  # PLD context match (empty when PLD is off)
+    ptd: Trie | None = None  # PTD candidate tree for the anchor (None when PTD is off or has none)
 
 
 @dataclass
@@ -30,9 +40,10 @@ class Plan:
     """What one cycle verifies (output of stages 1-2)."""
 
     mode: str  # bypass | tree | ar
-    tree: DraftTree
+    tree: DraftTree  # the draft tree the walk verifies
     ghosts: tuple
     spine_ratio: float | None = None
+    forward: DraftTree | None = None  # ``tree`` plus PTD drafting rows when PTD is on (what the forward sees)
 
 
 @dataclass
@@ -43,6 +54,9 @@ class Session:
     index: NgramIndex  # prompt + generated tokens, n-gram indexed
     table: AdjacencyTable | None
     stats: AcceptanceStats
+    ptd: ProgressiveTree | None = None  # PTD drafting tree T (PTD §3.2), when PTD is on
+    pool: CandidatePool | None = None  # PTD candidate pool, when PTD is on
+    generator: torch.Generator | None = None  # sampling mode: every random draw of this generation
     output: list[int] = field(default_factory=list)
     past_len: int = 0
     cycles: int = 0
@@ -58,7 +72,11 @@ class Session:
 
 
 class SpecDecoder:
-    """Lossless greedy speculative decoder over a stock transformers causal LM.
+    """Lossless speculative decoder over a stock transformers causal LM.
+
+    Greedy mode (temperature 0) commits exactly the tokens of ``generate(do_sample=False)``; sampling
+    mode commits tokens distributed exactly as ``generate(do_sample=True, ...)`` with the same
+    temperature / top-k / top-p (tree walk: PTD App. B-C; chains optionally HSD).
 
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
@@ -70,9 +88,12 @@ class SpecDecoder:
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = ()) -> None:
         self.model = model
         if config.gt_threshold == "auto":  # c from the (cached) verification cost curve, GT principle §3.1
-            config = config.with_(gt_threshold=cached_cost_curve(model).threshold(config.budget))
+            rows = config.ptd_rows if config.use_ptd else 0  # PTD rows ride along in every forward
+            config = config.with_(gt_threshold=cached_cost_curve(model).threshold(config.budget, rows))
         self.config = config  # gt_threshold is always a float here: the c in use
         self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.priority = tuple(Source(s) for s in config.walk_priority)
+        self.warp = make_warper(config) if config.sampling else None
 
     def generate(self, prompt_ids: list[int], should_stop: Callable[[], bool] | None = None) -> Iterator[CycleTrace]:
         """Yield one ``CycleTrace`` per forward (prefill first) until EOS, max new tokens or ``should_stop()``.
@@ -88,16 +109,17 @@ class SpecDecoder:
         while not trace.finished and not (should_stop and should_stop()):
             t = {}
             t_start = time.perf_counter()
-            match = self._draft(session)  # 1. draft: PLD context match
+            drafts = self._draft(session)  # 1. draft: PLD context match, PTD candidate tree
             t["draft"] = _ms(t_start)
-            plan = self._build(session, match)  # 2. build: bypass chain, spine tree or AR
+            plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ PTD rows)
             t["build"] = _ms(t_start) - t["draft"]
-            logits = forward_tree(self.model, session.cache, plan.tree, session.past_len)  # 3. verify
-            greedy = logits.argmax(dim=-1).tolist()  # (n,) target greedy token per node
+            logits = forward_tree(self.model, session.cache, plan.forward, session.past_len)  # 3. verify
+            greedy_all = logits.argmax(dim=-1).tolist()  # (n + PTD rows,) target greedy token per row
+            greedy = greedy_all[: len(plan.tree)]  # (n,) the draft tree's rows
             t["forward"] = _ms(t_start) - t["draft"] - t["build"]
-            accepted, bonus = greedy_walk(plan.tree, greedy)  # 4. accept
+            accepted, bonus = self._accept(session, plan, logits, greedy)  # 4. accept
             t["walk"] = _ms(t_start) - sum(t.values())
-            new_tokens, finished = self._commit(session, plan, logits, accepted, bonus, t)  # 5. commit
+            new_tokens, finished = self._commit(session, plan, logits, greedy_all, accepted, bonus, t)  # 5. commit
             t["total"] = _ms(t_start)
             session.cycles += 1
             session.busy_s += t["total"] / 1000
@@ -105,7 +127,7 @@ class SpecDecoder:
                 index=session.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts, greedy=tuple(greedy),
                 accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
                 p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=session.busy_s,
-                total_tokens=len(session.output), finished=finished)
+                total_tokens=len(session.output), finished=finished, ptd_rows=len(plan.forward) - len(plan.tree))
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
@@ -118,9 +140,18 @@ class SpecDecoder:
         session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
                                                 calibrate_tr=cfg.tr_calibration))
+        if cfg.use_ptd:
+            session.ptd = ProgressiveTree(prompt, width=cfg.ptd_width, max_depth=cfg.ptd_depth,
+                                          max_rows=cfg.ptd_rows, seed=cfg.seed)
+            session.pool = CandidatePool(width=cfg.ptd_width, max_depth=cfg.ptd_depth)
+        if cfg.sampling:
+            session.generator = new_generator(cfg.seed)
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
         logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
-        first = int(logits[-1].argmax())
+        if cfg.sampling:  # the first token, sampled as generate() samples it
+            first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=session.generator))
+        else:
+            first = int(logits[-1].argmax())
         t_forward = _ms(t_start)
         if cfg.use_tr:
             session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, logits.device, cfg.bigram_capacity)
@@ -136,40 +167,64 @@ class SpecDecoder:
             new_tokens=new_tokens, spine_ratio=None, p_s_ema=session.stats.p_s_ema, timings_ms=timings,
             elapsed_s=session.busy_s, total_tokens=len(session.output), finished=finished)
 
-    def _draft(self, s: Session) -> PldMatch:
+    def _draft(self, s: Session) -> Drafts:
         cfg = self.config
-        if not cfg.use_pld:
-            return PldMatch()
-        return s.index.match(cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine)
+        pld = s.index.match(cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine) if cfg.use_pld else PldMatch()
+        return Drafts(pld, s.pool.get(s.anchor) if s.pool is not None else None)
 
-    def _build(self, s: Session, match: PldMatch) -> Plan:
+    def _build(self, s: Session, drafts: Drafts) -> Plan:
+        """Draft tree for this cycle, then the PTD drafting rows grafted under its root (PTD §3.2)."""
+        plan = self._route(s, drafts)
+        plan.forward = plan.tree.graft(*s.ptd.rows(), Source.PTD_ROW) if s.ptd is not None else plan.tree
+        return plan
+
+    def _route(self, s: Session, drafts: Drafts) -> Plan:
         """Alg. 2 lines 6-13: bypass on a confident / long match, else spine tree, else AR fallback."""
-        cfg = self.config
+        cfg, match = self.config, drafts.pld
         confident = len(match.draft) >= cfg.bypass_threshold or match.consensus
         built: Built | None = None
         mode, r = "ar", None
-        if match.draft and (cfg.method == "pld" or (cfg.bypass and confident and cfg.iso_k is None)):
+        if cfg.method == "ptd":
+            mode, built = "tree", build_ptd_tree(s.anchor, drafts.ptd, cfg, s.stats)
+        elif match.draft and (cfg.method == "pld" or (cfg.bypass and confident and cfg.iso_k is None)):
             mode, built = "bypass", build_chain(s.anchor, match.draft, s.stats, cfg.gt_threshold)
         elif cfg.iso_k is not None:
             mode, built = "tree", build_isotropic_tree(s.anchor, s.prev, match.draft, s.table, cfg, cfg.iso_k, s.stats)
-        elif match.draft or (s.table is not None and s.table.has_successors(s.prev, s.anchor)):
+        elif match.draft or drafts.ptd is not None or (s.table is not None and s.table.has_successors(s.prev, s.anchor)):
             r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
-            mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats)
+            mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats, drafts.ptd)
         if built is None or len(built[0]) == 1:  # nothing to verify beyond the anchor: plain AR step
             return Plan("ar", DraftTree.root_only(s.anchor), built[1] if built else ())
         return Plan(mode, built[0], built[1], r)
 
-    def _commit(self, s: Session, plan: Plan, logits: torch.Tensor, accepted: tuple[int, ...], bonus: int,
-                timings: dict) -> tuple[tuple[int, ...], bool]:
-        """Alg. 2 lines 15-16: compact the KV cache, harvest every logit row, update estimates, append."""
+    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> tuple[tuple[int, ...], int]:
+        """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
+        if not self.config.sampling:
+            return greedy_walk(plan.tree, greedy, self.priority)
+        rows: dict[int, torch.Tensor] = {}
+
+        def dist(node: int) -> torch.Tensor:  # (|V|,) float64 warped target distribution, computed once
+            if node not in rows:
+                rows[node] = self.warp(logits[node])
+            return rows[node]
+
+        if self.config.verifier == "hsd" and plan.mode == "bypass":
+            return hsd_chain_walk(plan.tree, dist, s.generator)
+        return sample_walk(plan.tree, dist, s.generator, self.priority)
+
+    def _commit(self, s: Session, plan: Plan, logits: torch.Tensor, greedy_all: list[int], accepted: tuple[int, ...],
+                bonus: int, timings: dict) -> tuple[tuple[int, ...], bool]:
+        """Alg. 2 lines 15-16: compact the KV cache, harvest every logit row, grow PTD, update estimates, append."""
         t_start = time.perf_counter()
-        tree = plan.tree
+        tree, rows = plan.tree, plan.forward
         kv_cache.keep_path(s.cache, s.past_len, [0, *accepted])
         s.past_len += 1 + len(accepted)
         timings["cache"] = _ms(t_start)
-        if s.table is not None:  # every row, rejected branches included (C.1)
-            prev_tokens = [s.prev, *(tree.tokens[p] for p in tree.parents[1:])]
-            s.table.harvest(prev_tokens, torch.tensor(tree.tokens), logits)
+        if s.table is not None:  # every row, rejected branches and PTD rows included (C.1)
+            prev_tokens = [s.prev, *(rows.tokens[p] for p in rows.parents[1:])]
+            s.table.harvest(prev_tokens, torch.tensor(rows.tokens), logits)
+        if s.ptd is not None:  # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge into the pool
+            s.ptd.grow(greedy_all[len(tree):], s.pool)
         s.stats.update(tree, accepted)
         result = self._append(s, [*(tree.tokens[i] for i in accepted), bonus])
         timings["harvest"] = _ms(t_start) - timings["cache"]

@@ -39,9 +39,15 @@ class AcceptanceStats:
     pld_accepted: dict[int, int] = field(default_factory=dict)
     tr_score_sum: dict[int, float] = field(default_factory=dict)
     tr_accepted: dict[int, int] = field(default_factory=dict)
+    ptd_reached: dict[int, int] = field(default_factory=dict)
+    ptd_accepted: dict[int, int] = field(default_factory=dict)
 
     def pld_rate(self, depth: int) -> float:
         return (self.pld_accepted.get(depth, 0) + 1) / (self.pld_reached.get(depth, 0) + 2)
+
+    def ptd_rate(self, depth: int) -> float:
+        """Conditional acceptance of a PTD candidate at ``depth`` whose parent was accepted, Beta(1, 1) prior."""
+        return (self.ptd_accepted.get(depth, 0) + 1) / (self.ptd_reached.get(depth, 0) + 2)
 
     def tr_rate(self, depth: int, score: float) -> float:
         if not self.calibrate_tr:
@@ -61,6 +67,9 @@ class AcceptanceStats:
                     self.pld_reached[d] = self.pld_reached.get(d, 0) + 1
                     self.pld_accepted[d] = self.pld_accepted.get(d, 0) + (i in on_path)
                     spine_acc += i in on_path
+            elif tree.sources[i] is Source.PTD and reached:
+                self.ptd_reached[d] = self.ptd_reached.get(d, 0) + 1
+                self.ptd_accepted[d] = self.ptd_accepted.get(d, 0) + (i in on_path)
             elif tree.sources[i] is Source.TR and reached:
                 self.tr_score_sum[d] = self.tr_score_sum.get(d, 0.0) + tree.scores[i]
                 self.tr_accepted[d] = self.tr_accepted.get(d, 0) + (i in on_path)

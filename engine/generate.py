@@ -1,11 +1,15 @@
 """Headless CLI: run one generation and print a JSON summary.
 
     python -m engine.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
-        [--spine-ratio R] [--depth D] [--gt-threshold C] [--method goose|pld|tr|ar]
+        [--spine-ratio R] [--depth D] [--gt-threshold C] [--method goose|pld|tr|ptd|iso3|iso5|ar]
+        [--sources pld,tr,ptd] [--walk-priority pld,ptd,tr]
+        [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
         [--check-lossless] [--json]
 
-With ``--check-lossless`` the token ids are compared with ``model.generate(do_sample=False)`` on
-the same prompt and length, and ``lossless`` is true iff they are identical.  Exit status: 0 on
+With ``--check-lossless`` (greedy only) the token ids are compared with
+``model.generate(do_sample=False)`` on the same prompt and length, and ``lossless`` is true iff they
+are identical.  Sampling (``--temperature`` > 0) is lossless in distribution, which a single run
+cannot show: tests/test_sampling.py checks it statistically.  Exit status: 0 on
 success, 1 when the lossless check fails, 2 on bad input (message on stderr, no traceback).
 """
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, ConfigError, DecodeConfig, parse_gt_threshold
+from .config import METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
 from .loading import ModelLoadError, load_model
@@ -39,9 +43,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
                     help="GT threshold c: 'auto' (from the measured cost curve, default), or a number (0 disables)")
     ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
+    ap.add_argument("--sources", type=_names, default=("pld", "tr"),
+                    help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} (default pld,tr)")
+    ap.add_argument("--walk-priority", type=_names, default=("pld", "ptd", "tr"),
+                    help="order the walk tries children's sources in (default pld,ptd,tr)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 = sampling mode")
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus mass when sampling (1 = off)")
+    ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens when sampling (0 = off)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator and of PTD's initial rows")
+    ap.add_argument("--verifier", default="tree", choices=VERIFIERS, help="sampling verifier for chains (tree | hsd)")
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
     return ap.parse_args(argv)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """'a, b' -> ('a', 'b'); an empty list is allowed (e.g. --sources '' for no source)."""
+    return tuple(name.strip().lower() for name in text.split(",") if name.strip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("the prompt is empty")
         config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
                               spine_ratio=args.spine_ratio, max_depth=args.depth, gt_threshold=args.gt_threshold,
-                              bypass=not args.no_bypass)
+                              bypass=not args.no_bypass, sources=args.sources, walk_priority=args.walk_priority,
+                              temperature=args.temperature, top_p=args.top_p, sample_top_k=args.top_k,
+                              seed=args.seed, verifier=args.verifier)
+        if args.check_lossless and config.sampling:
+            raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
+                             "(sampling is lossless in distribution: see tests/test_sampling.py)")
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -70,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
     result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
-              "gt_threshold": decoder.config.gt_threshold,
+              "gt_threshold": decoder.config.gt_threshold, "config": decoder.config.to_dict(),
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
         ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)

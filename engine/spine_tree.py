@@ -14,6 +14,7 @@ import math
 from .adjacency import AdjacencyTable
 from .config import DecodeConfig
 from .estimates import AcceptanceStats
+from .ptd import Trie
 from .tree import DraftTree, GhostNode, Source, TreeBuilder
 
 Built = tuple[DraftTree, tuple[GhostNode, ...]]
@@ -31,7 +32,7 @@ def build_chain(anchor: int, draft: tuple[int, ...], stats: AcceptanceStats, gt_
 
 
 def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], table: AdjacencyTable | None,
-                     cfg: DecodeConfig, spine_ratio: float, stats: AcceptanceStats) -> Built:
+                     cfg: DecodeConfig, spine_ratio: float, stats: AcceptanceStats, ptd: Trie | None = None) -> Built:
     """Goose Algorithm 1.
 
     Args:
@@ -42,13 +43,18 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
         cfg: budget B, spine-branch ratio rho, max depth D, min score, GT threshold c (a float here:
             ``SpecDecoder`` resolves "auto").
         spine_ratio: r for this cycle.
-        stats: supplies the per-depth PLD acceptance estimates.
+        stats: supplies the per-depth PLD (and PTD) acceptance estimates.
+        ptd: the PTD candidate tree for ``anchor`` (PTD §3.3), or None.
 
     Returns:
         (tree, ghosts): at most B nodes (root included), every depth <= D.
 
     Step 4 expands branch leaves best-first by estimated path acceptance (a priority-queue BFS), so
     the remaining budget goes to the candidates most likely to be accepted wherever they are.
+
+    PTD (our extension; the Goose paper has two sources): after the spine, PTD candidates take up to
+    ``ptd_share`` of the remaining budget, best-first by their per-depth estimate (step 1b); steps
+    2-4 share what is left by the paper's ratios.
     """
     B, rho = cfg.budget, cfg.spine_branch_ratio
     b = TreeBuilder(anchor, budget=B, max_depth=cfg.max_depth, gt_threshold=cfg.gt_threshold)
@@ -62,6 +68,9 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
             break
         spine_nodes.append(node)
     n_spine = len(spine_nodes) - 1
+    # Step 1b: PTD candidates (merged into the spine where they share its tokens).
+    if ptd is not None:
+        add_ptd_candidates(b, ptd, math.floor((B - 1 - n_spine) * cfg.ptd_share), stats)
     if table is None:
         return b.freeze()
     context = [prev, anchor, *spine[:n_spine]]  # context[i + 1] is the token of spine node i
@@ -79,11 +88,12 @@ def build_spine_tree(anchor: int, prev: int | None, spine: tuple[int, ...], tabl
         return added
 
     node_pos = {node: i for i, node in enumerate(spine_nodes)}
-    # Step 2: root branches, b_r = floor((B - 1 - b_s)(1 - rho)).
-    n_root = math.floor((B - 1 - n_spine) * (1 - rho))
+    # Step 2: root branches, b_r = floor((B - 1 - b_s)(1 - rho)) (B - 1 - b_s: what steps 1-1b left).
+    left = B - len(b.tokens)
+    n_root = math.floor(left * (1 - rho))
     branches = attach(0, n_root)
     # Step 3: spine branches with harmonic decay, a_i = floor(b_sp (1/i) / sum_j 1/j).
-    n_spine_br = B - 1 - n_spine - n_root
+    n_spine_br = left - n_root
     harmonic = sum(1 / j for j in range(1, n_spine + 1))
     for i in range(1, n_spine + 1):
         branches += attach(spine_nodes[i], math.floor(n_spine_br * (1 / i) / harmonic))
@@ -115,6 +125,40 @@ def _extend_best_first(b: TreeBuilder, seeds: list[int], table: AdjacencyTable, 
         if child is None:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
         push_successors(child)
+
+
+def add_ptd_candidates(b: TreeBuilder, trie: Trie, quota: int, stats: AcceptanceStats) -> None:
+    """Add up to ``quota`` nodes of the PTD candidate tree below the root, best-first by estimated path
+    acceptance (per-depth PTD rate, ``AcceptanceStats.ptd_rate``).  A candidate whose token is already
+    a child of its parent (e.g. on the spine) reuses that node at no budget cost."""
+    order = itertools.count()
+    heap: list[tuple[float, int, int, int, Trie]] = []  # (-est. acceptance, tie, parent node, token, its trie)
+
+    def push_children(node: int, at: Trie) -> None:
+        for tok, sub in at.children.items():
+            p = stats.ptd_rate(b.depth[node] + 1)
+            heapq.heappush(heap, (-b.est[node] * p, next(order), node, tok, sub))
+
+    push_children(0, trie)
+    added = 0
+    while heap and added < quota and not b.full:
+        _, _, parent, tok, sub = heapq.heappop(heap)
+        node = b.child_with(parent, tok)
+        if node is None:
+            node = b.add(parent, tok, Source.PTD, stats.ptd_rate(b.depth[parent] + 1))
+            if node is None:
+                continue  # too deep, or below c (its subtree would be too)
+            added += 1
+        if b.depth[node] < b.max_depth:
+            push_children(node, sub)
+
+
+def build_ptd_tree(anchor: int, trie: Trie | None, cfg: DecodeConfig, stats: AcceptanceStats) -> Built:
+    """The PTD-only method: the anchor plus its candidate tree from the pool (PTD §3.3), within B and D."""
+    b = TreeBuilder(anchor, budget=cfg.budget, max_depth=cfg.max_depth, gt_threshold=cfg.gt_threshold)
+    if trie is not None:
+        add_ptd_candidates(b, trie, cfg.budget - 1, stats)
+    return b.freeze()
 
 
 def build_isotropic_tree(anchor: int, prev: int | None, spine: tuple[int, ...], table: AdjacencyTable | None,

@@ -35,6 +35,7 @@ class CycleTrace:
             cycles, e.g. drawing, is excluded).
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
+        ptd_rows: PTD drafting rows that rode along in this forward (not part of ``tree``).
     """
 
     index: int
@@ -51,6 +52,7 @@ class CycleTrace:
     elapsed_s: float
     total_tokens: int
     finished: bool
+    ptd_rows: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))

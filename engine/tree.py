@@ -20,10 +20,13 @@ class Source(str, enum.Enum):
     ROOT = "anchor"  # the anchor token, committed in the previous cycle
     PLD = "pld"  # PLD spine: n-gram prompt lookup (Goose §4, Saxena 2023)
     TR = "tr"  # TR branch: Token Recycling adjacency table (Goose §4.1, C.1)
-    PTD = "ptd"  # PTD perturbation: progressive tree drafting (arrives with a later issue)
+    PTD = "ptd"  # PTD perturbation: a candidate from the PTD pool (PTD paper §3.2-3.3)
+    PTD_ROW = "ptd-row"  # a PTD drafting row: rides along in the forward, never verified (engine/ptd.py)
 
 
-#: Greedy-walk priority (Goose Alg. 3 / B.3): spine children are tried before branch children.
+#: Greedy-walk priority (Goose Alg. 3 / B.3): spine children are tried before branch children; PTD
+#: candidates sit between them (measured: docs/results.md, "PTD walk priority").  Sources absent
+#: from a priority (PTD drafting rows) are never accepted.
 WALK_PRIORITY = (Source.PLD, Source.PTD, Source.TR)
 
 
@@ -61,6 +64,16 @@ class DraftTree:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def graft(self, tokens: list[int], parents: list[int | None], source: Source) -> "DraftTree":
+        """This tree plus extra rows appended after it: row i's parent is ``parents[i]`` among the extra
+        rows, or the root (node 0) where it is None.  Used for PTD drafting rows (engine/ptd.py)."""
+        n = len(self)
+        if not tokens:
+            return self
+        return DraftTree(self.tokens + tuple(tokens), self.parents + tuple(0 if p is None else n + p for p in parents),
+                         self.sources + (source,) * len(tokens), self.scores + (0.0,) * len(tokens),
+                         self.est_accept + (0.0,) * len(tokens))
 
     @cached_property
     def depths(self) -> tuple[int, ...]:
@@ -180,6 +193,10 @@ class TreeBuilder:
 
     def child_tokens(self, parent: int) -> set[int]:
         return {t for t, p in zip(self.tokens, self.parents) if p == parent}
+
+    def child_with(self, parent: int, token: int) -> int | None:
+        """Index of ``parent``'s child carrying ``token``, or None."""
+        return next((i for i, (t, p) in enumerate(zip(self.tokens, self.parents)) if p == parent and t == token), None)
 
     def freeze(self) -> tuple[DraftTree, tuple[GhostNode, ...]]:
         tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores), tuple(self.est))

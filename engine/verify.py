@@ -1,13 +1,27 @@
-"""Tree verification: one forward of the stock HF model, then the greedy walk with source priority.
+"""Tree verification: one forward of the stock HF model, then the walk that accepts a path.
 
-Source: Goose paper, Algorithm 3 (UNIFIEDGREEDYWALK) and Appendix B.3; tree attention as in
-SpecInfer (Miao et al., 2024) / Medusa (Cai et al., 2024).
+Sources: Goose paper, Algorithm 3 (UNIFIEDGREEDYWALK) and Appendix B.3 for the greedy walk; PTD
+paper Appendix B-C (candidate tree recursive sampling, as SpecInfer, Miao et al. 2024) for the
+sampling walk; HSD (hierarchical speculative decoding, ICLR 2026: backward scan + capped branch
+resampling) for sampled linear chains.  Tree attention as in SpecInfer / Medusa.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from .tree import WALK_PRIORITY, DraftTree
+from .tree import WALK_PRIORITY, DraftTree, Source
+
+#: A node's target distribution: node index -> (|V|,) float64 probabilities on the CPU (warped:
+#: temperature, top-k, top-p), computed lazily so only the rows a walk visits are softmaxed.
+Dist = Callable[[int], torch.Tensor]
+
+
+def _ordered_children(tree: DraftTree, node: int, priority: tuple[Source, ...]) -> list[int]:
+    """Children of ``node`` in walk priority, then insertion order; sources outside it never walk."""
+    kids = [c for c in tree.children[node] if tree.sources[c] in priority]
+    return sorted(kids, key=lambda c: priority.index(tree.sources[c]))
 
 
 @torch.no_grad()
@@ -34,7 +48,8 @@ def forward_tree(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
     return out.logits[0]  # (n, |V|)
 
 
-def greedy_walk(tree: DraftTree, greedy: list[int]) -> tuple[tuple[int, ...], int]:
+def greedy_walk(tree: DraftTree, greedy: list[int],
+                priority: tuple[Source, ...] = WALK_PRIORITY) -> tuple[tuple[int, ...], int]:
     """Goose Algorithm 3: the longest path whose every token equals the target's greedy choice.
 
     At each node, children are tried in source priority (PLD spine before TR branch), then in
@@ -43,6 +58,7 @@ def greedy_walk(tree: DraftTree, greedy: list[int]) -> tuple[tuple[int, ...], in
     Args:
         tree: the verified draft tree.
         greedy: (n,) argmax token of each node's logit row.
+        priority: the order sources are tried in (``DecodeConfig.walk_priority``).
 
     Returns:
         (accepted node indices from the root's child down, root excluded; bonus token id), where the
@@ -51,9 +67,105 @@ def greedy_walk(tree: DraftTree, greedy: list[int]) -> tuple[tuple[int, ...], in
     node, accepted = 0, []
     while True:
         want = greedy[node]
-        kids = sorted(tree.children[node], key=lambda c: WALK_PRIORITY.index(tree.sources[c]))
-        nxt = next((c for c in kids if tree.tokens[c] == want), None)
+        nxt = next((c for c in _ordered_children(tree, node, priority) if tree.tokens[c] == want), None)
         if nxt is None:
             return tuple(accepted), want
         accepted.append(nxt)
         node = nxt
+
+
+def sample_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
+                priority: tuple[Source, ...] = WALK_PRIORITY) -> tuple[tuple[int, ...], int]:
+    """Lossless tree verification for deterministic drafts (PTD Appendix B Alg. 2, proof in App. C).
+
+    At each node, with P the node's target distribution: try the children in ``priority`` order;
+    accept child c with probability P(c) / (remaining mass of P); on rejection set P(c) = 0 and go on
+    (renormalising).  If no child is accepted the bonus token is sampled from what remains of P.
+    For a deterministic draft this is SpecInfer's multi-round rejection sampling, so every committed
+    token is distributed exactly as the target's (warped) distribution.
+
+    Args:
+        tree: the verified draft tree (children of a node carry distinct tokens).
+        dist: node -> (|V|,) float64 target probabilities (see ``Dist``).
+        generator: CPU ``torch.Generator`` (seeded by ``DecodeConfig.seed``).
+        priority: the order sources are tried in.
+
+    Returns:
+        (accepted node indices, root excluded; bonus token id).
+    """
+    node, accepted = 0, []
+    while True:
+        p = dist(node).clone()  # (|V|,) float64
+        nxt = None
+        for c in _ordered_children(tree, node, priority):
+            tok, mass = tree.tokens[c], float(p.sum())
+            if p[tok] <= 0.0:
+                continue
+            if float(torch.rand((), generator=generator, dtype=torch.float64)) * mass < float(p[tok]):
+                nxt = c
+                break
+            p[tok] = 0.0  # rejected: zero it, the rest is renormalised implicitly by ``mass``
+        if nxt is None:
+            return tuple(accepted), int(torch.multinomial(p / p.sum(), 1, generator=generator))
+        accepted.append(nxt)
+        node = nxt
+
+
+def hsd_chain_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
+                   draft_dist: Dist | None = None) -> tuple[tuple[int, ...], int]:
+    """HSD verification of a linear chain: backward scan, then one capped branch resampling.
+
+    Source: HSD (Overcoming Joint Intractability with Lossless Hierarchical Speculative Decoding,
+    ICLR 2026), Algorithm 2 as summarised in ../shared/papers: the capped prefix ratio
+    w_t = min(1, w_{t-1} p(X_t) / q(X_t)) (r* of the paper), the hierarchical acceptance
+    h_t = D_t / (D_t + 1 - w_t) with D_t = sum_x max(w_t p(x | X<=t) - q(x | X<=t), 0) for t < gamma and
+    h_gamma = w_gamma, a backward scan from gamma for the last t with eta_t <= h_t (tau), and one
+    resampling at tau + 1 from max(w_tau p(. | X<=tau) - q(. | X<=tau), 0).  (The same verifier as
+    block verification, Sun et al. 2024.)
+
+    Args:
+        tree: a chain (node i is the i-th draft token, node 0 the anchor).
+        dist: node -> (|V|,) float64 target probabilities p(. | X<=i).
+        generator: CPU ``torch.Generator``.
+        draft_dist: node -> q(. | X<=i), the drafter's distribution for the token after node i.
+            Default (None): the drafter is deterministic (PLD copies its continuation), so q is the
+            one-hot of the drafted token.  A q that is not the distribution the draft was really drawn
+            from makes any verifier lossy, so soft PLD scores are *not* used as q.
+
+    Returns:
+        (accepted node indices; bonus token id).
+
+    Raises:
+        ValueError: ``tree`` is not a chain.
+    """
+    gamma = len(tree) - 1
+    if any(tree.parents[i] != i - 1 for i in range(1, len(tree))):
+        raise ValueError("HSD verifies linear chains only")
+
+    def q(i: int) -> torch.Tensor:  # (|V|,) drafter distribution of the token after node i
+        if draft_dist is not None:
+            return draft_dist(i)
+        one_hot = torch.zeros_like(dist(i))
+        one_hot[tree.tokens[i + 1]] = 1.0
+        return one_hot
+
+    w, weights, h = 1.0, [1.0], [1.0]  # w_0 = 1; h[0] unused
+    for t in range(1, gamma + 1):
+        tok = tree.tokens[t]
+        q_tok = float(q(t - 1)[tok])
+        w = min(1.0, w * float(dist(t - 1)[tok]) / q_tok) if q_tok > 0 else 0.0
+        weights.append(w)
+        if t < gamma:
+            deficit = float(torch.clamp(w * dist(t) - q(t), min=0.0).sum())  # D_t: mass q lacks
+            h.append(1.0 if w >= 1.0 else (deficit / (deficit + 1.0 - w) if deficit > 0 else 0.0))
+        else:
+            h.append(w)
+    eta = torch.rand(gamma + 1, generator=generator, dtype=torch.float64).tolist()
+    tau = next((t for t in range(gamma, 0, -1) if eta[t] <= h[t]), 0)  # backward scan
+    if tau == gamma:
+        p = dist(gamma)
+    else:
+        p = torch.clamp(weights[tau] * dist(tau) - q(tau), min=0.0)  # capped branch resampling
+        if float(p.sum()) <= 0.0:  # only by rounding (h_{tau+1} would have been 1): fall back to p
+            p = dist(tau)
+    return tuple(range(1, tau + 1)), int(torch.multinomial(p / p.sum(), 1, generator=generator))

@@ -27,7 +27,7 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     assert (out / "profile.jsonl").read_text().count("\n") > 10
 
 
-@pytest.mark.parametrize("methods, message", [("ar,ptd", "not implemented yet"), ("ar,eagle", "unknown method"),
+@pytest.mark.parametrize("methods, message", [("ar,eagle", "unknown method"),
                                               ("ar,hf-assisted", "needs --draft-model")])
 def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, methods, message):
     assert bench.main(["--methods", methods, "--out", str(tmp_path)]) == 2

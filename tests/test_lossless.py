@@ -35,16 +35,24 @@ CONFIGS = {
     "method-tr": {"method": "tr"},
     "method-iso3": {"method": "iso3"},
     "method-iso5": {"method": "iso5"},
+    "method-ptd": {"method": "ptd"},
+    "goose+ptd": {"sources": ("pld", "tr", "ptd")},
+    "goose+ptd-bypass-off-c0-ptd-first": {"sources": ("pld", "tr", "ptd"), "bypass": False, "gt_threshold": 0.0,
+                                          "walk_priority": ("ptd", "pld", "tr")},
+    "goose-ptd-only-source": {"sources": ("ptd",), "ptd_rows": 4},
 }
 
 
-def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig) -> int:
-    """Assert token identity with greedy generate; return the number of draft tokens accepted."""
+def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, source: str | None = None) -> int:
+    """Assert token identity with greedy generate; return the number of draft tokens accepted (of
+    ``source`` only, when given)."""
     traces = list(SpecDecoder(model, config, eos).generate(prompt_ids))
     got = [t for tr in traces for t in tr.new_tokens]
     want = greedy_reference(model, prompt_ids, config.max_new_tokens, eos)
     assert got == want, f"token ids differ from greedy generate at position {next(i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b)}"
     summary = summarize(traces)
+    if source is not None:
+        return summary.accepted_by_source[source]
     return summary.new_tokens - summary.accepted_by_source["bonus"]
 
 
@@ -54,6 +62,10 @@ def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
     accepted = sum(run_and_compare(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p), config)
                    for p in lossless_prompts)
     assert accepted > 0, f"inconclusive: config {name} never accepted a draft token"
+    if config.use_ptd:  # PTD's own tokens must have been accepted too, or its part of the test is void
+        ptd = sum(run_and_compare(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p), config, "ptd")
+                  for p in lossless_prompts[:4])
+        assert ptd > 0, f"inconclusive: config {name} never accepted a PTD token"
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

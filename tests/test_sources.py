@@ -76,3 +76,50 @@ def test_harvest_overwrites_with_latest_and_bigram_capacity_is_bounded():
         table.harvest([prev], torch.tensor([1]), logits)
     assert table.successors(None, 1)[0][0] == 5
     assert len(table.bigram) == 3 and (5, 1) in table.bigram and (0, 1) not in table.bigram
+
+
+# -- PTD (progressive tree drafting, PTD paper §3.2) -----------------------------------------------
+
+def test_ptd_pool_merge_is_recursive_and_bounded():
+    from engine.ptd import CandidatePool
+
+    pool = CandidatePool(width=2, max_depth=3)
+    pool.merge(5, [[1, 2], [1, 3]])
+    pool.merge(5, [[1, 2, 4], [7]])  # shared prefix 1 -> 2 merges; 7 is new
+    trie = pool.get(5)
+    assert list(trie.children) == [1, 7] and set(trie.children[1].children) == {2, 3}
+    assert list(trie.children[1].children[2].children) == [4]
+    pool.merge(5, [[9]])  # width 2: the least recently merged child (1) is evicted
+    assert list(pool.get(5).children) == [7, 9]
+    pool.merge(6, [[1, 2, 3, 4, 5]])
+    assert pool.get(6).size() == 3  # depth capped at 3
+    assert pool.get(99) is None
+
+
+def test_ptd_tree_grows_steps_and_feeds_the_pool():
+    from engine.ptd import CandidatePool, ProgressiveTree
+
+    tree = ProgressiveTree([10, 11, 12], width=2, max_depth=4, max_rows=100, init_width=1, seed=0)  # root depth 1
+    pool = CandidatePool()
+    assert len(tree) == 2 and tree.parents == [None, 0]
+    tree.grow([20, 21], pool)  # each row gets its greedy token as a child
+    assert len(tree) == 4 and tree.tokens[2:] == [20, 21] and tree.parents[2:] == [0, 1]
+    assert pool.get(tree.tokens[0]) is not None and 21 in pool.get(tree.tokens[1]).children
+    tree.grow([20, 21, 30, 31], pool)  # 20, 21 already children: only rows 2, 3 grow
+    assert len(tree) == 6
+    first_child_token = tree.tokens[1]
+    tree.grow([40] * 6, pool)  # depth 5 > 4: step to the root's earliest child's subtree
+    assert tree.tokens[0] == first_child_token and tree.parents[0] is None and max(tree.depths()) <= 4
+    assert all(p is None or p < i for i, p in enumerate(tree.parents))
+
+
+def test_ptd_rows_ride_along_under_the_anchor():
+    from engine.tree import DraftTree, Source
+
+    tree = DraftTree((7, 8), (None, 0), (Source.ROOT, Source.PLD), (1.0, 0.5), (1.0, 0.5))
+    full = tree.graft([3, 4, 5], [None, 0, 1], Source.PTD_ROW)
+    assert full.parents == (None, 0, 0, 2, 3) and full.depths == (0, 1, 1, 2, 3)
+    assert full.ancestor_matrix[4].tolist() == [True, False, True, True, True]  # not the PLD node
+    from engine.verify import greedy_walk
+
+    assert greedy_walk(full, [3, 0, 4, 5, 0]) == ((), 3)  # drafting rows are never accepted

@@ -1,0 +1,41 @@
+"""Sampling mode: the target distribution of a logit row, warped exactly as ``model.generate`` does.
+
+Temperature, top-k and top-p are applied by transformers' own logits warpers, in the order
+``generate`` applies them (temperature -> top-k -> top-p), on float32 logits, then softmax; so
+lossless here means "the distribution ``generate(do_sample=True, ...)`` samples from".
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from .config import DecodeConfig
+
+
+def make_warper(cfg: DecodeConfig) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Return ``probs(logits_row)``: (|V|,) logits of any float dtype -> (|V|,) float64 CPU probabilities.
+
+    Raises:
+        ValueError: ``cfg`` is greedy (temperature 0).
+    """
+    if not cfg.sampling:
+        raise ValueError("sampling warper asked for a greedy configuration (temperature 0)")
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(cfg.temperature)])
+    if cfg.sample_top_k > 0:
+        warpers.append(TopKLogitsWarper(cfg.sample_top_k))
+    if cfg.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(cfg.top_p))
+    empty = torch.empty((1, 0), dtype=torch.long)
+
+    def probs(row: torch.Tensor) -> torch.Tensor:
+        scores = warpers(empty.to(row.device), row.to(torch.float32)[None])  # (1, |V|) float32
+        return torch.softmax(scores, dim=-1)[0].to("cpu", torch.float64)  # (|V|,)
+
+    return probs
+
+
+def new_generator(seed: int) -> torch.Generator:
+    """CPU generator for every random draw of one generation (acceptance tests and bonus tokens)."""
+    return torch.Generator(device="cpu").manual_seed(seed)

@@ -1,0 +1,130 @@
+"""Sampling mode is lossless in distribution: the first tokens each verifier commits are distributed
+exactly as plain AR sampling's (the target's warped distribution, enumerated exactly).
+
+A tiny random Llama with an 8-token vocabulary; its output head is scaled so its distributions are
+peaked and drafts are often accepted.  For each verifier, N_SAMPLES generations of 3 tokens (seeds
+0..N-1) are compared with the exact AR distribution of the 3-token prefix by a chi-square test
+(cells with expected count < 5 pooled).  A run that never accepted a draft token is inconclusive
+and fails; a deliberately lossy verifier must fail the same test (the test has power).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from engine.config import DecodeConfig
+from engine.decode import SpecDecoder
+from engine.sampling import make_warper
+from engine.verify import greedy_walk
+
+VOCAB, N_TOKENS, N_SAMPLES = 8, 3, 20_000
+P_FAIL = 1e-3  # a verifier fails when the chi-square p-value is below this (fixed seeds: deterministic)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(60.0)  # peaked next-token distributions: drafts get accepted
+    prompt = [6, 4, 7, 5, 3, 0, 6, 2, 6, 2, 6, 6, 4, 7, 5, 3]  # r + greedy(r) + r: PLD drafts 0, 6, 2, ...
+    return model, prompt
+
+
+def exact_ar_distribution(model, prompt: list[int], cfg: DecodeConfig) -> dict[tuple[int, ...], float]:
+    """P(first N_TOKENS tokens) under AR sampling with ``cfg``'s warping, by enumeration."""
+    warp = make_warper(cfg)
+    dist: dict[tuple[int, ...], float] = {(): 1.0}
+    with torch.no_grad():
+        for _ in range(N_TOKENS):
+            prefixes = list(dist)
+            ids = torch.tensor([prompt + list(p) for p in prefixes])  # (prefixes, L + len)
+            logits = model(input_ids=ids).logits[:, -1]  # (prefixes, |V|)
+            dist = {(*p, t): dist[p] * float(prob) for p, row in zip(prefixes, logits)
+                    for t, prob in enumerate(warp(row))}
+    return dist
+
+
+def chi_square_p(counts: dict, expected: dict[tuple[int, ...], float], n: int) -> float:
+    """p-value of Pearson's chi-square, cells with expected count < 5 pooled into one."""
+    stat, pooled_obs, pooled_exp, cells = 0.0, 0.0, 0.0, 0
+    for key, p in expected.items():
+        e, o = p * n, counts.get(key, 0)
+        if e < 5:
+            pooled_obs, pooled_exp = pooled_obs + o, pooled_exp + e
+        else:
+            stat, cells = stat + (o - e) ** 2 / e, cells + 1
+    if pooled_exp > 0:
+        stat, cells = stat + (pooled_obs - pooled_exp) ** 2 / pooled_exp, cells + 1
+    stat += sum(o for k, o in counts.items() if k not in expected) * 1e9  # an impossible sequence
+    df = cells - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def sample_many(model, prompt: list[int], cfg: DecodeConfig, n: int = N_SAMPLES) -> tuple[dict, int]:
+    """Counts of the first N_TOKENS tokens over ``n`` seeds, and the draft tokens accepted."""
+    counts: dict[tuple[int, ...], int] = {}
+    accepted = 0
+    for seed in range(n):
+        decoder = SpecDecoder(model, cfg.with_(seed=seed))
+        tokens: list[int] = []
+        for trace in decoder.generate(prompt):
+            tokens += trace.new_tokens
+            accepted += len(trace.accepted)
+        key = tuple(tokens[:N_TOKENS])
+        counts[key] = counts.get(key, 0) + 1
+    return counts, accepted
+
+
+VERIFIERS = {
+    "goose tree, T=1": dict(method="goose", bypass=False),  # spine + TR branches, SpecInfer walk
+    "pld chain, HSD, T=0.8 top-k 5": dict(method="pld", verifier="hsd", temperature=0.8, sample_top_k=5),
+    "pld chain, tree walk, T=1 top-p 0.9": dict(method="pld", verifier="tree", top_p=0.9),
+}
+
+
+@pytest.mark.parametrize("name", list(VERIFIERS))
+def test_sampling_verifier_matches_ar_distribution(tiny, name):
+    model, prompt = tiny
+    cfg = DecodeConfig(max_new_tokens=N_TOKENS, gt_threshold=0.0, **{"temperature": 1.0, **VERIFIERS[name]})
+    expected = exact_ar_distribution(model, prompt, cfg)
+    counts, accepted = sample_many(model, prompt, cfg)
+    assert accepted > N_SAMPLES // 10, f"inconclusive: only {accepted} draft tokens accepted in {N_SAMPLES} runs"
+    p = chi_square_p(counts, expected, N_SAMPLES)
+    assert p > P_FAIL, f"{name}: distribution differs from AR sampling (chi-square p = {p:.2e})"
+
+
+def test_a_lossy_verifier_fails_the_same_test(tiny, monkeypatch):
+    """Power check: accepting drafts greedily under sampling is lossy, and the test must say so."""
+    import engine.decode as decode
+
+    model, prompt = tiny
+    cfg = DecodeConfig(method="pld", max_new_tokens=N_TOKENS, temperature=1.0, gt_threshold=0.0)
+    monkeypatch.setattr(decode, "sample_walk", lambda tree, dist, gen, priority: greedy_walk(
+        tree, [int(dist(i).argmax()) for i in range(len(tree))]))
+    expected = exact_ar_distribution(model, prompt, cfg)
+    counts, _ = sample_many(model, prompt, cfg, n=5_000)  # fewer samples suffice to catch this bias
+    assert chi_square_p(counts, expected, 5_000) < P_FAIL
+
+
+def test_greedy_stays_token_identical_with_sampling_fields_set(tiny):
+    """Top-p / top-k / seed are ignored at temperature 0: greedy output = model.generate greedy."""
+    from engine.reference import greedy_reference
+
+    model, prompt = tiny
+    cfg = DecodeConfig(max_new_tokens=24, top_p=0.5, sample_top_k=3, seed=7, verifier="hsd", gt_threshold=0.0)
+    tokens = [t for tr in SpecDecoder(model, cfg).generate(prompt) for t in tr.new_tokens]
+    assert tokens == greedy_reference(model, prompt, 24, ())
+
+
+def test_exact_enumeration_is_a_distribution(tiny):
+    model, prompt = tiny
+    dist = exact_ar_distribution(model, prompt, DecodeConfig(temperature=1.0))
+    assert len(dist) == VOCAB ** N_TOKENS and abs(sum(dist.values()) - 1) < 1e-9
+    assert all(len(key) == N_TOKENS for key in itertools.islice(dist, 5))
