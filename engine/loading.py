@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,3 +120,50 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         model = model.to(dev)
     model.eval()
     return LoadedModel(model, tokenizer, name, "auto (device_map)" if multi_gpu else dev, torch_dtype)
+
+
+class ModelRegistry:
+    """Loaded models by (name, device, dtype), least recently used dropped beyond ``capacity``.
+
+    The page keeps each user's choice in ``gr.State`` as a key; the registry only shares the weights
+    (read-only) between users who picked the same model.  Loading is serialised by a lock.
+    """
+
+    def __init__(self, first: LoadedModel, capacity: int = 2) -> None:
+        self.capacity = capacity
+        self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
+        self._lock = threading.Lock()
+        self.default_key = self.put(first)
+
+    @staticmethod
+    def key_of(lm: LoadedModel) -> tuple[str, str, str]:
+        return (lm.name, lm.device, str(lm.dtype).removeprefix("torch."))
+
+    def put(self, lm: LoadedModel) -> tuple[str, str, str]:
+        key = self.key_of(lm)
+        self._models[key] = lm
+        self._models.move_to_end(key)
+        for old in list(self._models):  # drop the least recently used, never the default model
+            if len(self._models) <= self.capacity:
+                break
+            if old != getattr(self, "default_key", None) and old != key:
+                del self._models[old]
+        return key
+
+    def get(self, key) -> LoadedModel:
+        """The model for ``key`` (a list or tuple), or the default model when it was dropped."""
+        key = tuple(key) if key else self.default_key
+        return self._models.get(key) or self._models.get(self.default_key) or next(iter(self._models.values()))
+
+    def load(self, name: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+        """Load (or reuse) a model; raises ``ModelLoadError`` and keeps every loaded model on failure."""
+        with self._lock:
+            want_device = resolve_device(device)
+            want_dtype = resolve_dtype(dtype, want_device)
+            for lm in self._models.values():
+                if lm.name == name and lm.device == want_device and lm.dtype == want_dtype:
+                    return lm
+            lm = load_model(name, device=device, dtype=dtype)
+            lm.warm_up()
+            self.put(lm)
+            return lm

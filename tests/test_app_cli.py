@@ -89,7 +89,8 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         job = client.submit("def fib(n):\n    ", api_name="/generate")
         updates = list(job)
         assert updates, "no streamed update"
-        text, tree, speed, stats, scrubber, explanation = updates[-1]
+        text, tree, speed, stats, scrubber, explanation, big, theory, settings = updates[-1]
+        assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.generate")
         assert scrubber and "bonus" in explanation
         assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
         assert speed and speed["type"] == "plotly"
@@ -108,21 +109,24 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
     import app
 
+    from engine.loading import ModelRegistry
+
+    models = ModelRegistry(demo_lm)
     outputs = list(app.generate("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6,
-                                True, 0.0, 24, True, 0.0, True, None, lm=demo_lm))
+                                True, 0.0, 24, True, 0.0, True, None, models=models))
     run = outputs[-1][4]
     assert len(run["traces"]) >= 3
-    k, fig, text = app.show_cycle(run, 2, True, step=-1, lm=demo_lm)
-    assert k == 1 and fig.layout.title.text.startswith("cycle 1") and text
-    k, _, _ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, lm=demo_lm)
+    k, fig, text, theory = app.show_cycle(run, 2, True, step=-1, models=models)
+    assert k == 1 and fig.layout.title.text.startswith("cycle 1") and text and "τ" in theory
+    k, *_ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, models=models)
     assert k == len(run["traces"]) - 1  # clamped at the last cycle
-    assert "Generate first" in app.show_cycle(None, 0, True, lm=demo_lm)[2]
+    assert "Generate first" in app.show_cycle(None, 0, True, models=models)[2]
     # clicking an output token shows the cycle that produced it
     from types import SimpleNamespace
 
     assert len(run["token_cycles"]) == 24
     index = len(run["token_cycles"]) - 1
-    k, fig, _ = app.jump_to_token(run, True, SimpleNamespace(index=index), lm=demo_lm)
+    k, fig, *_ = app.jump_to_token(run, True, SimpleNamespace(index=index), models=models)
     assert k == run["token_cycles"][index] == run["traces"][-1].index
     segments = outputs[-1][0]
     assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)

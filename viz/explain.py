@@ -63,3 +63,40 @@ def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[
         return [(token_text(t), "AR") for t in trace.new_tokens]
     labels = [s.value.upper() for s in trace.accepted_sources] + ["bonus"]
     return [(token_text(t), label) for t, label in zip(trace.new_tokens, labels)]
+
+
+def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int) -> str:
+    """Markdown: measured p_s, p_t and τ next to Goose Prop. 1's bound (Eq. 1) for the latest tree's
+    shape and the Iso(3) yield for the same budget (Goose App. E.4); see ``engine.theory``."""
+    from engine.theory import isotropic_yield, spine_yield_bound, tree_shape
+
+    if summary is None or summary.cycles == 0:
+        return "Generate first: the panel compares the measured τ with the expected yield of the tree shape."
+    p_s, p_t = summary.p_s or 0.0, summary.p_t or 0.0
+    lines = [f"| quantity | value |", "|---|---|",
+             f"| measured p_s (spine acceptance) | {summary.p_s:.3f} |" if summary.p_s is not None else
+             "| measured p_s (spine acceptance) | – (no spine token verified yet) |",
+             f"| measured p_t (branch acceptance) | {summary.p_t:.3f} |" if summary.p_t is not None else
+             "| measured p_t (branch acceptance) | – (no branch token verified yet) |",
+             f"| measured τ (tokens per forward) | **{summary.tau:.2f}** |"]
+    if trace is not None and trace.mode in ("tree", "bypass"):
+        m, widths = tree_shape(trace.tree)
+        bound = spine_yield_bound(p_s, p_t, m, widths, max_depth)
+        lines.append(f"| Eq. 1 bound for cycle {trace.index}'s shape (m = {m}, w = {widths[:6]}{'…' * (len(widths) > 6)}) "
+                     f"| {bound:.2f} |")
+    lines.append(f"| Iso(3) yield, B = {budget}, rate p_t | {isotropic_yield(p_t, budget, 3, max_depth):.2f} |")
+    lines.append("")
+    lines.append("Eq. 1 is a lower bound under independent acceptances (Goose Prop. 1); positively correlated "
+                 "acceptances in real text make the measured τ exceed it.")
+    return "\n".join(lines)
+
+
+def big_numbers(summary) -> str:
+    """HTML: τ and tokens/s in large type, for presenting."""
+    if summary is None or summary.cycles == 0:
+        tau, speed = "–", "–"
+    else:
+        tau, speed = f"{summary.tau:.2f}", f"{summary.tok_per_s:.0f}"
+    cell = ('<div style="display:inline-block;margin-right:2.5em"><div style="font-size:3em;font-weight:700;'
+            'line-height:1">{}</div><div style="opacity:.7">{}</div></div>')
+    return cell.format(tau, "τ — tokens per forward") + cell.format(speed, "tokens / s")

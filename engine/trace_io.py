@@ -1,0 +1,151 @@
+"""Run export / import: a versioned JSON document of a whole run (schema: docs/trace-schema.md).
+
+A run is replayable with no model loaded: the document carries the text of every token id it
+mentions.  Import only ever parses JSON (never pickle), checks the size, the schema name and
+version, and every field's type, and says exactly what is wrong otherwise.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable
+
+from .trace import MODES, CycleTrace
+from .tree import DraftTree, GhostNode, Source
+
+SCHEMA = "goose-lens-trace"
+VERSION = 1
+MAX_BYTES = 32 * 1024 * 1024  # refuse larger files: a 1024-token run at B = 128 is ~5 MB
+
+
+class TraceFormatError(ValueError):
+    """The file is not a goose-lens trace this version can replay; the message says why."""
+
+
+def _tree_dict(tree: DraftTree) -> dict:
+    return {"tokens": list(tree.tokens), "parents": list(tree.parents), "sources": [s.value for s in tree.sources],
+            "scores": [round(x, 6) for x in tree.scores], "est_accept": [round(x, 6) for x in tree.est_accept]}
+
+
+def trace_to_dict(t: CycleTrace) -> dict:
+    return {"index": t.index, "mode": t.mode, "tree": _tree_dict(t.tree),
+            "ghosts": [{"parent": g.parent, "token": g.token, "source": g.source.value, "score": round(g.score, 6),
+                        "est_accept": round(g.est_accept, 6)} for g in t.ghosts],
+            "greedy": list(t.greedy), "accepted": list(t.accepted), "bonus": t.bonus, "new_tokens": list(t.new_tokens),
+            "spine_ratio": t.spine_ratio, "p_s_ema": t.p_s_ema, "timings_ms": dict(t.timings_ms),
+            "elapsed_s": t.elapsed_s, "total_tokens": t.total_tokens, "finished": t.finished, "ptd_rows": t.ptd_rows}
+
+
+def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace],
+               token_text: Callable[[int], str]) -> str:
+    """The run as a JSON string (schema ``goose-lens-trace`` version 1).
+
+    Args:
+        model: model id or path.  prompt: the prompt text.  config: ``DecodeConfig.to_dict()`` as used.
+        traces: every cycle, prefill first.  token_text: token id -> its text (the tokenizer's decode).
+    """
+    ids: set[int] = set()
+    for t in traces:
+        ids.update(t.tree.tokens, t.greedy, t.new_tokens, (g.token for g in t.ghosts), (t.bonus,))
+    doc = {"schema": SCHEMA, "version": VERSION, "model": model, "prompt": prompt, "config": config,
+           "token_text": {str(i): token_text(i) for i in sorted(ids)},
+           "cycles": [trace_to_dict(t) for t in traces]}
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def _need(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise TraceFormatError(f"{where}: {what}")
+
+
+def _ints(x: Any, where: str, allow_none_first: bool = False) -> list:
+    _need(isinstance(x, list), where, "expected a list")
+    for k, v in enumerate(x):
+        ok = (v is None and allow_none_first and k == 0) or (isinstance(v, int) and not isinstance(v, bool))
+        _need(ok, where, f"item {k} is not an integer")
+    return x
+
+
+def _floats(x: Any, where: str) -> list[float]:
+    _need(isinstance(x, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                      for v in x), where, "expected a list of finite numbers")
+    return [float(v) for v in x]
+
+
+def _source(x: Any, where: str) -> Source:
+    try:
+        return Source(x)
+    except ValueError:
+        raise TraceFormatError(f"{where}: unknown source {x!r}") from None
+
+
+def _trace_from_dict(c: Any, k: int) -> CycleTrace:
+    where = f"cycle {k}"
+    _need(isinstance(c, dict), where, "expected an object")
+    for key in ("index", "mode", "tree", "greedy", "accepted", "bonus", "new_tokens", "elapsed_s", "total_tokens",
+                "finished"):
+        _need(key in c, where, f"missing field {key!r}")
+    _need(c["mode"] in MODES, where, f"unknown mode {c['mode']!r}")
+    t = c["tree"]
+    _need(isinstance(t, dict), f"{where}.tree", "expected an object")
+    try:
+        tree = DraftTree(tuple(_ints(t.get("tokens"), f"{where}.tree.tokens")),
+                         tuple(_ints(t.get("parents"), f"{where}.tree.parents", allow_none_first=True)),
+                         tuple(_source(s, f"{where}.tree.sources") for s in t.get("sources") or []),
+                         tuple(_floats(t.get("scores"), f"{where}.tree.scores")),
+                         tuple(_floats(t.get("est_accept"), f"{where}.tree.est_accept")))
+    except ValueError as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
+        raise TraceFormatError(f"{where}.tree: {exc}") from None
+    n = len(tree)
+    greedy, accepted = _ints(c["greedy"], f"{where}.greedy"), _ints(c["accepted"], f"{where}.accepted")
+    _need(len(greedy) == n, f"{where}.greedy", f"expected {n} entries (one per node)")
+    _need(all(0 < a < n for a in accepted), f"{where}.accepted", "node index out of range")
+    ghosts = []
+    for g in c.get("ghosts", []):
+        _need(isinstance(g, dict) and isinstance(g.get("parent"), int) and 0 <= g["parent"] < n
+              and isinstance(g.get("token"), int), f"{where}.ghosts", "bad ghost entry")
+        ghosts.append(GhostNode(g["parent"], g["token"], _source(g.get("source"), f"{where}.ghosts"),
+                                float(g.get("score", 0.0)), float(g.get("est_accept", 0.0))))
+    timings = c.get("timings_ms", {})
+    _need(isinstance(timings, dict) and all(isinstance(v, (int, float)) for v in timings.values()),
+          f"{where}.timings_ms", "expected an object of numbers")
+    _need(isinstance(c["elapsed_s"], (int, float)), where, "elapsed_s is not a number")
+    return CycleTrace(index=int(c["index"]), mode=c["mode"], tree=tree, ghosts=tuple(ghosts), greedy=tuple(greedy),
+                      accepted=tuple(accepted), bonus=int(c["bonus"]),
+                      new_tokens=tuple(_ints(c["new_tokens"], f"{where}.new_tokens")),
+                      spine_ratio=c.get("spine_ratio"), p_s_ema=float(c.get("p_s_ema", 0.0)), timings_ms=timings,
+                      elapsed_s=float(c["elapsed_s"]), total_tokens=int(c["total_tokens"]),
+                      finished=bool(c["finished"]), ptd_rows=int(c.get("ptd_rows", 0)))
+
+
+def load_run(data: bytes | str) -> dict:
+    """Parse and validate an exported run.
+
+    Returns:
+        {"model", "prompt", "config", "token_text": {id: text}, "traces": [CycleTrace, ...]}.
+
+    Raises:
+        TraceFormatError: too large, not JSON, another schema or version, or a malformed field.
+    """
+    size = len(data.encode("utf-8") if isinstance(data, str) else data)
+    if size > MAX_BYTES:
+        raise TraceFormatError(f"the file is {size / 2**20:.1f} MB; traces up to {MAX_BYTES // 2**20} MB are accepted")
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceFormatError(f"not a JSON file ({exc})") from None
+    _need(isinstance(doc, dict) and doc.get("schema") == SCHEMA, "file",
+          f"not a goose-lens trace (expected \"schema\": \"{SCHEMA}\")")
+    _need(doc.get("version") == VERSION, "file",
+          f"trace schema version {doc.get('version')!r}; this goose-lens reads version {VERSION}")
+    cycles = doc.get("cycles")
+    _need(isinstance(cycles, list) and cycles, "file", "no cycles recorded")
+    texts = doc.get("token_text", {})
+    _need(isinstance(texts, dict) and all(isinstance(v, str) for v in texts.values()), "token_text",
+          "expected an object of strings")
+    _need(isinstance(doc.get("config", {}), dict), "config", "expected an object")
+    return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")), "config": doc.get("config", {}),
+            "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
+            "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}
