@@ -207,7 +207,7 @@ def export_trace(run, model_key=None, *, models: ModelRegistry):
 def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistry):
     """Replay an exported trace with no model run; a bad file leaves the current run untouched."""
     if not file:
-        return (gr.skip(),) * 9
+        return (gr.skip(),) * 10
     try:
         if os.path.getsize(file) > MAX_BYTES:
             raise TraceFormatError(f"the file is larger than {MAX_BYTES // 2**20} MB")
@@ -215,7 +215,7 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
     except (OSError, TraceFormatError) as exc:
         message = f"Could not import the trace: {exc}"
         gr.Warning(message)
-        return (gr.skip(),) * 3 + (f"⚠️ {message}", run) + (gr.skip(),) * 4
+        return (gr.skip(),) * 3 + (f"⚠️ {message}", run) + (gr.skip(),) * 4 + (None,)  # None: the box is free again
     new_run = {**loaded, "token_cycles": [t.index for t in loaded["traces"] for _ in t.new_tokens]}
     text = token_text_of(new_run, None)
     segments = [seg for t in new_run["traces"] for seg in cycle_segments(t, text)]
@@ -223,7 +223,7 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
     tree, big, stats, explanation, theory = views(new_run, first, None, show_ghosts)
     stats = f"Imported trace of `{new_run['model']}` ({len(new_run['traces'])} cycles), replayed with no model: " + stats
     return (segments, tree, speed_figure(new_run["traces"]), stats, new_run,
-            gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=first.index), explanation, big, theory)
+            gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=first.index), explanation, big, theory, None)
 
 
 def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry):
@@ -338,7 +338,7 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
                     model_status = gr.Markdown(f"Using `{first.name}`.", elem_id="model-status")
                 with gr.Accordion("Trace file: export the last run, or replay one", open=False):
                     export_btn = gr.Button("Export trace (JSON)")
-                    export_file = gr.File(label="Exported trace", interactive=False)
+                    export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
                     import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
                                           type="filepath", elem_id="import-trace")
                 gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS),
@@ -394,7 +394,7 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
         stop_btn.click(None, None, None, cancels=[event, race_event], api_visibility="private")
         export_btn.click(partial(export_trace, models=models), [run, model_key], export_file, api_visibility="private")
         import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key],
-                           [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory],
+                           [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file],
                            api_name="import_trace")
         load_btn.click(partial(load_other_model, models=models), [model_name, device, dtype, model_key],
                        [model_status, model_key], api_name="load_model", concurrency_id="model", concurrency_limit=1)

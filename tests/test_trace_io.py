@@ -1,0 +1,75 @@
+"""Trace export / import (engine/trace_io.py, docs/trace-schema.md) and the theory formulas."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.config import DecodeConfig
+from engine.decode import SpecDecoder
+from engine.theory import isotropic_yield, spine_yield_bound, tree_shape
+from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
+
+
+@pytest.fixture(scope="module")
+def exported(demo_lm):
+    cfg = DecodeConfig(max_new_tokens=24, gt_threshold=0.0)
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
+    decoder = SpecDecoder(demo_lm.model, cfg, demo_lm.eos_token_ids)
+    traces = list(decoder.generate(ids))
+    doc = export_run(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), traces=traces,
+                     token_text=lambda i: demo_lm.tokenizer.decode([i]))
+    return traces, doc
+
+
+def test_round_trip_keeps_every_cycle(exported):
+    traces, doc = exported
+    run = load_run(doc.encode())
+    shape = lambda tree: (tree.tokens, tree.parents, tree.sources)  # noqa: E731 (scores are rounded to 1e-6)
+    assert [shape(t.tree) for t in run["traces"]] == [shape(t.tree) for t in traces]
+    assert all(a == pytest.approx(b, abs=1e-6) for r, t in zip(run["traces"], traces)
+               for a, b in zip(r.tree.scores, t.tree.scores))
+    assert [t.accepted for t in run["traces"]] == [t.accepted for t in traces]
+    assert [t.new_tokens for t in run["traces"]] == [t.new_tokens for t in traces]
+    assert all(tok in run["token_text"] for t in traces for tok in t.tree.tokens)
+    assert run["config"]["gt_threshold"] == 0.0
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(schema="other"), "not a goose-lens trace"),
+    (lambda d: d.update(version=2), "version 2"),
+    (lambda d: d.update(cycles=[]), "no cycles"),
+    (lambda d: d["cycles"][1]["tree"].update(parents=[None, 5]), "cycle 1.tree"),
+    (lambda d: d["cycles"][1].update(mode="warp"), "unknown mode"),
+    (lambda d: d["cycles"][1]["tree"]["sources"].__setitem__(0, "magic"), "unknown source"),
+    (lambda d: d["cycles"][1].update(accepted=[99]), "out of range"),
+    (lambda d: d["cycles"][1].pop("bonus"), "missing field 'bonus'"),
+])
+def test_bad_files_get_a_clear_message(exported, mutate, message):
+    doc = json.loads(exported[1])
+    mutate(doc)
+    with pytest.raises(TraceFormatError, match=message):
+        load_run(json.dumps(doc))
+
+
+def test_not_json_and_too_large_are_refused():
+    with pytest.raises(TraceFormatError, match="not a JSON file"):
+        load_run(b"\x80\x04\x95 pickle bytes")
+    with pytest.raises(TraceFormatError, match="MB"):
+        load_run(b" " * (MAX_BYTES + 1))
+
+
+def test_yield_formulas():
+    # Eq. 1 with no branches is the pure spine: 1 + sum p_s^i
+    assert spine_yield_bound(0.5, 0.3, 3, [0, 0, 0], 6) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    # branches only add (synergy >= 0), and more branch width adds more
+    assert spine_yield_bound(0.5, 0.3, 3, [4, 2, 1], 6) > spine_yield_bound(0.5, 0.3, 3, [1, 0, 0], 6)
+    assert isotropic_yield(0.0, 60) == 1.0 and isotropic_yield(1.0, 1 + 3 + 9, 3, 6) == pytest.approx(3.0)
+    assert 1 < isotropic_yield(0.3, 60) < 4
+
+
+def test_tree_shape_reads_spine_and_branch_widths(exported):
+    traces, _ = exported
+    for t in traces:
+        m, widths = tree_shape(t.tree)
+        assert m <= len(t.tree) - 1 and len(widths) == max(m, 1)
