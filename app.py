@@ -353,7 +353,7 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
                     scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (scrub or step through every recorded cycle)",
                                          elem_id="cycle-scrubber")
                     fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
-                    full_btn = gr.Button("⛶", scale=0, min_width=48, elem_id="tree-fullscreen")
+                    full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
                 output = gr.HighlightedText(label="Output so far, coloured by the source of each token "
                                                   "(click a token to see its cycle)", color_map=TOKEN_COLORS,
                                             show_legend=True, combine_adjacent=False, elem_id="output")

@@ -99,6 +99,7 @@ def test_generate_scrub_and_replay_in_a_browser(page_url, browser, tmp_path):
     page.wait_for_function("() => (document.querySelector('#stats')?.innerText || '').includes('128 tokens')",
                            timeout=120_000)
     if os.environ.get("GOOSE_LENS_SCREENSHOT"):
+        page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=False)
     before = tree_state(page)["title"]
     page.locator("#cycle-back").click()  # scrub back one cycle: the tree changes

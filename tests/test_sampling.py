@@ -126,5 +126,5 @@ def test_greedy_stays_token_identical_with_sampling_fields_set(tiny):
 def test_exact_enumeration_is_a_distribution(tiny):
     model, prompt = tiny
     dist = exact_ar_distribution(model, prompt, DecodeConfig(temperature=1.0))
-    assert len(dist) == VOCAB ** N_TOKENS and abs(sum(dist.values()) - 1) < 1e-9
+    assert len(dist) == VOCAB ** N_TOKENS and abs(sum(dist.values()) - 1) < 1e-6  # float32 softmax rows
     assert all(len(key) == N_TOKENS for key in itertools.islice(dist, 5))
