@@ -130,3 +130,22 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     assert k == run["token_cycles"][index] == run["traces"][-1].index
     segments = outputs[-1][0]
     assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)
+
+
+def test_race_and_model_picker(demo_lm):
+    import app
+    from engine.loading import ModelRegistry
+
+    models = ModelRegistry(demo_lm)
+    updates = list(app.race("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6, True,
+                            0.0, 32, True, models=models))
+    ar_text, spec_text, board = updates[-1]
+    assert ar_text == spec_text  # greedy: both decoders commit the same tokens
+    assert "speedup" in board and board.count("32 tokens") == 2
+    assert "prompt is empty" in list(app.race("", "goose", 60, True, 0.5, 6, True, 0.0, 8, True, models=models))[-1][2]
+    # a model that cannot be loaded: the message names it and the current model stays
+    steps = list(app.load_other_model("./no/such/model", "cpu", "fp32", None, models=models))
+    assert "Loading" in steps[0][0] and "no/such/model" in steps[-1][0] and steps[-1][1] is None
+    assert models.get(None) is demo_lm
+    steps = list(app.load_other_model("", "cpu", "fp32", None, models=models))  # the embedded model: reused
+    assert steps[-1][0].startswith("✅") and models.get(steps[-1][1]) is demo_lm
