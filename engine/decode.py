@@ -136,7 +136,8 @@ class SpecDecoder:
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
         """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
         cfg, t_start = self.config, time.perf_counter()
-        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + max(cfg.budget, cfg.max_spine + 1))
+        rows = max(cfg.budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)  # most rows one forward adds
+        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows)
         session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
                                                 calibrate_tr=cfg.tr_calibration))
