@@ -95,8 +95,8 @@ def settings_string(model: str, cfg: DecodeConfig) -> str:
     if model != DEMO_MODEL:
         args += ["--model", model]
     args += ["--method", cfg.method, "--budget", str(cfg.budget), "--depth", str(cfg.max_depth),
-             "--gt-threshold", f"{cfg.gt_threshold:g}" if isinstance(cfg.gt_threshold, float) else str(cfg.gt_threshold),
-             "--max-new-tokens", str(cfg.max_new_tokens), "--sources", ",".join(cfg.sources) or "''"]
+             "--gt-threshold", repr(cfg.gt_threshold) if isinstance(cfg.gt_threshold, float) else str(cfg.gt_threshold),
+             "--max-new-tokens", str(cfg.max_new_tokens), "--sources", ",".join(cfg.sources)]  # exact c: repr
     if cfg.spine_ratio is not None:
         args += ["--spine-ratio", f"{cfg.spine_ratio:g}"]
     if not cfg.bypass:

@@ -133,7 +133,8 @@ class ModelRegistry:
         self.capacity = capacity
         self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
-        self.default_key = self.put(first)
+        self.default_key = self.key_of(first)
+        self.put(first)
 
     @staticmethod
     def key_of(lm: LoadedModel) -> tuple[str, str, str]:
@@ -146,7 +147,7 @@ class ModelRegistry:
         for old in list(self._models):  # drop the least recently used, never the default model
             if len(self._models) <= self.capacity:
                 break
-            if old != getattr(self, "default_key", None) and old != key:
+            if old != self.default_key and old != key:
                 del self._models[old]
         return key
 

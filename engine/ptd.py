@@ -99,6 +99,13 @@ class ProgressiveTree:
         """(tokens, parents) of T; the root's parent is None (the graft attaches it to the anchor)."""
         return list(self.tokens), list(self.parents)
 
+    def children(self) -> list[list[int]]:
+        """Row indices of each row's children, oldest first (derived from the parent array)."""
+        kids: list[list[int]] = [[] for _ in range(len(self))]
+        for i in range(1, len(self)):
+            kids[self.parents[i]].append(i)
+        return kids
+
     def depths(self) -> list[int]:
         depth = [1] * len(self)
         for i in range(1, len(self)):
@@ -111,10 +118,7 @@ class ProgressiveTree:
         Args:
             greedy: the target's greedy token after each row of T, in row order (len(T) ints).
         """
-        n = len(self)
-        kids: list[list[int]] = [[] for _ in range(n)]
-        for i in range(1, n):
-            kids[self.parents[i]].append(i)
+        n, kids = len(self), self.children()
         for v in range(n):  # breadth of T is bounded by width and by max_rows (earliest rows first)
             if len(self.tokens) >= self.max_rows:
                 break
@@ -138,16 +142,13 @@ class ProgressiveTree:
 
     def _merge_into(self, pool: CandidatePool) -> None:
         """Merge the subtree of every row v into ``pool[token(v)]`` (PTD §3.2, merge M)."""
-        n = len(self)
-        kids: list[list[int]] = [[] for _ in range(n)]
-        for i in range(1, n):
-            kids[self.parents[i]].append(i)
+        kids = self.children()
 
         def paths(v: int) -> list[list[int]]:
             if not kids[v]:
                 return [[]]
             return [[self.tokens[c], *rest] for c in kids[v] for rest in paths(c)]
 
-        for v in range(n):
+        for v in range(len(self)):
             if kids[v]:
                 pool.merge(self.tokens[v], paths(v))

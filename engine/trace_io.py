@@ -80,24 +80,31 @@ def _source(x: Any, where: str) -> Source:
 
 
 def _trace_from_dict(c: Any, k: int) -> CycleTrace:
+    try:
+        return _trace_fields(c, k)
+    except (TypeError, ValueError) as exc:  # any field of the wrong type: one message naming the cycle
+        if isinstance(exc, TraceFormatError):
+            raise
+        raise TraceFormatError(f"cycle {k}: {exc}") from None
+
+
+def _trace_fields(c: Any, k: int) -> CycleTrace:
     where = f"cycle {k}"
     _need(isinstance(c, dict), where, "expected an object")
     for key in ("index", "mode", "tree", "greedy", "accepted", "bonus", "new_tokens", "elapsed_s", "total_tokens",
                 "finished"):
         _need(key in c, where, f"missing field {key!r}")
+    _need(c["index"] == k, where, f"index {c['index']!r} is not its position {k}")
     _need(c["mode"] in MODES, where, f"unknown mode {c['mode']!r}")
+    _need(c.get("spine_ratio") is None or isinstance(c["spine_ratio"], (int, float)), where,
+          "spine_ratio is not a number")
     t = c["tree"]
     _need(isinstance(t, dict), f"{where}.tree", "expected an object")
-    try:
-        tree = DraftTree(tuple(_ints(t.get("tokens"), f"{where}.tree.tokens")),
-                         tuple(_ints(t.get("parents"), f"{where}.tree.parents", allow_none_first=True)),
-                         tuple(_source(s, f"{where}.tree.sources") for s in t.get("sources") or []),
-                         tuple(_floats(t.get("scores"), f"{where}.tree.scores")),
-                         tuple(_floats(t.get("est_accept"), f"{where}.tree.est_accept")))
-    except ValueError as exc:
-        if isinstance(exc, TraceFormatError):
-            raise
-        raise TraceFormatError(f"{where}.tree: {exc}") from None
+    tree = DraftTree(tuple(_ints(t.get("tokens"), f"{where}.tree.tokens")),
+                     tuple(_ints(t.get("parents"), f"{where}.tree.parents", allow_none_first=True)),
+                     tuple(_source(s, f"{where}.tree.sources") for s in t.get("sources") or []),
+                     tuple(_floats(t.get("scores"), f"{where}.tree.scores")),
+                     tuple(_floats(t.get("est_accept"), f"{where}.tree.est_accept")))
     n = len(tree)
     greedy, accepted = _ints(c["greedy"], f"{where}.greedy"), _ints(c["accepted"], f"{where}.accepted")
     _need(len(greedy) == n, f"{where}.greedy", f"expected {n} entries (one per node)")

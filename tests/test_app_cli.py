@@ -132,6 +132,28 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)
 
 
+
+def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
+    import json
+    import shlex
+
+    import app
+    from engine import generate as cli
+    from engine.loading import ModelRegistry
+
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+    outputs = list(app.generate(prompt, "goose", 24, False, 0.5, 4, True, 0.0, 20, False, 0.0, True, None,
+                                ("pld", "tr", "ptd"), models=ModelRegistry(demo_lm)))
+    run, command = outputs[-1][4], outputs[-1][9]
+    (tmp_path / "PROMPT.txt").write_text(prompt, encoding="utf-8")
+    args = shlex.split(command)[3:]
+    args[args.index("PROMPT.txt")] = str(tmp_path / "PROMPT.txt")
+    assert cli.main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["token_ids"] == [t for tr in run["traces"] for t in tr.new_tokens]
+    assert result["config"] == json.loads(json.dumps(run["config"]))  # same c, sources, B, D, r …
+
+
 def test_race_and_model_picker(demo_lm):
     import app
     from engine.loading import ModelRegistry
