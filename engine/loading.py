@@ -1,4 +1,16 @@
-"""Model loading: hub id or local path, device and dtype choice, accelerate device_map for several GPUs."""
+"""Model loading: named models, hub ids, local folders and ``.gguf`` files; device, dtype, accelerate.
+
+What ``--model`` accepts (``resolve`` decides which):
+
+- ``smollm2`` / ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from a PyPI wheel, converted once
+  (``engine/models.py``); the default of the page, the CLI and the benchmark;
+- ``demo``: the 5.5M-parameter model embedded in ``assets/demo-model`` (fully offline);
+- a local ``.gguf`` file (dequantized by transformers, the same path the named model is converted by);
+- a local folder or a hub id (``from_pretrained``).
+
+A loaded model is named by an id (``LoadedModel.name``) that never contains a machine path: the named
+model's name, the hub id, or the file / folder name of a local model.
+"""
 from __future__ import annotations
 
 import os
@@ -10,10 +22,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-#: The embedded demo model (trained by scripts/train_demo_model.py), used when no --model is given.
-DEMO_MODEL = str(Path(__file__).resolve().parents[1] / "assets" / "demo-model")
-#: Environment variable that overrides the default model (a hub id or a local path), e.g. on a Space.
+from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
+
+#: Environment variable that overrides the default model (a name, hub id or local path), e.g. on a Space.
 MODEL_ENV = "GOOSE_LENS_MODEL"
+DEMO_MODEL = "demo"  # the embedded model's name
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -26,9 +39,27 @@ class ModelLoadError(RuntimeError):
 class LoadedModel:
     model: object  # transformers PreTrainedModel, eval mode
     tokenizer: object  # transformers tokenizer
-    name: str  # the id or path it was loaded from
+    name: str  # public id: named model, hub id, or a local model's file / folder name (never a path)
     device: str  # 'cpu', 'cuda', or 'auto (device_map)'
     dtype: torch.dtype
+    title: str = ""  # human name for headers, e.g. "SmolLM2-135M-Instruct" (default: ``name``)
+
+    @property
+    def params(self) -> int:
+        """Number of parameters (tied embeddings counted once)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def describe(self) -> str:
+        """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
+        n = self.params
+        size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(self.dtype).removeprefix("torch."),
+                                                                             str(self.dtype))
+        return f"{self.title or self.name} ({size}, {dtype}, {self.device.upper() if self.device == 'cpu' else self.device})"
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -58,9 +89,15 @@ class LoadedModel:
         """One small forward, so the first user request does not pay for lazy initialisation."""
         self.model(input_ids=torch.tensor([self.encode_prompt("warm up")], device=self.model.device))
 
-    def encode_prompt(self, text: str) -> list[int]:
-        """Token ids of a user prompt; the tokenizer's chat template is applied when it has one."""
-        if getattr(self.tokenizer, "chat_template", None):
+    def encode_prompt(self, text: str, chat: bool | None = None) -> list[int]:
+        """Token ids of a user prompt.
+
+        Args:
+            text: the prompt.
+            chat: True = wrap it as one user turn in the tokenizer's chat template (ignored when the
+                tokenizer has none); False = raw completion prompt; None = chat when a template exists.
+        """
+        if (chat is None or chat) and self.has_chat_template:
             ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                      tokenize=True, return_dict=False)
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
@@ -85,41 +122,99 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a ``--model`` value loads from: ``path`` (private) and the public ``name`` / ``title``."""
+
+    name: str  # public id, never a machine path
+    title: str  # human name
+    path: str  # hub id, local folder, or local .gguf file
+    local: bool
+    fetch: object | None = None  # engine.models.PypiGguf to fetch and convert first, or None
+
+
+def resolve(name_or_path: str | None = None) -> ModelSource:
+    """What ``name_or_path`` names; None = ``$GOOSE_LENS_MODEL`` if set, else ``DEFAULT_MODEL`` (SmolLM2).
+
+    Raises:
+        ModelLoadError: a local-looking path that does not exist.
+    """
+    name = (name_or_path or os.environ.get(MODEL_ENV) or DEFAULT_MODEL).strip()
+    key = name.lower()
+    if key in DEMO_NAMES:
+        return ModelSource(DEMO_MODEL, "goose-lens demo model", str(DEMO_MODEL_DIR), True)
+    if key in NAMED:
+        spec = NAMED[key]
+        return ModelSource(spec.name, spec.title, "", True, spec)
+    path = Path(name).expanduser()
+    if path.exists():
+        if path.resolve() == DEMO_MODEL_DIR:
+            return resolve(DEMO_MODEL)
+        return ModelSource(path.name, path.stem if path.suffix == ".gguf" else path.name, str(path), True)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or key.endswith(".gguf"):
+        raise ModelLoadError(f"could not load model {name!r}: no such file or directory")
+    return ModelSource(name, name.split("/")[-1], name, False)
+
+
 def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str = "auto",
-               attn_implementation: str | None = None) -> LoadedModel:
+               attn_implementation: str | None = None, progress: Progress | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
     Args:
-        name_or_path: hub id or local directory; None = ``$GOOSE_LENS_MODEL`` if set, else the embedded demo model.
+        name_or_path: ``smollm2``, ``demo``, a local ``.gguf`` file, a local folder or a hub id; None =
+            ``$GOOSE_LENS_MODEL`` if set, else SmolLM2 (fetched and converted on first use, ~1 min).
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
         dtype: 'auto' (bf16/fp16 on CUDA, fp32 on CPU), 'fp32', 'fp16', 'bf16'.
         attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
+        progress: called with (fraction, message) while a named model is fetched and converted.
 
     Raises:
-        ModelLoadError: the id or path cannot be loaded (missing, no network, not a causal LM, bad device/dtype).
+        ModelLoadError: the model cannot be had or loaded (missing, offline, checksum, not a causal LM,
+            bad device/dtype); the message is one line naming the model and the cause.
     """
-    name = name_or_path or os.environ.get(MODEL_ENV) or DEMO_MODEL
+    src = resolve(name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
-    local = Path(name).exists()
-    if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name):
-        raise ModelLoadError(f"could not load model {name!r}: no such directory")
-    kwargs = {"dtype": torch_dtype, "local_files_only": local}
+    kwargs = {"dtype": torch_dtype, "local_files_only": src.local}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if multi_gpu:
         kwargs["device_map"] = "auto"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        path = str(ensure_model(src.fetch, progress or (lambda f, m: None))) if src.fetch else src.path
+        if path.endswith(".gguf"):
+            model, tokenizer = load_gguf(Path(path), torch_dtype)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=src.local)
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except FetchError as exc:
+        raise ModelLoadError(f"could not get model {src.name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure becomes one clear message naming the model
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"could not load model {name!r}: {reason}") from exc
+        raise ModelLoadError(f"could not load model {src.name!r}: {reason}") from exc
     if not multi_gpu:
         model = model.to(dev)
     model.eval()
-    return LoadedModel(model, tokenizer, name, "auto (device_map)" if multi_gpu else dev, torch_dtype)
+    return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title)
+
+
+def tqdm_progress(desc: str = "model"):
+    """A ``Progress`` callback drawing a tqdm bar (percent) on stderr, for the command line."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(fraction: float, message: str) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=100, desc=desc, unit="%", bar_format="{desc}: {percentage:3.0f}% |{bar}| {postfix}")
+        bar.update(round(fraction * 100) - bar.n)
+        bar.set_postfix_str(message)
+        if fraction >= 1.0:
+            bar.close()
+
+    return update
 
 
 class ModelRegistry:
@@ -156,15 +251,16 @@ class ModelRegistry:
         key = tuple(key) if key else self.default_key
         return self._models.get(key) or self._models.get(self.default_key) or next(iter(self._models.values()))
 
-    def load(self, name: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    def load(self, name: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None) -> LoadedModel:
         """Load (or reuse) a model; raises ``ModelLoadError`` and keeps every loaded model on failure."""
         with self._lock:
+            want_name = resolve(name).name
             want_device = resolve_device(device)
             want_dtype = resolve_dtype(dtype, want_device)
             for lm in self._models.values():
-                if lm.name == name and lm.device == want_device and lm.dtype == want_dtype:
+                if lm.name == want_name and lm.device == want_device and lm.dtype == want_dtype:
                     return lm
-            lm = load_model(name, device=device, dtype=dtype)
+            lm = load_model(name, device=device, dtype=dtype, progress=progress)
             lm.warm_up()
             self.put(lm)
             return lm
