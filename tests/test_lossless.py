@@ -43,12 +43,13 @@ CONFIGS = {
 }
 
 
-def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, source: str | None = None) -> int:
-    """Assert token identity with greedy generate; return the number of draft tokens accepted (of
-    ``source`` only, when given)."""
+def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, source: str | None = None,
+                    want: list[int] | None = None) -> int:
+    """Assert token identity with greedy generate (``want``: its ids when already computed); return the
+    number of draft tokens accepted (of ``source`` only, when given)."""
     traces = list(SpecDecoder(model, config, eos).generate(prompt_ids))
     got = [t for tr in traces for t in tr.new_tokens]
-    want = greedy_reference(model, prompt_ids, config.max_new_tokens, eos)
+    want = want if want is not None else greedy_reference(model, prompt_ids, config.max_new_tokens, eos)
     assert got == want, f"token ids differ from greedy generate at position {next(i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b)}"
     summary = summarize(traces)
     if source is not None:
