@@ -7,13 +7,15 @@ import argparse
 import json
 from pathlib import Path
 
-PICKS = [  # (dataset, file, record index, field, label)
-    ("humaneval", "HumanEval.jsonl", 0, "prompt", "HumanEval/0 has_close_elements"),
-    ("humaneval", "HumanEval.jsonl", 2, "prompt", "HumanEval/2 truncate_number"),
-    ("humaneval", "HumanEval.jsonl", 11, "prompt", "HumanEval/11 string_xor"),
-    ("mbpp", "mbpp.jsonl", 10, "text", "MBPP/11 remove first and last occurrence"),
-    ("gsm8k", "test.jsonl", 0, "question", "GSM8K test #0 (Janet's ducks)"),
-    ("mt_bench", "question.jsonl", 40, "turns", "MT-Bench 121 (coding)"),
+PICKS = [  # (dataset, file, record index, field, label, prompt format: raw completion or chat template)
+    # chosen on SmolLM2-135M-Instruct: coherent greedy answers, PLD and TR tokens both accepted
+    ("mbpp", "mbpp.jsonl", 2, "text", "MBPP/3 non-prime numbers (chat)", "chat"),
+    ("gsm8k", "test.jsonl", 0, "question", "GSM8K test #0 Janet's ducks (chat)", "chat"),
+    ("mt_bench", "question.jsonl", 40, "turns", "MT-Bench 121 coding (chat)", "chat"),
+    ("mt_bench", "question.jsonl", 25, "turns", "MT-Bench 106 reasoning (chat)", "chat"),
+    ("humaneval", "HumanEval.jsonl", 7, "prompt", "HumanEval/7 filter_by_substring (raw code)", "raw"),
+    ("humaneval", "HumanEval.jsonl", 12, "prompt", "HumanEval/12 longest (raw code)", "raw"),
+    ("humaneval", "HumanEval.jsonl", 0, "prompt", "HumanEval/0 has_close_elements (raw code)", "raw"),
 ]
 SOURCES = {
     "humaneval": ("https://github.com/openai/human-eval", "MIT, Copyright (c) OpenAI"),
@@ -29,11 +31,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "assets" / "presets.json"))
     args = ap.parse_args()
     presets = []
-    for dataset, fname, idx, field, label in PICKS:
+    for dataset, fname, idx, field, label, prompt_format in PICKS:
         record = json.loads((Path(args.data) / dataset / fname).read_text(encoding="utf-8").splitlines()[idx])
         text = record[field][0] if field == "turns" else record[field]
         url, license_ = SOURCES[dataset]
-        presets.append({"label": label, "dataset": dataset, "prompt": text, "source": url, "license": license_})
+        presets.append({"label": label, "dataset": dataset, "prompt": text, "format": prompt_format, "source": url,
+                        "license": license_})
     Path(args.out).write_text(json.dumps(presets, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {len(presets)} presets to {args.out}")
 
