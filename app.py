@@ -1,7 +1,7 @@
 """goose-lens: a Gradio page that streams speculative decoding and draws every cycle's draft tree.
 
     python app.py [--model smollm2|demo|ID|PATH] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
-                  [--host 127.0.0.1] [--port 7860] [--share]
+                  [--host 127.0.0.1] [--port 7860] [--share] [--public]
 
 This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm.
 Per-user data (the recorded run, the chosen model) lives in ``gr.State``; loaded weights are shared
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from engine.config import ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve
 from engine.decode import SpecDecoder
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
+from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.metrics import summarize
 from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 from viz.charts import cost_figure, speed_figure
@@ -239,11 +241,58 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
             gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=first.index), explanation, big, theory, None)
 
 
-def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry):
+ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
+
+
+def canonical_model_name(name: str) -> str:
+    """The id a model name stands for ('smollm2' -> 'smollm2-135m-instruct'), without touching the filesystem."""
+    key = name.strip().lower()
+    return NAMED[key].name if key in NAMED else DEMO_MODEL if key in DEMO_NAMES else name.strip()
+
+
+@dataclass(frozen=True)
+class PageOptions:
+    """Server-wide settings of the page, the same for every visitor (per-visitor data lives in ``gr.State``).
+
+    Public mode (a shared Space: ``$SPACE_ID`` set, or ``--public``) protects visitors from each other:
+    the model picker loads only ``allowed_models`` (never a local path, never remote code), runs are
+    capped at ``max_new_tokens``, and a cost-curve re-measure changes only the visitor's own session.
+    Outside public mode the picker loads anything, as a local debugging tool should.
+    """
+
+    public: bool = False
+    allowed_models: tuple[str, ...] = (DEMO_MODEL, SMOLLM2.name)  # public mode only (ids, see canonical_model_name)
+    max_new_tokens: int = 1024  # the slider's maximum; public mode: 512, so one run cannot hold the device for long
+    notice: str | None = None  # shown under the title, e.g. why the default model was replaced by the demo model
+
+    @classmethod
+    def from_env(cls, public: bool = False, notice: str | None = None) -> "PageOptions":
+        """Public when ``public`` or ``$SPACE_ID`` is set; the allowlist from ``$GOOSE_LENS_ALLOWED_MODELS``."""
+        if not (public or os.environ.get("SPACE_ID")):
+            return cls(notice=notice)
+        listed = [canonical_model_name(n) for n in os.environ.get(ALLOWED_ENV, "").split(",") if n.strip()]
+        return cls(public=True, allowed_models=tuple(listed) or cls.allowed_models, max_new_tokens=512,
+                   notice=notice)
+
+    def refusal(self, name: str) -> str | None:
+        """Why this page will not load ``name``, or None when it may."""
+        if self.public and canonical_model_name(name) not in self.allowed_models:
+            return (f"This public page loads only these models: {', '.join(self.allowed_models)} "
+                    f"(run goose-lens yourself to load any other).")
+        return None
+
+
+def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()):
     """Model picker: yields progress lines (a named model's fetch and conversion step by step), then the new
-    model's key; on failure keeps the current model.  An empty name means the page's default model."""
+    model's key; on failure keeps the current model.  An empty name means the page's default model.
+    In public mode a model outside the allowlist is refused before anything is looked up."""
     current = models.get(model_key)
     name = (name or "").strip() or models.get(None).name
+    refusal = options.refusal(name)
+    if refusal:
+        gr.Warning(refusal)
+        yield f"⚠️ {refusal} Still using {current.describe()}.", model_key
+        return
     waiting = f"the current model {current.describe()} stays in use meanwhile"
     yield f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}.", model_key
     t0, step, result = time.perf_counter(), [0.0, "starting"], {}
@@ -333,13 +382,10 @@ def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto"
                     f"({lm.describe()}) instead: {exc}")
 
 
-def build_demo(lm: LoadedModel | ModelRegistry, notice: str | None = None) -> gr.Blocks:
-    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
-
-    ``notice``: a line shown under the title (e.g. why the default model was replaced by the demo model).
-    """
+def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptions()) -> gr.Blocks:
+    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry."""
     models = lm if isinstance(lm, ModelRegistry) else ModelRegistry(lm)
-    first = models.get(None)
+    first, notice = models.get(None), options.notice
     with gr.Blocks(title="goose-lens") as demo:
         with gr.Row():
             gr.Markdown(f"# goose-lens — speculative decoding, one draft tree per cycle\n"
@@ -365,7 +411,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, notice: str | None = None) -> gr
                 depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D")
                 auto_c = gr.Checkbox(value=True, label="Auto GT threshold c (from the measured cost curve)")
                 gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="GT threshold c when not auto (0 = off)")
-                max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+                max_new = gr.Slider(1, options.max_new_tokens, value=128, step=1, label="Max new tokens")
                 bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain")
                 with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
@@ -382,8 +428,9 @@ def build_demo(lm: LoadedModel | ModelRegistry, notice: str | None = None) -> gr
                 settings = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
                                       buttons=["copy"], interactive=False, elem_id="settings")
                 with gr.Accordion("Model", open=False):
-                    model_name = gr.Textbox(first.name, label="Model: smollm2, demo, a hub id, a local folder or "
-                                                               ".gguf file")
+                    model_name = gr.Textbox(first.name, label=f"Model: one of {', '.join(options.allowed_models)}"
+                                            if options.public else "Model: smollm2, demo, a hub id, a local folder or "
+                                                                   ".gguf file")
                     with gr.Row():
                         device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
                         dtype = gr.Dropdown(["auto", "fp32", "fp16", "bf16"], value="auto", label="Dtype")
@@ -449,8 +496,9 @@ def build_demo(lm: LoadedModel | ModelRegistry, notice: str | None = None) -> gr
         import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key],
                            [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file],
                            api_name="import_trace")
-        load_btn.click(partial(load_other_model, models=models), [model_name, device, dtype, model_key],
-                       [model_status, model_key], api_name="load_model", concurrency_id="model", concurrency_limit=1)
+        load_btn.click(partial(load_other_model, models=models, options=options), [model_name, device, dtype, model_key],
+                       [model_status, model_key], api_name="load_model", concurrency_id="load",
+                       concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
         remeasure.click(lambda b, key: cost_figure(cached_cost_curve(models.get(key).model, refresh=True), int(b)),
                         [budget, model_key], cost_plot, api_visibility="private", concurrency_id="model",
                         concurrency_limit=1)
@@ -476,6 +524,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1 (a Space sets it)")
     ap.add_argument("--port", type=int, default=None, help="default: $GRADIO_SERVER_PORT, else 7860")
     ap.add_argument("--share", action="store_true", help="create a public gradio.live link")
+    ap.add_argument("--public", action="store_true", help="public mode (also when $SPACE_ID is set): allowlisted "
+                    f"models only (${ALLOWED_ENV}), capped runs, per-visitor cost-curve re-measure")
     return ap.parse_args(argv)
 
 
@@ -489,7 +539,7 @@ def main(argv=None) -> int:
     if notice:
         print(notice, file=sys.stderr)
     lm.warm_up()  # the first Generate should not pay for torch's lazy initialisation
-    demo = build_demo(lm, notice)
+    demo = build_demo(lm, PageOptions.from_env(args.public or args.share, notice))
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)
     return 0

@@ -171,3 +171,24 @@ def test_race_and_model_picker(demo_lm):
     assert models.get(None) is demo_lm
     steps = list(app.load_other_model("", "cpu", "fp32", None, models=models))  # the embedded model: reused
     assert steps[-1][0].startswith("✅") and models.get(steps[-1][1]) is demo_lm
+
+
+def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
+    import app
+    from engine.loading import ModelRegistry
+
+    monkeypatch.setenv("SPACE_ID", "someone/goose-lens")
+    monkeypatch.setenv(app.ALLOWED_ENV, "demo, smollm2")
+    options = app.PageOptions.from_env()
+    assert options.public and options.allowed_models == ("demo", "smollm2-135m-instruct")
+    assert options.max_new_tokens == 512
+    models = ModelRegistry(demo_lm)
+    for name in ("/etc", "./assets/demo-model", "gpt2", "~/.cache/goose-lens/models/x"):  # paths, other hub ids
+        steps = list(app.load_other_model(name, "cpu", "fp32", None, models=models, options=options))
+        assert len(steps) == 1 and "loads only these models: demo, smollm2-135m-instruct" in steps[0][0]
+        assert steps[0][1] is None and models.get(None) is demo_lm
+    assert options.refusal("SmolLM2") is None and options.refusal("demo") is None
+    monkeypatch.delenv("SPACE_ID")
+    assert not app.PageOptions.from_env().public and app.PageOptions.from_env().refusal("/etc") is None
+    demo = app.build_demo(demo_lm, options)  # the page builds in public mode, its slider capped
+    assert any(getattr(b, "maximum", None) == 512 for b in demo.blocks.values())
