@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
