@@ -3,10 +3,15 @@
 Source: Goose paper, Appendix C.1 ("Dense GPU bigram adjacency table", "Aggressive logit
 harvesting"), extending Token Recycling's adjacency matrix (Luo et al., 2025) with a bigram tier.
 
-Tier 1 (unigram) is dense: ``ids`` and ``scores`` tensors of shape (|V|, K) on the model's device.
-Tier 2 (bigram) maps ``(prev, token) -> top-K`` and is a bounded LRU dictionary.
-Scores are the target's softmax probabilities at harvest time (float32, in [0, 1]); a row of zeros
-means "never observed".  One table belongs to one generation session; it is never shared.
+The top-K of each logit row is taken on the model's device (``top_successors``) and read back in the
+cycle's one device-to-host copy (``verify.read_back``); the table itself lives on the host, where the
+tree builder reads it, so a lookup never waits for the device.  (The paper keeps a dense GPU table
+because its tree builder runs on the GPU; ours is Python, and a per-lookup device read would cost one
+host sync per node.)
+
+Tier 1 (unigram) maps ``token -> top-K``; tier 2 (bigram) maps ``(prev, token) -> top-K`` and is a
+bounded LRU dictionary.  Scores are the target's softmax probabilities at harvest time (in [0, 1]);
+a token never observed has no row.  One table belongs to one generation session; it is never shared.
 """
 from __future__ import annotations
 
@@ -14,42 +19,67 @@ from collections import OrderedDict
 
 import torch
 
+#: One table row: successor token ids and their scores, best first.
+Row = tuple[tuple[int, ...], tuple[float, ...]]
+
+
+@torch.no_grad()
+def top_successors(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The score definition of the table: top-``k`` softmax probabilities of each row, on the logits' device.
+
+    Args:
+        logits: (n, |V|) logits (any dtype, any device).
+        k: successors per row (capped at |V|).
+
+    Returns:
+        (scores, ids): (n, k) float32 probabilities, best first, and (n, k) int64 token ids.
+    """
+    probs = torch.softmax(logits.float(), dim=-1)  # (n, |V|)
+    return probs.topk(min(k, logits.shape[-1]), dim=-1)  # (n, k), (n, k)
+
 
 class AdjacencyTable:
-    def __init__(self, vocab_size: int, top_k: int = 10, device: torch.device | str = "cpu",
-                 bigram_capacity: int = 65536) -> None:
+    def __init__(self, vocab_size: int, top_k: int = 10, bigram_capacity: int = 65536) -> None:
         self.vocab_size = vocab_size
         self.top_k = top_k
-        self.ids = torch.zeros(vocab_size, top_k, dtype=torch.long, device=device)  # (|V|, K)
-        self.scores = torch.zeros(vocab_size, top_k, dtype=torch.float32, device=device)  # (|V|, K)
-        self.bigram: OrderedDict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = OrderedDict()
+        self.unigram: dict[int, Row] = {}  # token -> latest top-K (at most |V| rows)
+        self.bigram: OrderedDict[tuple[int, int], Row] = OrderedDict()
         self.bigram_capacity = bigram_capacity
 
-    @torch.no_grad()
-    def harvest(self, prev_tokens: list[int | None], tokens: torch.Tensor, logits: torch.Tensor) -> None:
-        """Store the top-K of every logit row as the successors of that row's input token.
+    def store(self, prev_tokens: list[int | None], tokens: list[int], ids: list[list[int]],
+              scores: list[list[float]]) -> None:
+        """Store host rows (read back by ``verify.read_back``) as the successors of each row's input token.
 
         Args:
-            prev_tokens: per row, the token before ``tokens[i]`` on its path (None for the first
-                token of the sequence); keys the bigram tier.
-            tokens: (n,) int64 input token of each row.
-            logits: (n, |V|) float logits of the same rows (any dtype, any device).
+            prev_tokens: per row, the token before ``tokens[i]`` on its path (None for the first token
+                of the sequence); keys the bigram tier.
+            tokens: (n,) input token of each row.
+            ids, scores: (n, k) successor ids and scores of each row, best first (``top_successors``).
         """
-        k = min(self.top_k, logits.shape[-1])
-        probs = torch.softmax(logits.float(), dim=-1)  # (n, |V|)
-        top_p, top_i = probs.topk(k, dim=-1)  # (n, k), (n, k)
-        tokens = tokens.to(self.ids.device)
-        self.ids[tokens, :k] = top_i.to(self.ids.device)
-        self.scores[tokens, :k] = top_p.to(self.scores.device)
-        rows_i, rows_p, toks = top_i.tolist(), top_p.tolist(), tokens.tolist()  # one device->host copy
-        for prev, tok, ri, rp in zip(prev_tokens, toks, rows_i, rows_p):
+        for prev, tok, ri, rp in zip(prev_tokens, tokens, ids, scores):
+            row = (tuple(ri), tuple(rp))
+            self.unigram[tok] = row
             if prev is None:
                 continue
             key = (prev, tok)
-            self.bigram[key] = (tuple(ri), tuple(rp))
+            self.bigram[key] = row
             self.bigram.move_to_end(key)
         while len(self.bigram) > self.bigram_capacity:
             self.bigram.popitem(last=False)
+
+    @torch.no_grad()
+    def harvest(self, prev_tokens: list[int | None], tokens: torch.Tensor | list[int], logits: torch.Tensor) -> None:
+        """``top_successors`` of every logit row, read back in one copy, then ``store``d (the prefill's path).
+
+        Args:
+            prev_tokens: see ``store``.  tokens: (n,) int64 input token of each row.
+            logits: (n, |V|) logits of the same rows (any dtype, any device).
+        """
+        scores, ids = top_successors(logits, self.top_k)  # (n, k), (n, k)
+        both = torch.cat([ids.double(), scores.double()], dim=-1).tolist()  # one device->host copy; ids < 2^53
+        k = ids.shape[-1]
+        toks = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+        self.store(prev_tokens, toks, [[int(t) for t in r[:k]] for r in both], [r[k:] for r in both])
 
     def successors(self, prev: int | None, token: int, min_score: float = 0.0) -> list[tuple[int, float]]:
         """Top-K ``(token id, score)`` successors of ``token``, best first, bigram tier first.
@@ -59,10 +89,9 @@ class AdjacencyTable:
         """
         row = self.bigram.get((prev, token)) if prev is not None else None
         if row is None:
-            scores = self.scores[token].tolist()
-            if scores[0] <= 0.0:
+            row = self.unigram.get(token)
+            if row is None:
                 return []
-            row = (tuple(self.ids[token].tolist()), tuple(scores))
         return [(t, s) for t, s in zip(*row) if s >= min_score]
 
     def has_successors(self, prev: int | None, token: int) -> bool:

@@ -36,6 +36,7 @@ import torch
 from tqdm import tqdm
 
 from .config import METHODS, DecodeConfig, parse_gt_threshold
+from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
 from .loading import load_model
 from .metrics import summarize
@@ -50,7 +51,8 @@ DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt 
 }
 HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}
 #: Engine method variants: "goose+ptd" = goose with PTD added to its sources; a trailing "@pld>tr>ptd"
-#: sets the walk priority (e.g. "goose+ptd@ptd>pld>tr", used by the PTD priority experiment).
+#: sets the walk priority (e.g. "goose+ptd@ptd>pld>tr", used by the PTD priority experiment); a trailing
+#: "/c=X" sets that method's GT threshold (auto | chord | a number), e.g. "goose/c=0" (the GT A/B).
 DEFAULT_METHODS = "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld"
 
 
@@ -85,7 +87,8 @@ def method_config(name: str) -> dict:
     Raises:
         BenchError: unknown method, source or priority.
     """
-    spec, _, priority = name.partition("@")
+    variant, _, threshold = name.partition("/c=")
+    spec, _, priority = variant.partition("@")
     method, *extra = spec.split("+")
     if method not in METHODS:
         raise BenchError(f"unknown method {name!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))} "
@@ -96,6 +99,8 @@ def method_config(name: str) -> dict:
     if priority:
         fields["walk_priority"] = tuple(priority.split(">"))
     try:
+        if threshold:
+            fields["gt_threshold"] = parse_gt_threshold(threshold)
         DecodeConfig(**fields)
     except ValueError as exc:
         raise BenchError(f"method {name!r}: {exc}") from None
@@ -105,16 +110,18 @@ def method_config(name: str) -> dict:
 class Runner:
     """Runs one method on one prompt and returns a flat record."""
 
-    def __init__(self, lm, args, draft=None) -> None:
+    def __init__(self, lm, args, draft=None, curve: CostCurve | None = None) -> None:
         self.lm, self.args, self.draft = lm, args, draft
+        self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
 
     def __call__(self, method: str, prompt_ids: list[int]) -> dict:
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
-        config = DecodeConfig(**method_config(method), max_new_tokens=self.args.max_new_tokens, budget=self.args.budget,
-                              gt_threshold=self.args.gt_threshold)
-        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids)
+        fields = {"gt_threshold": self.args.gt_threshold, **method_config(method)}  # a "/c=" variant wins
+        config = DecodeConfig(**fields, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
+        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve)
+        self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
         record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
@@ -206,7 +213,8 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     out = [f"# goose-lens benchmark — {meta['model']} on {meta['device']} ({meta['dtype']})", "",
            f"`{meta['command']}`", "",
-           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} · greedy · "
+           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} "
+           f"(cost curve {(meta.get('cost_curve') or {}).get('id', '–')}) · greedy · "
            f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
            "## Speedup (median per prompt, vs AR in the same run) and τ", "",
            "| method | " + " | ".join(f"{d} Spd | {d} τ" for d in datasets) + " | Avg Spd |",
@@ -256,19 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--budget", type=int, default=60)
     ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
-                    help="GT threshold c for the engine's methods: 'auto' (measured cost curve) or a number")
+                    help="GT rule for the engine's methods: 'auto' (speedup-optimal size from the measured cost "
+                         "curve), 'chord' (one c from the curve) or a number c (0 disables)")
+    ap.add_argument("--cost-curve", default=None,
+                    help="cost curve to use: a spec 'past=128;1:5.1,...' or a JSON file (default: this machine's "
+                         "cached curve)")
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
     try:
         methods = parse_methods(args.methods, args.draft_model)
         prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
-    except BenchError as exc:
+        curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
+    except (BenchError, CostCurveError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
-    run = Runner(lm, args, draft)
+    run = Runner(lm, args, draft, curve)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
     rows, profile = [], []
@@ -294,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
             "gt_threshold": args.gt_threshold,
+            "cost_curve": run.curve.to_dict() if run.curve is not None else None,
             "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
     write_outputs(args.out, meta, rows, profile)
     print(to_markdown(rows, meta))

@@ -19,9 +19,15 @@ SOURCES = ("pld", "tr", "ptd")
 VERIFIERS = ("tree", "hsd")
 
 
+#: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/gt.py);
+#: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
+GT_RULES = ("auto", "chord")
+
+
 def parse_gt_threshold(text: str) -> float | str:
-    """Command-line form of the GT threshold: 'auto' or a number."""
-    return "auto" if text.strip().lower() == "auto" else float(text)
+    """Command-line form of the GT threshold: 'auto', 'chord' or a number c."""
+    word = text.strip().lower()
+    return word if word in GT_RULES else float(text)
 
 
 class ConfigError(ValueError):
@@ -47,8 +53,10 @@ class DecodeConfig:
     max_depth: int = 6  # D: deepest node, root = depth 0 (Table 5)
     top_k: int = 10  # K successors per adjacency-table row (Table 5)
     min_score: float = 0.01  # successors scored below this are pruned (C.1)
-    gt_threshold: float | str = "auto"  # c: drop nodes whose estimated acceptance < c; 0 disables; "auto" =
-    # derived from the measured verification cost curve (GT principle §3.1, engine/cost.py)
+    gt_threshold: float | str = "auto"  # "auto": keep the speedup-optimal top of each built tree, from the
+    # whole measured cost curve (GT §3, engine/gt.py; docs/results.md "GT principle: speedup-optimal tree
+    # size"); a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the
+    # curve's chord at B (engine/cost.py)
     bypass: bool = True  # verify a consensus / long PLD match as a linear chain (§4.3)
     bypass_threshold: int = 8  # match length that triggers bypass (Table 5)
     max_spine: int = 20  # longest PLD continuation copied (Table 5 "max spine continuation")
@@ -84,8 +92,9 @@ class DecodeConfig:
             (0.0 <= self.spine_branch_ratio <= 1.0, f"spine-branch ratio rho must be in [0, 1] (got {self.spine_branch_ratio})"),
             (self.max_depth >= 1, f"max depth D must be at least 1 (got {self.max_depth})"),
             (self.top_k >= 1, f"top-K must be at least 1 (got {self.top_k})"),
-            (self.gt_threshold == "auto" or (isinstance(self.gt_threshold, (int, float)) and 0.0 <= self.gt_threshold < 1.0),
-             f"GT threshold c must be 'auto' or in [0, 1) (got {self.gt_threshold!r})"),
+            (self.gt_threshold in GT_RULES
+             or (isinstance(self.gt_threshold, (int, float)) and 0.0 <= self.gt_threshold < 1.0),
+             f"GT threshold c must be 'auto', 'chord' or in [0, 1) (got {self.gt_threshold!r})"),
             (self.max_spine >= 1 and self.bypass_threshold >= 1, "max spine and bypass threshold must be >= 1"),
             (len(self.ngram_sizes) >= 1 and min(self.ngram_sizes) >= 1, "n-gram sizes must be positive"),
             (set(self.sources) <= set(SOURCES), f"sources must be among {', '.join(SOURCES)} (got {self.sources})"),

@@ -1,16 +1,22 @@
-"""Verification cost curve and the GT threshold c derived from it.
+"""Verification cost curve T(n): what a tree of n nodes costs, measured once per model and device.
 
-Source: GT principle paper, §3.1 (Eqs. 6-9): a draft node is worth verifying when its estimated
-acceptance exceeds the cost coefficient c = M_D / M_T.  Training-free drafters cost next to nothing
-to draft (M_D ≈ 0), so a node's cost is the extra time it adds to a cycle, Φ(N) in Eq. 6: its row
-in the verification forward plus harvesting that row's logits into the adjacency table.  We
-measure that time T(n) for n tree nodes on the current device and take
+Source: GT principle paper, §3.1 (Eqs. 6-9): a draft node's cost is the extra time it adds to a
+cycle, Φ(N) in Eq. 6 (training-free drafters cost next to nothing to draft, M_D ≈ 0): its row in the
+verification forward plus harvesting that row's logits into the adjacency table.  We measure that
+time T(n) for n tree nodes on the current device.  Two uses:
 
-    c(B) = (T(B) - T(1)) / ((B - 1) * T(1)),
+* the speedup-optimal tree size (``DecodeConfig.gt_threshold = "auto"``, engine/gt.py) reads the
+  whole curve;
+* the fixed-chord threshold (``gt_threshold = "chord"``) is one number from it,
+  c(B) = (T(B) - T(1)) / ((B - 1) T(1)), the mean marginal cost of one node in AR steps.
 
-the mean marginal cost of one node, in units of one AR step (the time an accepted token saves).
-On a GPU T(n) is flat up to tens of nodes and c is near 0; on a CPU it grows with n and c > 0.
-The curve is cached on disk per model, device, dtype and torch version.
+On a GPU T(n) is flat up to tens of nodes; on a CPU it grows with n, steeply at first.
+
+Storage: one JSON file per (model, device, dtype, torch version) under ``$GOOSE_LENS_CACHE/cost``
+(default ~/.cache/goose-lens/cost), format ``FORMAT``, written atomically (temporary file, then
+``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
+"re-measure" uses it for one user's session.  A curve is identified by ``CostCurve.id``, a hash of
+its ``spec()``, the compact text that reproduces it exactly (``python -m engine.generate --cost-curve``).
 """
 from __future__ import annotations
 
@@ -18,8 +24,9 @@ import hashlib
 import json
 import os
 import statistics
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +35,15 @@ import torch
 from . import kv_cache
 from .adjacency import AdjacencyTable
 from .tree import DraftTree, Source
-from .verify import forward_tree
+from .verify import forward_tree, read_back
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
+FORMAT = 2  # version of the curve file; files of another version are measured again
+
+
+class CostCurveError(ValueError):
+    """A cost-curve spec or file cannot be read; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -39,88 +51,180 @@ class CostCurve:
     """Median verification latency per tree size.
 
     Attributes:
-        nodes: tree sizes n (root included), increasing.
+        nodes: tree sizes n (root included), increasing, starting at 1.
         ms: median ms of one verification forward plus the logit harvest, for each n, over ``past``
-            cached tokens.
+            cached tokens; rounded to 0.001 ms so ``spec()`` reproduces the curve exactly.
         past: cached tokens during the measurement.
-        key: model | device | dtype | torch version the curve belongs to.
+        key: model | device | dtype | torch version the curve belongs to ("" when given by hand).
     """
 
     nodes: tuple[int, ...]
     ms: tuple[float, ...]
-    past: int
-    key: str
+    past: int = 128
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.nodes) != len(self.ms) or not self.nodes or self.nodes[0] != 1 \
+                or any(b <= a for a, b in zip(self.nodes, self.nodes[1:])) or min(self.ms) <= 0:
+            raise CostCurveError("a cost curve needs increasing sizes starting at 1 and a positive time for each")
 
     def latency(self, n: int) -> float:
-        """Interpolated forward latency (ms) for n nodes."""
-        return float(np.interp(n, self.nodes, self.ms))
+        """T(n) in ms: the measured medians made non-decreasing (more rows never cost less; a lower
+        median is noise), interpolated linearly, and extended along the last segment beyond the
+        largest measured size."""
+        ms = np.maximum.accumulate(np.asarray(self.ms, dtype=float))
+        if n <= self.nodes[-1] or len(self.nodes) == 1:
+            return float(np.interp(n, self.nodes, ms))
+        slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
+        return float(ms[-1] + slope * (n - self.nodes[-1]))
 
     def threshold(self, budget: int, extra_rows: int = 0) -> float:
-        """GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
+        """Fixed-chord GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
 
-        c = (T(B + R) - T(1 + R)) / ((B - 1) T(1)): the marginal cost of a verified node in AR steps,
-        where R rows ride along in every forward anyway (PTD drafting rows; 0 otherwise).
+        c = (T(B + R) - T(1 + R)) / ((B - 1) T(1)): the mean marginal cost of a verified node in AR
+        steps, where R rows ride along in every forward anyway (PTD drafting rows; 0 otherwise).
         """
         if budget <= 1:
             return 0.0
         c = (self.latency(budget + extra_rows) - self.latency(1 + extra_rows)) / ((budget - 1) * self.latency(1))
         return float(min(0.5, max(0.0, c)))
 
+    def spec(self) -> str:
+        """Compact exact text of the curve: ``past=128;1:5.123,2:5.301,...`` (sizes : ms)."""
+        return f"past={self.past};" + ",".join(f"{n}:{ms:.3f}" for n, ms in zip(self.nodes, self.ms))
+
+    @property
+    def id(self) -> str:
+        """12 hex digits identifying the curve's values (a hash of ``spec()``)."""
+        return hashlib.sha1(self.spec().encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_spec(cls, text: str, key: str = "") -> "CostCurve":
+        """Parse ``spec()`` text.  Raises ``CostCurveError`` on malformed text."""
+        try:
+            head, _, body = text.strip().partition(";")
+            if not head.startswith("past="):
+                raise ValueError
+            pairs = [item.split(":") for item in body.split(",") if item.strip()]
+            return cls(tuple(int(n) for n, _ in pairs), tuple(round(float(ms), 3) for _, ms in pairs),
+                       int(head[5:]), key)
+        except (ValueError, TypeError):
+            raise CostCurveError(f"not a cost-curve spec (want 'past=128;1:5.1,2:5.3,...'): {text[:80]!r}") from None
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The file form (``FORMAT``): id, spec, key, and the values as lists."""
+        return {"format": FORMAT, "id": self.id, "key": self.key, "past": self.past, "nodes": list(self.nodes),
+                "ms": list(self.ms), "spec": self.spec()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostCurve":
+        """Read ``to_dict()`` output.  Raises ``CostCurveError`` on another format or bad values."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CostCurveError(f"not a cost curve of format {FORMAT}")
+        try:
+            return cls(tuple(int(n) for n in data["nodes"]), tuple(float(ms) for ms in data["ms"]), int(data["past"]),
+                       str(data.get("key", "")))
+        except (KeyError, TypeError, ValueError):
+            raise CostCurveError("cost-curve file lacks nodes / ms / past") from None
+
+
+def load_cost_curve(text: str) -> CostCurve:
+    """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``engine.generate``
+    (its ``cost_curve`` entry).  Raises ``CostCurveError`` when neither reads."""
+    if not text.strip().startswith("past="):
+        path = Path(text)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CostCurveError(f"cannot read cost curve {path.name!r}: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("cost_curve"), dict):
+            data = data["cost_curve"]
+        return CostCurve.from_dict(data)
+    return CostCurve.from_spec(text)
 
 
 def curve_key(model) -> str:
     return f"{model.name_or_path}|{model.device}|{model.dtype}|torch {torch.__version__}"
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @torch.no_grad()
-def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 5) -> CostCurve:
-    """Time one verification forward of n nodes over ``past`` cached tokens plus the harvest of their
-    logit rows, per n (median of ``repeats`` after a warm-up)."""
+def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 7) -> CostCurve:
+    """Measure a fresh curve; writes nothing (so a page's re-measure stays in that user's session).
+
+    Per size n: one verification forward of an n-node chain over ``past`` cached tokens, the
+    cycle's read-back (argmax and top-K, one device-to-host copy) and the adjacency store, timed as
+    the decoding loop runs them.  Sizes are interleaved within each repeat so machine drift hits all
+    alike; the first round warms up; ``ms`` is the median of ``repeats`` rounds.
+    """
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
     cache = kv_cache.new_cache(model, past + max(sizes) + 1)
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
     model(input_ids=prefix, past_key_values=cache, use_cache=True)
-    medians = []
-    table = AdjacencyTable(vocab, device=model.device)  # scratch: harvesting each row is part of a node's cost
-    for n in sizes:
-        tokens = tuple(torch.randint(0, vocab, (n,), generator=gen).tolist())
-        tree = DraftTree(tokens, (None, *range(n - 1)), (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n)
-        times = []
-        for _ in range(repeats + 1):  # the first run warms up
+    table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost
+    trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
+                          (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats + 1):  # the first round warms up
+        for n, tree in trees.items():
+            _sync(model.device)
             t0 = time.perf_counter()
-            logits = forward_tree(model, cache, tree, past)
-            logits.argmax(dim=-1).tolist()  # .tolist() waits for the device
-            table.harvest([None, *tokens[:-1]], torch.tensor(tokens), logits)
-            times.append((time.perf_counter() - t0) * 1000)
+            back = read_back(forward_tree(model, cache, tree, past), table.top_k)  # waits for the device
+            table.store([None, *tree.tokens[:-1]], list(tree.tokens), back.successor_ids, back.successor_scores)
+            times[n].append((time.perf_counter() - t0) * 1000)
             kv_cache.keep_path(cache, past, [])
-        medians.append(statistics.median(times[1:]))
-    return CostCurve(tuple(sizes), tuple(medians), past, curve_key(model))
+    return CostCurve(tuple(sizes), tuple(round(statistics.median(times[n][1:]), 3) for n in sizes), past,
+                     curve_key(model))
+
+
+def _cache_path(model, cache_dir: str | Path | None) -> Path:
+    folder = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "goose-lens") / "cost"
+    return folder / (hashlib.sha1(curve_key(model).encode()).hexdigest()[:16] + ".json")
 
 
 _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a measurement, no user data)
 
 
 def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None) -> CostCurve:
-    """The model's cost curve from the disk cache, measured (and stored) when absent or ``refresh``."""
-    folder = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "goose-lens") / "cost"
+    """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
+    unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
+    sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead)."""
+    path = _cache_path(model, cache_dir)
     key = curve_key(model)
-    path = folder / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
     if not refresh and path in _loaded:
         return _loaded[path]
     if not refresh and path.exists():
         try:
-            data = json.loads(path.read_text())
-            _loaded[path] = CostCurve(tuple(data["nodes"]), tuple(data["ms"]), data["past"], data["key"])
-            return _loaded[path]
-        except (ValueError, KeyError, OSError):
-            pass  # unreadable cache: measure again
+            curve = CostCurve.from_dict(json.loads(path.read_text()))
+            if curve.key == key:
+                _loaded[path] = curve
+                return curve
+        except (ValueError, OSError):
+            pass  # unreadable or older format: measure again
     curve = _loaded[path] = measure_cost_curve(model)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(curve.to_dict()))
-    except OSError:
-        pass  # a read-only home still gets the curve, just not cached
+    write_cost_curve(curve, path)
     return curve
+
+
+def write_cost_curve(curve: CostCurve, path: str | Path) -> bool:
+    """Write ``curve`` to ``path`` atomically (temporary file in the same folder, then ``os.replace``), so
+    a reader never sees a half-written file.  Returns False when the folder is not writable."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(curve.to_dict(), f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return False  # a read-only home still gets the curve, just not cached
+    return True

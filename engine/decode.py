@@ -8,7 +8,7 @@ verification, cache and timing code with Goose.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -17,14 +17,15 @@ from . import kv_cache
 from .adjacency import AdjacencyTable
 from .config import DecodeConfig
 from .context_match import NgramIndex, PldMatch
-from .cost import cached_cost_curve
+from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
+from .gt import GtChoice, speedup_optimal
 from .ptd import CandidatePool, ProgressiveTree, Trie
 from .sampling import make_warper, new_generator
 from .spine_tree import Built, build_chain, build_isotropic_tree, build_ptd_tree, build_spine_tree
 from .trace import CycleTrace
 from .tree import DraftTree, Source
-from .verify import forward_tree, greedy_walk, hsd_chain_walk, sample_walk
+from .verify import ReadBack, forward_tree, greedy_walk, hsd_chain_walk, read_back, sample_walk
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Plan:
     ghosts: tuple
     spine_ratio: float | None = None
     forward: DraftTree | None = None  # ``tree`` plus PTD drafting rows when PTD is on (what the forward sees)
+    gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
 
 
 @dataclass
@@ -80,17 +82,25 @@ class SpecDecoder:
 
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
-        config: ``DecodeConfig``; ``gt_threshold="auto"`` is resolved here from the model's cost curve
-            (measured once per model, device and dtype, then cached on disk).
+        config: ``DecodeConfig``.  ``gt_threshold`` "auto" keeps the speedup-optimal top of each tree
+            (engine/gt.py) and stays "auto"; "chord" is resolved here to the number c it gives.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
+        cost_curve: the verification cost curve "auto" / "chord" read (e.g. a page session's own
+            re-measured curve, or ``cost.load_cost_curve`` to reproduce a run); default: the model's
+            shared curve (measured once per model, device, dtype and torch version, cached on disk).
+            ``self.cost_curve`` is the curve in use (None when c is a number and none was given).
     """
 
-    def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
+                 cost_curve: CostCurve | None = None) -> None:
         self.model = model
-        if config.gt_threshold == "auto":  # c from the (cached) verification cost curve, GT principle §3.1
-            rows = config.ptd_rows if config.use_ptd else 0  # PTD rows ride along in every forward
-            config = config.with_(gt_threshold=cached_cost_curve(model).threshold(config.budget, rows))
-        self.config = config  # gt_threshold is always a float here: the c in use
+        self.extra_rows = config.ptd_rows if config.use_ptd else 0  # PTD rows ride along in every forward
+        if cost_curve is None and config.gt_threshold in ("auto", "chord"):
+            cost_curve = cached_cost_curve(model)
+        self.cost_curve = cost_curve
+        if config.gt_threshold == "chord":  # one c from the curve's chord at B (GT §3.1, Eq. 9)
+            config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows))
+        self.config = config  # gt_threshold: "auto" or the number c in use
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.priority = tuple(Source(s) for s in config.walk_priority)
         self.warp = make_warper(config) if config.sampling else None
@@ -114,12 +124,12 @@ class SpecDecoder:
             plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ PTD rows)
             t["build"] = _ms(t_start) - t["draft"]
             logits = forward_tree(self.model, session.cache, plan.forward, session.past_len)  # 3. verify
-            greedy_all = logits.argmax(dim=-1).tolist()  # (n + PTD rows,) target greedy token per row
-            greedy = greedy_all[: len(plan.tree)]  # (n,) the draft tree's rows
+            back = read_back(logits, self.config.top_k if session.table is not None else 0)  # the one host sync
+            greedy = back.greedy[: len(plan.tree)]  # (n,) target greedy token at the draft tree's rows
             t["forward"] = _ms(t_start) - t["draft"] - t["build"]
             accepted, bonus = self._accept(session, plan, logits, greedy)  # 4. accept
             t["walk"] = _ms(t_start) - sum(t.values())
-            new_tokens, finished = self._commit(session, plan, logits, greedy_all, accepted, bonus, t)  # 5. commit
+            new_tokens, finished = self._commit(session, plan, back, accepted, bonus, t)  # 5. commit
             t["total"] = _ms(t_start)
             session.cycles += 1
             session.busy_s += t["total"] / 1000
@@ -127,7 +137,8 @@ class SpecDecoder:
                 index=session.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts, greedy=tuple(greedy),
                 accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
                 p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=session.busy_s,
-                total_tokens=len(session.output), finished=finished, ptd_rows=len(plan.forward) - len(plan.tree))
+                total_tokens=len(session.output), finished=finished, ptd_rows=len(plan.forward) - len(plan.tree),
+                **_gt_fields(plan.gt))
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
@@ -155,7 +166,7 @@ class SpecDecoder:
             first = int(logits[-1].argmax())
         t_forward = _ms(t_start)
         if cfg.use_tr:
-            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, logits.device, cfg.bigram_capacity)
+            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, cfg.bigram_capacity)
             session.table.harvest([None, *prompt[:-1]], ids[0], logits)
         session.past_len = len(prompt)
         session.index.extend(prompt)
@@ -175,7 +186,7 @@ class SpecDecoder:
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the PTD drafting rows grafted under its root (PTD §3.2)."""
-        plan = self._route(s, drafts)
+        plan = self._choose_size(self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
         plan.forward = plan.tree.graft(*s.ptd.rows(), Source.PTD_ROW) if s.ptd is not None else plan.tree
         return plan
 
@@ -198,6 +209,16 @@ class SpecDecoder:
             return Plan("ar", DraftTree.root_only(s.anchor), built[1] if built else ())
         return Plan(mode, built[0], built[1], r)
 
+    def _choose_size(self, plan: Plan) -> Plan:
+        """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
+        the built tree, n* maximising expected (accepted + 1) / T(n) (engine/gt.py); AR when n* = 1."""
+        if self.config.gt_threshold != "auto" or plan.mode == "ar":
+            return plan
+        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows)
+        if len(tree) == 1:
+            return replace(plan, mode="ar", tree=tree, ghosts=plan.ghosts + ghosts, spine_ratio=None, gt=choice)
+        return replace(plan, tree=tree, ghosts=plan.ghosts + ghosts, gt=choice)
+
     def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> tuple[tuple[int, ...], int]:
         """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
         if not self.config.sampling:
@@ -213,7 +234,7 @@ class SpecDecoder:
             return hsd_chain_walk(plan.tree, dist, s.generator)
         return sample_walk(plan.tree, dist, s.generator, self.priority)
 
-    def _commit(self, s: Session, plan: Plan, logits: torch.Tensor, greedy_all: list[int], accepted: tuple[int, ...],
+    def _commit(self, s: Session, plan: Plan, back: ReadBack, accepted: tuple[int, ...],
                 bonus: int, timings: dict) -> tuple[tuple[int, ...], bool]:
         """Alg. 2 lines 15-16: compact the KV cache, harvest every logit row, grow PTD, update estimates, append."""
         t_start = time.perf_counter()
@@ -223,9 +244,9 @@ class SpecDecoder:
         timings["cache"] = _ms(t_start)
         if s.table is not None:  # every row, rejected branches and PTD rows included (C.1)
             prev_tokens = [s.prev, *(rows.tokens[p] for p in rows.parents[1:])]
-            s.table.harvest(prev_tokens, torch.tensor(rows.tokens), logits)
+            s.table.store(prev_tokens, list(rows.tokens), back.successor_ids, back.successor_scores)
         if s.ptd is not None:  # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge into the pool
-            s.ptd.grow(greedy_all[len(tree):], s.pool)
+            s.ptd.grow(back.greedy[len(tree):], s.pool)
         s.stats.update(tree, accepted)
         result = self._append(s, [*(tree.tokens[i] for i in accepted), bonus])
         timings["harvest"] = _ms(t_start) - timings["cache"]
@@ -242,6 +263,14 @@ class SpecDecoder:
         s.index.extend(kept)
         finished = eos_at is not None or len(s.output) >= self.config.max_new_tokens
         return tuple(kept), finished
+
+
+def _gt_fields(choice: GtChoice | None) -> dict:
+    """``CycleTrace`` fields of a cycle's speedup-optimal size choice (all None without one)."""
+    if choice is None:
+        return {}
+    return {"gt_nodes": choice.nodes, "gt_candidates": choice.candidates, "gt_expected": choice.expected,
+            "gt_cost_ms": choice.cost_ms}
 
 
 def _ms(since: float) -> float:

@@ -1,14 +1,17 @@
 """Headless CLI: run one generation and print a JSON summary.
 
     python -m engine.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
-        [--spine-ratio R] [--depth D] [--gt-threshold C] [--method goose|pld|tr|ptd|iso3|iso5|ar]
+        [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C] [--cost-curve SPEC|FILE]
+        [--method goose|pld|tr|ptd|iso3|iso5|ar]
         [--sources pld,tr,ptd] [--walk-priority pld,ptd,tr]
         [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
         [--check-lossless] [--json]
 
 With ``--check-lossless`` (greedy only) the token ids are compared with
 ``model.generate(do_sample=False)`` on the same prompt and length, and ``lossless`` is true iff they
-are identical.  Sampling (``--temperature`` > 0) is lossless in distribution, which a single run
+are identical.  The JSON result carries the cost curve the run read (``cost_curve``: id, spec, values);
+``--cost-curve`` with that spec, or with the result file itself, reproduces the run's trees exactly on
+any machine.  Sampling (``--temperature`` > 0) is lossless in distribution, which a single run
 cannot show: tests/test_sampling.py checks it statistically.  Exit status: 0 on
 success, 1 when the lossless check fails, 2 on bad input (message on stderr, no traceback).
 """
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .config import METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
+from .cost import load_cost_curve
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
 from .loading import ModelLoadError, load_model, tqdm_progress
@@ -45,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
     ap.add_argument("--depth", type=int, default=6, help="max depth D")
     ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
-                    help="GT threshold c: 'auto' (from the measured cost curve, default), or a number (0 disables)")
+                    help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), 'chord' "
+                         "(one c from the curve), or a number c (0 disables)")
+    ap.add_argument("--cost-curve", default=None,
+                    help="cost curve for auto / chord: a spec 'past=128;1:5.1,2:5.3,...', a curve JSON file or an "
+                         "earlier result JSON (default: this machine's measured curve, cached)")
     ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
     ap.add_argument("--sources", type=_names, default=("pld", "tr"),
                     help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} (default pld,tr)")
@@ -80,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_lossless and config.sampling:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")
+        curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
         lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"))
-    except (OSError, ValueError, ConfigError, ModelLoadError) as exc:
+    except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
@@ -90,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)
         traces = list(decoder.generate(prompt_ids))
     except UnsupportedCacheError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -98,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = [t for tr in traces for t in tr.new_tokens]
     result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
               "gt_threshold": decoder.config.gt_threshold, "config": decoder.config.to_dict(),
+              "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
         ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)

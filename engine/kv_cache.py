@@ -64,10 +64,13 @@ def keep_path(cache: DynamicCache, past_len: int, keep: list[int]) -> None:
         if n_new > len(keep):
             cache.crop(-(n_new - len(keep)))
         return
-    idx = torch.tensor(keep, dtype=torch.long)
+    rows_on: dict[torch.device, torch.Tensor] = {}  # (k,) kept rows, uploaded once per device (no host sync)
     kept = []
     for layer in cache.layers:
-        rows = idx.to(layer.keys.device) + past_len
+        device = layer.keys.device
+        if device not in rows_on:
+            rows_on[device] = torch.tensor([past_len + i for i in keep], dtype=torch.long, device=device)
+        rows = rows_on[device]
         kept.append((layer.keys.index_select(-2, rows), layer.values.index_select(-2, rows)))  # (b, h, k, d) each
     cache.crop(-n_new)
     for layer_idx, (k, v) in enumerate(kept):

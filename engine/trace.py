@@ -36,6 +36,11 @@ class CycleTrace:
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
         ptd_rows: PTD drafting rows that rode along in this forward (not part of ``tree``).
+        gt_nodes, gt_candidates: the speedup-optimal size (GT threshold "auto", engine/gt.py): nodes kept
+            (n*, root included; 1 = pruned to an AR step) of the nodes built; None for other thresholds
+            and for cycles with no draft.
+        gt_expected: expected accepted draft tokens of the kept tree (sum of its path estimates).
+        gt_cost_ms: T(n*) from the cost curve, the predicted verification time (ms).
     """
 
     index: int
@@ -53,6 +58,10 @@ class CycleTrace:
     total_tokens: int
     finished: bool
     ptd_rows: int = 0
+    gt_nodes: int | None = None
+    gt_candidates: int | None = None
+    gt_expected: float | None = None
+    gt_cost_ms: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))

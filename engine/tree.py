@@ -7,6 +7,7 @@ order they are fed to the verification forward.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -108,25 +109,68 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
+    def subtree(self, keep: list[int]) -> "DraftTree":
+        """The tree of the nodes ``keep`` (indices into this tree, root included, every kept node's parent
+        kept too), in this tree's order.
+
+        Raises:
+            ValueError: ``keep`` misses the root or a kept node's parent.
+        """
+        keep = sorted(set(keep))
+        new_index = {old: new for new, old in enumerate(keep)}
+        if not keep or keep[0] != 0 or any(self.parents[i] not in new_index for i in keep[1:]):
+            raise ValueError("a subtree keeps the root and the parent of every kept node")
+        return DraftTree(tuple(self.tokens[i] for i in keep),
+                         (None, *(new_index[self.parents[i]] for i in keep[1:])),
+                         tuple(self.sources[i] for i in keep), tuple(self.scores[i] for i in keep),
+                         tuple(self.est_accept[i] for i in keep))
+
+    def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> "TreeInputs":
+        """The verification forward's inputs, built on ``device`` from the parent array.
+
+        One host-to-device copy (tokens and parents, (2, n) int64); the ancestor relation, depths,
+        positions and mask are derived there, so a GPU cycle builds them without a host round trip.
+        Ancestors by pointer doubling: after j rounds ``anc[i]`` holds the ancestors of node i up to
+        2^(j+1) - 1 levels above it, so ceil(log2(depth + 1)) rounds cover the deepest node.
+        """
+        n = len(self)
+        packed = torch.tensor([self.tokens, (0, *self.parents[1:])], dtype=torch.long, device=device)  # (2, n)
+        tokens, parents = packed[0], packed[1]  # (n,), (n,); the root is its own parent here
+        rows = torch.arange(n, device=device)  # (n,)
+        anc = torch.eye(n, dtype=torch.bool, device=device)  # (n, n): anc[i, j] iff j is i or an ancestor
+        anc[rows, parents] = True
+        up = parents[parents]  # (n,) the 2nd ancestor (clamped at the root)
+        for _ in range(max(0, math.ceil(math.log2(max(self.depths) + 1)) - 1)):
+            anc |= anc[up]  # (n, n)
+            up = up[up]
+        depth = anc.sum(dim=1) - 1  # (n,) int64
+        mask = torch.zeros(n, past_len + n, dtype=dtype, device=device)  # (n, past + n): the past is attended
+        mask[:, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
+        return TreeInputs(tokens[None], (depth + past_len)[None], mask[None, None])
+
     def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """Tree attention mask, float, shape (1, 1, n, past_len + n): 0 where attended, finfo.min elsewhere.
 
         Every node attends to the whole KV cache (past) and to its own ancestors and itself.
         """
-        n = len(self)
-        allowed = torch.ones(n, past_len + n, dtype=torch.bool)  # (n, past + n)
-        allowed[:, past_len:] = torch.from_numpy(self.ancestor_matrix)
-        mask = torch.zeros(n, past_len + n, dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask.to(device)[None, None]  # (1, 1, n, past + n)
+        return self.device_inputs(past_len, dtype, device).attention_mask
 
     def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:
         """(1, n) int64: ``past_len + depth`` per node."""
-        return (torch.tensor(self.depths, dtype=torch.long) + past_len).to(device)[None]
+        return self.device_inputs(past_len, torch.float32, device).position_ids
 
     def input_ids(self, device: torch.device | str) -> torch.Tensor:
         """(1, n) int64 node tokens in forward order."""
         return torch.tensor(self.tokens, dtype=torch.long, device=device)[None]
+
+
+@dataclass(frozen=True)
+class TreeInputs:
+    """What one verification forward of a ``DraftTree`` feeds the model, all on the model's device."""
+
+    input_ids: torch.Tensor  # (1, n) int64 node tokens
+    position_ids: torch.Tensor  # (1, n) int64 past_len + depth
+    attention_mask: torch.Tensor  # (1, 1, n, past_len + n) model dtype: 0 attended, finfo.min masked
 
 
 @dataclass(frozen=True)
@@ -145,23 +189,30 @@ class GhostNode:
 
 @dataclass
 class TreeBuilder:
-    """Mutable accumulator that freezes into a ``DraftTree``; enforces budget, depth and GT threshold."""
+    """Mutable accumulator that freezes into a ``DraftTree``; enforces budget, depth and GT threshold.
+
+    ``gt_threshold`` is ``DecodeConfig.gt_threshold`` as the decoder resolved it: a number c (a node whose
+    path estimate is below c becomes a ghost), or "auto", which adds every candidate here because the
+    speedup-optimal size is chosen from the whole built tree afterwards (engine/gt.py).
+    """
 
     root_token: int
     budget: int
     max_depth: int
-    gt_threshold: float = 0.0
+    gt_threshold: float | str = 0.0
     tokens: list[int] = field(init=False)
     parents: list[int | None] = field(init=False)
     sources: list[Source] = field(init=False)
     scores: list[float] = field(init=False)
     est: list[float] = field(init=False)
     depth: list[int] = field(init=False)
+    min_est: float = field(init=False)
     ghosts: list[GhostNode] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
         self.scores, self.est, self.depth = [1.0], [1.0], [0]
+        self.min_est = 0.0 if self.gt_threshold == "auto" else float(self.gt_threshold)  # c enforced per node
 
     @property
     def full(self) -> bool:
@@ -179,7 +230,7 @@ class TreeBuilder:
         if not self.can_grow(parent):
             return None
         est = self.est[parent] * (score if p_accept is None else p_accept)
-        if est < self.gt_threshold:
+        if est < self.min_est:
             if len(self.ghosts) < self.budget:  # enough ghosts to show what c removed
                 self.ghosts.append(GhostNode(parent, token, source, score, est))
             return None

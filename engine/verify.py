@@ -7,10 +7,12 @@ resampling) for sampled linear chains.  Tree attention as in SpecInfer / Medusa.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from .adjacency import top_successors
 from .tree import WALK_PRIORITY, DraftTree, Source
 
 #: A node's target distribution: node index -> (|V|,) float64 probabilities on the CPU (warped:
@@ -28,6 +30,9 @@ def _ordered_children(tree: DraftTree, node: int, priority: tuple[Source, ...]) 
 def forward_tree(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
     """Score every node of ``tree`` in one forward; the cache grows by ``len(tree)`` rows.
 
+    The inputs are built on the model's device from the parent array (``DraftTree.device_inputs``):
+    no host sync here, the forward is only enqueued on an accelerator.
+
     Args:
         model: a transformers causal LM.
         cache: its ``DynamicCache`` holding ``past_len`` committed positions.
@@ -37,15 +42,49 @@ def forward_tree(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
     Returns:
         (n, |V|) logits, the model's dtype, on the model's (first) device; row i predicts the token after node i.
     """
-    device = model.device
+    inputs = tree.device_inputs(past_len, model.dtype, model.device)
     out = model(
-        input_ids=tree.input_ids(device),  # (1, n)
-        attention_mask=tree.attention_mask(past_len, model.dtype, device),  # (1, 1, n, past + n)
-        position_ids=tree.position_ids(past_len, device),  # (1, n)
+        input_ids=inputs.input_ids,  # (1, n)
+        attention_mask=inputs.attention_mask,  # (1, 1, n, past + n)
+        position_ids=inputs.position_ids,  # (1, n)
         past_key_values=cache,
         use_cache=True,
     )
     return out.logits[0]  # (n, |V|)
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """What the host needs from one verification forward, read back in one device-to-host copy.
+
+    Attributes (one entry per forward row, PTD drafting rows included):
+        greedy: (n,) the target's argmax token after each row.
+        successor_ids, successor_scores: (n, k) each row's top-k successors for the adjacency table
+            (``adjacency.top_successors``); empty rows when ``k`` = 0 (TR off).
+    """
+
+    greedy: list[int]
+    successor_ids: list[list[int]]
+    successor_scores: list[list[float]]
+
+
+@torch.no_grad()
+def read_back(logits: torch.Tensor, k: int) -> ReadBack:
+    """Argmax and top-``k`` successors of every row, computed on the logits' device and copied to the host
+    together: the cycle's single host sync (ids travel as float64, exact below 2^53).
+
+    Args:
+        logits: (n, |V|) verification logits (any dtype, any device).
+        k: successors per row for the adjacency table; 0 reads the argmax alone.
+    """
+    greedy = logits.argmax(dim=-1, keepdim=True).double()  # (n, 1)
+    if k == 0:
+        rows = greedy.flatten().tolist()  # the one device->host copy
+        return ReadBack([int(t) for t in rows], [[] for _ in rows], [[] for _ in rows])
+    scores, ids = top_successors(logits, k)  # (n, k), (n, k)
+    k = ids.shape[-1]
+    rows = torch.cat([greedy, ids.double(), scores.double()], dim=-1).tolist()  # (n, 1 + 2k): the one copy
+    return ReadBack([int(r[0]) for r in rows], [[int(t) for t in r[1:1 + k]] for r in rows], [r[1 + k:] for r in rows])
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int],

@@ -1,14 +1,17 @@
-"""GT principle: the verification cost curve and the auto threshold c derived from it."""
+"""GT principle: the verification cost curve, its file and spec forms, and how the decoder reads it."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
-from engine.config import ConfigError, DecodeConfig
-from engine.cost import CostCurve, cached_cost_curve, measure_cost_curve
+from engine.config import ConfigError, DecodeConfig, parse_gt_threshold
+from engine.cost import (FORMAT, CostCurve, CostCurveError, cached_cost_curve, load_cost_curve, measure_cost_curve,
+                         write_cost_curve)
 from engine.decode import SpecDecoder
 
 
-def test_threshold_is_mean_marginal_node_cost_in_ar_steps():
+def test_chord_threshold_is_mean_marginal_node_cost_in_ar_steps():
     curve = CostCurve(nodes=(1, 64, 128), ms=(2.0, 4.0, 10.0), past=0, key="k")
     assert curve.threshold(1) == 0.0
     assert curve.threshold(64) == pytest.approx(2.0 / (63 * 2.0))
@@ -19,18 +22,50 @@ def test_threshold_is_mean_marginal_node_cost_in_ar_steps():
     assert steep.threshold(2) == 0.5  # clamped
 
 
-def test_measure_and_cache(demo_lm, tmp_path):
+def test_spec_and_file_round_trip_exactly(tmp_path):
+    curve = CostCurve((1, 2, 8), (2.5, 2.75, 3.125), 128, "m|cpu")
+    assert CostCurve.from_spec(curve.spec()).spec() == curve.spec()
+    assert CostCurve.from_spec(curve.spec()).id == curve.id and len(curve.id) == 12
+    path = tmp_path / "c.json"
+    assert write_cost_curve(curve, path)
+    assert json.loads(path.read_text())["format"] == FORMAT
+    assert load_cost_curve(str(path)) == curve
+    assert load_cost_curve(curve.spec()).id == curve.id
+    result = tmp_path / "result.json"  # an engine.generate result carries its curve
+    result.write_text(json.dumps({"tau": 2.0, "cost_curve": curve.to_dict()}))
+    assert load_cost_curve(str(result)) == curve
+    for bad in ("past=1;x", "nonsense", str(tmp_path / "missing.json")):
+        with pytest.raises(CostCurveError):
+            load_cost_curve(bad)
+    with pytest.raises(CostCurveError):
+        CostCurve((2, 4), (1.0, 2.0))  # must start at n = 1
+
+
+def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, tmp_path):
     curve = measure_cost_curve(demo_lm.model, sizes=(1, 8, 32), repeats=2)
     assert curve.nodes == (1, 8, 32) and all(ms > 0 for ms in curve.ms)
+    assert not list(tmp_path.iterdir())
     first = cached_cost_curve(demo_lm.model, cache_dir=tmp_path)
-    assert list(tmp_path.glob("cost/*.json"))
-    again = cached_cost_curve(demo_lm.model, cache_dir=tmp_path)
-    assert again == first  # read back, not re-measured
+    files = list(tmp_path.glob("cost/*"))
+    assert [f.suffix for f in files] == [".json"]  # no temporary file left behind
+    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path) == first  # read back, not re-measured
+    data = json.loads(files[0].read_text())
+    data["format"] = FORMAT - 1  # an older format is measured again, not misread
+    files[0].write_text(json.dumps(data))
+    from engine import cost
+    cost._loaded.clear()
+    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
+    assert json.loads(files[0].read_text())["format"] == FORMAT
 
 
-def test_auto_threshold_is_resolved_by_the_decoder(demo_lm):
-    decoder = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold="auto"), ())
-    assert isinstance(decoder.config.gt_threshold, float) and 0.0 <= decoder.config.gt_threshold <= 0.5
-    assert SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold=0.2), ()).config.gt_threshold == 0.2
+def test_decoder_rules_and_a_given_curve(demo_lm):
+    curve = CostCurve((1, 64), (2.0, 4.0), 128, "given")
+    auto = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold="auto"), (), cost_curve=curve)
+    assert auto.config.gt_threshold == "auto" and auto.cost_curve is curve
+    chord = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold="chord"), (), cost_curve=curve)
+    assert chord.config.gt_threshold == pytest.approx(curve.threshold(60))
+    fixed = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold=0.2), ())
+    assert fixed.config.gt_threshold == 0.2 and fixed.cost_curve is None
+    assert [parse_gt_threshold(t) for t in ("auto", "CHORD", "0.05")] == ["auto", "chord", 0.05]
     with pytest.raises(ConfigError):
         DecodeConfig(gt_threshold="sometimes")

@@ -1,0 +1,91 @@
+"""GT principle, speedup-optimal size (engine/gt.py): synthetic curves and trees, then the decoder."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.config import DecodeConfig
+from engine.cost import CostCurve
+from engine.decode import SpecDecoder
+from engine.gt import speedup_optimal
+from engine.tree import DraftTree, Source
+
+FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
+STEEP = CostCurve(nodes=(1, 2, 4, 8, 64), ms=(1.0, 1.6, 2.0, 2.6, 4.2))  # SmolLM2 on a CPU (issue 10)
+
+
+def random_tree(seed: int, n: int = 60) -> DraftTree:
+    """A random tree whose path estimates are products of per-node rates in (0, 1]."""
+    rng = random.Random(seed)
+    parents, est = [None], [1.0]
+    for i in range(1, n):
+        p = rng.randrange(i)
+        parents.append(p)
+        est.append(est[p] * rng.choice([0.9, 0.6, 0.3, 0.1, 0.02]))
+    sources = (Source.ROOT,) + tuple(rng.choice([Source.PLD, Source.TR]) for _ in range(n - 1))
+    return DraftTree(tuple(range(100, 100 + n)), tuple(parents), sources, tuple(est), tuple(est))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_flat_curve_keeps_the_whole_tree(seed):
+    tree = random_tree(seed)
+    kept, ghosts, choice = speedup_optimal(tree, FLAT)
+    assert kept == tree and ghosts == () and choice.nodes == choice.candidates == len(tree)
+    assert choice.expected == pytest.approx(sum(tree.est_accept[1:]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_steep_curve_keeps_the_best_ancestor_closed_top(seed):
+    tree = random_tree(seed)
+    kept, ghosts, choice = speedup_optimal(tree, STEEP)
+    assert 1 <= len(kept) < len(tree) and choice.nodes == len(kept) and choice.candidates == len(tree)
+    # the kept nodes are the top-n by estimate, and the kept tree is the original restricted to them
+    best = sorted(tree.est_accept[1:], reverse=True)[: len(kept) - 1]
+    assert sorted(kept.est_accept[1:], reverse=True) == best
+    # n* maximises (1 + expected) / T(n) over every n
+    rates = [(1 + sum(sorted(tree.est_accept[1:], reverse=True)[: n - 1])) / STEEP.latency(n)
+             for n in range(1, len(tree) + 1)]
+    assert (1 + choice.expected) / choice.cost_ms == pytest.approx(max(rates))
+    # every ghost hangs off a kept node; every removed child of a kept node is a ghost
+    removed_children = sum(1 for i in range(1, len(tree)) if tree.parents[i] is not None) - (len(kept) - 1)
+    assert all(0 <= g.parent < len(kept) for g in ghosts) and len(ghosts) <= removed_children
+
+
+def test_steeper_curve_keeps_fewer_nodes_and_extra_rows_count():
+    tree = random_tree(3)
+    sizes = [speedup_optimal(tree, CostCurve((1, 64), (1.0, 1.0 + slope * 63)))[2].nodes
+             for slope in (0.0, 0.01, 0.05, 0.2, 1.0)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == len(tree) and sizes[-1] < 5
+    knee = CostCurve((1, 16, 17, 128), (1.0, 1.0, 3.0, 4.0))  # free up to 16 rows, then a step
+    assert speedup_optimal(tree, knee)[2].nodes >= 16
+    with_rows = speedup_optimal(tree, knee, extra_rows=16)[2]  # 16 PTD rows use up the free rows
+    assert with_rows.cost_ms == knee.latency(with_rows.nodes + 16) >= 3.0
+
+
+def test_estimates_that_rise_along_a_path_still_give_a_valid_tree():
+    # a child estimated above its parent (not produced by the builders, but must not break the tree)
+    tree = DraftTree((1, 2, 3), (None, 0, 1), (Source.ROOT, Source.TR, Source.TR), (1, .1, .9), (1, .1, .9))
+    kept, _, choice = speedup_optimal(tree, CostCurve((1, 2, 3), (1.0, 1.05, 1.2)))
+    assert kept.parents[0] is None and all(p is not None and p < i for i, p in enumerate(kept.parents[1:], 1))
+    assert choice.nodes == 2 and kept.tokens == (1, 2)
+
+
+def test_curve_latency_is_monotone_and_extrapolates():
+    curve = CostCurve((1, 2, 4, 8), (2.0, 3.0, 2.5, 4.0))  # a noisy dip at 4
+    assert curve.latency(4) == 3.0 and curve.latency(3) == 3.0
+    assert curve.latency(16) == pytest.approx(4.0 + (4.0 - 3.0) / 4 * 8)
+
+
+def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo_lm):
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n")
+    run = lambda c, curve: list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=40, gt_threshold=c), (),  # noqa: E731
+                                            cost_curve=curve).generate(ids))
+    flat, none = run("auto", FLAT), run(0.0, None)
+    assert [t.tree for t in flat] == [t.tree for t in none]  # same trees, so the same tau
+    steep = run("auto", CostCurve((1, 2, 128), (1.0, 1.9, 250.0)))
+    chosen = [t for t in steep if t.gt_nodes is not None]
+    assert chosen and all(len(t.tree) == t.gt_nodes <= t.gt_candidates for t in chosen)
+    assert all(t.gt_cost_ms > 0 and t.gt_expected >= 0 for t in chosen)
+    assert sum(len(t.tree) for t in steep) < sum(len(t.tree) for t in none)
+    assert [x for t in steep for x in t.new_tokens] == [x for t in none for x in t.new_tokens]
