@@ -74,3 +74,24 @@ def test_the_tree_forward_itself_reads_nothing_back(demo_lm, counter):
     traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24, gt_threshold=0.0), ()).generate(
         demo_lm.encode_prompt(PROMPT)))
     assert any(len(t.tree) > 1 for t in traces) and counter.model == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_device_inputs_match_the_parent_array(seed):
+    """Mask and positions built by pointer doubling equal the host ancestor relation, deep chains included."""
+    import random
+
+    from engine.tree import DraftTree, Source
+
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 60, 130])
+    chain = seed % 3 == 0  # bypass chains of up to 129 tokens: depth = n - 1
+    parents = (None, *((i - 1) if chain else rng.randrange(i) for i in range(1, n)))
+    tree = DraftTree(tuple(range(n)), parents, (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n)
+    past = rng.choice([0, 5, 300])
+    inputs = tree.device_inputs(past, torch.float32, "cpu")
+    assert inputs.input_ids.tolist() == [list(tree.tokens)]
+    assert inputs.position_ids.tolist() == [[past + d for d in tree.depths]]
+    allowed = inputs.attention_mask[0, 0] == 0  # (n, past + n)
+    assert allowed[:, :past].all()
+    assert (allowed[:, past:].numpy() == tree.ancestor_matrix).all()
