@@ -18,14 +18,15 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, fields
+from functools import partial, wraps
 from pathlib import Path
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from engine.config import ConfigError, DecodeConfig
-from engine.cost import cached_cost_curve
+from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
@@ -33,6 +34,7 @@ from engine.metrics import summarize
 from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 from viz.charts import cost_figure, speed_figure
 from viz.explain import TOKEN_COLORS, big_numbers, cycle_segments, explain_cycle, theory_panel
+from viz.lesson import WHAT_IS_IT, stage_sentence, stages_of
 from viz.tree_figure import tree_figure
 
 try:  # Hugging Face Spaces (ZeroGPU): run model-bound handlers on a GPU; a no-op everywhere else
@@ -44,26 +46,53 @@ except ImportError:
         return fn
 
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
-UPDATE_EVERY_S = 0.15  # the page redraws at most this often; every cycle is still recorded in the state
-CSS = "#stats {font-size: 1.05em} #draft-tree {min-height: 380px} #big-numbers {margin: .2em 0 .6em}"
+LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
+HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel at most this often (and always at
+# the first cycles and the end): drawing never holds the engine for long, and its time is not engine time
+STEP_PAUSE_S = 2.5  # step-through: seconds each stage of a cycle stays on screen
+CSS = """
+#page-header p {margin: .1em 0}
+#stats {font-size: 1.0em}
+#big-numbers {margin: 0}
+#draft-tree {min-height: 450px}
+#explain p {margin: .1em 0}
+.dark #draft-tree svg text {fill: #e5e7eb !important}
+#draft-tree:fullscreen {background: var(--body-background-fill); display: flex; align-items: center;
+  justify-content: center; width: 100vw; height: 100vh}
+#draft-tree:fullscreen .js-plotly-plot {transform: scale(var(--tree-zoom, 1)); transform-origin: center center}
+"""
 TOGGLE_DARK = "() => { document.body.classList.toggle('dark'); }"
-FULLSCREEN = "() => { const e = document.getElementById('draft-tree'); if (e) e.requestFullscreen(); }"
+#: full screen: the tree's block fills the screen and its figure is scaled up to fill it (labels grow with it)
+FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e) return;
+  const plot = e.querySelector('.js-plotly-plot');
+  e.requestFullscreen().then(() => { if (!plot) return;
+    const k = Math.min(window.innerWidth / plot.offsetWidth, window.innerHeight / plot.offsetHeight);
+    e.style.setProperty('--tree-zoom', k.toFixed(3)); }); }"""
 
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PLD only (chain)",
                  "tr": "TR only (tree)", "ptd": "PTD only (progressive tree drafting)",
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 SOURCE_CHOICES = [("PLD spine", "pld"), ("TR branch", "tr"), ("PTD perturbation", "ptd")]
 PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
+SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen committed
+COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#c4b5fd"}
 
-HOW_TO_READ = """
+HOW_TO_READ = f"""
 * **The tree** is one verification forward. The root is the *anchor* (the last committed token); each node
   is a draft token, coloured by its source: **PLD spine** (copied from an earlier n-gram match), **TR branch**
   (Token Recycling adjacency table), **PTD perturbation** (progressive tree drafting pool). Depth grows to
-  the right. Hover a node for its token, score, estimated acceptance and the token the model wanted there.
-* **The thick path** is what the model accepted; the **star** is the bonus token the model adds itself.
-  Faded nodes were rejected; ghost nodes were never verified (the GT threshold c judged them not worth a row).
-* **τ** is tokens committed per verification forward (AR = 1). **tokens/s** counts engine time only.
-* **The scrubber** (◀ ▶) steps through every recorded cycle; clicking a token in the output jumps to its cycle.
+  the right. Hover a node for its token, score, estimated acceptance and, for a rejected node, the token the
+  model wanted in its place.
+* **The thick violet path** is what the model accepted; the **star** is the bonus token the model adds itself.
+  Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
+  **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
+  them for their tokens.
+* **Max depth D** bounds the TR branches; the PLD spine and **bypass chains** are bounded by the max spine
+  length ({DecodeConfig().max_spine} tokens), not by D.
+* **τ** is tokens committed per verification forward (AR = 1). **tokens/s** counts engine time only: the
+  time the page spends drawing is not counted.
+* **The scrubber** (◀ ▶, drag, arrow keys or a typed number) steps through every recorded cycle; clicking a
+  token in the output jumps to its cycle, and the tokens of the cycle on screen are marked {SHOWN!r}.
 * **Greedy** (temperature 0) output is token-for-token the output of plain AR decoding; **sampling** output
   has exactly the distribution of plain AR sampling.
 """
@@ -95,6 +124,13 @@ def make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold
                         verifier=verifier or "tree")
 
 
+def config_of(data: dict) -> DecodeConfig:
+    """A recorded run's ``DecodeConfig.to_dict()`` (lists from JSON made tuples) back as a ``DecodeConfig``.
+    Raises ``ConfigError`` / ``TypeError`` when the record does not make a valid config."""
+    names = {f.name for f in fields(DecodeConfig)}
+    return DecodeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
+
 def used_format(lm: LoadedModel, prompt_format: str) -> str:
     """'chat' or 'raw': what the prompt really went through (a model without a chat template gets it raw)."""
     return "chat" if prompt_format != "raw" and lm.has_chat_template else "raw"
@@ -119,15 +155,27 @@ def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat") 
 FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
 
 
-def stats_line(summary, trace, c: float, prompt_format: str | None = None) -> str:
+def gt_words(gt_threshold, trace) -> str:
+    """What the GT principle did, e.g. "GT: auto, n* = 12 of 60 nodes" or "c = 0.100" (c = 0: pruning off)."""
+    if gt_threshold == "auto":
+        if trace is not None and trace.gt_nodes is not None:
+            return f"GT: auto, n* = {trace.gt_nodes} of {trace.gt_candidates} nodes"
+        return "GT: auto"
+    try:
+        return f"c = {float(gt_threshold):.3f}"
+    except (TypeError, ValueError):
+        return f"GT: {gt_threshold}"
+
+
+def stats_line(summary, trace, gt_threshold, prompt_format: str | None = None) -> str:
     src = summary.accepted_by_source
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
     sent = f" · {FORMAT_NAMES[prompt_format]}" if prompt_format in FORMAT_NAMES else ""
     return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
             f"{summary.new_tokens} tokens — by source: PLD {src['pld']} · TR {src['tr']} · PTD {src['ptd']} · "
-            f"bonus {src['bonus']} · last cycle: {trace.mode}, {len(trace.tree)} nodes{rows}, "
+            f"bonus {src['bonus']} · cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
             f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
-            f"c = {c:.3f}{sent}")
+            f"{gt_words(gt_threshold, trace)}{sent}")
 
 
 def token_text_of(run: dict, lm: LoadedModel):
@@ -138,22 +186,49 @@ def token_text_of(run: dict, lm: LoadedModel):
     return lambda i: lm.tokenizer.decode([i])
 
 
-def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool) -> tuple:
-    """(tree figure, big numbers, stats line, explanation, theory panel) of ``trace`` within ``run``."""
+def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool, summary_upto: int | None = None) -> tuple:
+    """(tree figure, big numbers, stats line, explanation, theory panel) of ``trace`` within ``run``; the
+    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle)."""
     text = token_text_of(run, lm)
-    summary = summarize(run["traces"][: trace.index + 1])  # traces[k].index == k
+    upto = trace.index if summary_upto is None else summary_upto
+    summary = summarize(run["traces"][: upto + 1])  # traces[k].index == k
     cfg = run["config"]
     return (tree_figure(trace, text, show_ghosts=bool(show_ghosts)), big_numbers(summary),
-            stats_line(summary, trace, float(cfg.get("gt_threshold") or 0.0), run.get("prompt_format")),
+            stats_line(summary, trace, cfg.get("gt_threshold"), run.get("prompt_format")),
             explain_cycle(trace, text),
             theory_panel(summary, trace, int(cfg.get("budget", 60)), int(cfg.get("max_depth", 6))))
+
+
+def marked_output(run: dict, shown: int | None) -> list[tuple[str, str]]:
+    """The run's output segments, the tokens committed by cycle ``shown`` labelled ``SHOWN``."""
+    return [(text, SHOWN if cycle == shown else label)
+            for (text, label), cycle in zip(run["segments"], run["token_cycles"])]
+
+
+def session_curve(curve, lm: LoadedModel):
+    """The visitor's own re-measured cost curve when it belongs to ``lm`` (else None: the shared curve)."""
+    return curve if curve is not None and curve.key == curve_key(lm.model) else None
+
+
+def _paused(seconds: float, control: dict) -> None:
+    """Sleep ``seconds`` (slow motion), waking early when Stop is pressed."""
+    end = time.perf_counter() + seconds
+    while not control.get("stop") and time.perf_counter() < end:
+        time.sleep(min(0.05, max(0.0, end - time.perf_counter())))
 
 
 @on_gpu
 def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass, pace,
              show_ghosts, run, sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree",
-             model_key=None, prompt_format="chat", *, models: ModelRegistry):
-    """Stream (output, tree, speed, stats, run, scrubber, explanation, big numbers, theory, settings) while decoding."""
+             model_key=None, prompt_format="chat", control=None, curve=None, *, models: ModelRegistry):
+    """Stream (output, tree, speed, stats, run, scrubber, explanation, big numbers, theory, settings) while decoding.
+
+    ``control`` is the visitor's ``{"stop": bool}`` (the Stop button sets it; the run ends after the current
+    cycle and keeps its output); ``curve`` the visitor's own re-measured cost curve, if any.  Drawing is
+    throttled (``LIGHT_EVERY_S``, ``HEAVY_EVERY_S``) and never counted as engine time.
+    """
+    control = control if control is not None else {}
+    control["stop"] = False
     lm = models.get(model_key)
     ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
     if problem is None:
@@ -166,44 +241,92 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
         gr.Warning(problem)
         yield (gr.skip(),) * 3 + (f"⚠️ {problem}", run) + (gr.skip(),) * 5
         return
-    segments: list[tuple[str, str]] = []  # the output, token by token, labelled by source
-    last_draw = 0.0
+    last_light = last_heavy = 0.0
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids)  # resolves c = "auto"
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(curve, lm))
         sent = used_format(lm, prompt_format)
         new_run = {"model": lm.name, "prompt": prompt, "prompt_format": sent, "config": decoder.config.to_dict(),
-                   "traces": [], "token_cycles": [], "token_text": None}  # token_cycles: cycle of every output token
+                   "traces": [], "token_cycles": [], "segments": [], "token_text": None}
+        # token_cycles: the cycle of every output token; segments: (text, source label) of every output token
         text = token_text_of(new_run, lm)
         command = settings_string(lm.name, decoder.config, sent)
-        for trace in decoder.generate(ids):
+        trace = drawn = None  # drawn: the last cycle whose tree is on screen
+        for trace in decoder.generate(ids, should_stop=lambda: bool(control.get("stop"))):
             new_run["traces"].append(trace)
-            segments.extend(cycle_segments(trace, text))
+            new_run["segments"].extend(cycle_segments(trace, text))
             new_run["token_cycles"].extend([trace.index] * len(trace.new_tokens))
-            if trace.finished or time.perf_counter() - last_draw >= UPDATE_EVERY_S or pace:
-                last_draw = time.perf_counter()
-                tree, big, stats, explanation, theory = views(new_run, trace, lm, show_ghosts)
-                scrubber = gr.Slider(maximum=max(1, trace.index), value=trace.index)
-                yield (list(segments), tree, speed_figure(new_run["traces"]), stats, new_run, scrubber, explanation,
-                       big, theory, command)
-                if pace:
-                    time.sleep(float(pace))
+            now = time.perf_counter()
+            heavy = trace.index <= 1 or trace.finished or bool(pace) or now - last_heavy >= HEAVY_EVERY_S
+            if not heavy and now - last_light < LIGHT_EVERY_S:
+                continue
+            last_light = now
+            yield _frame(new_run, trace, lm, show_ghosts, command, heavy)
+            if heavy:
+                last_heavy, drawn = time.perf_counter(), trace
+            if pace:
+                _paused(float(pace), control)
+        if trace is not None and drawn is not trace:
+            yield _frame(new_run, trace, lm, show_ghosts, command, True)  # stopped or throttled: the last cycle
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield (gr.skip(),) * 3 + (f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run) + (gr.skip(),) * 5
 
 
+def _frame(run: dict, trace, lm: LoadedModel, show_ghosts: bool, command: str, heavy: bool) -> tuple:
+    """One streamed update of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
+    skip = gr.skip()
+    tree, big, stats, explanation, theory = views(run, trace, lm, show_ghosts) if heavy else \
+        (skip, None, None, skip, skip)
+    if not heavy:
+        summary = summarize(run["traces"])
+        big, stats = big_numbers(summary), stats_line(summary, trace, run["config"].get("gt_threshold"),
+                                                      run.get("prompt_format"))
+    scrubber = gr.Slider(maximum=max(1, trace.index), value=trace.index)
+    return (list(run["segments"]), tree, speed_figure(run["traces"]) if heavy else skip, stats, run, scrubber,
+            explanation, big, theory, command)
+
+
 def show_cycle(run, index, show_ghosts, step: int = 0, model_key=None, *, models: ModelRegistry):
-    """Scrubber: redraw the tree, its explanation and the theory panel for recorded cycle ``index + step``."""
+    """Scrubber: (cycle, tree, explanation, theory, output with that cycle's tokens marked) for recorded cycle
+    ``index + step``."""
     if not run or not run["traces"]:
-        return gr.skip(), gr.skip(), "Generate first: the scrubber steps through the cycles of the last run.", gr.skip()
-    k = max(0, min(int(index) + int(step), len(run["traces"]) - 1))
+        return (gr.skip(), gr.skip(), "Generate first: the scrubber steps through the cycles of the last run.",
+                gr.skip(), gr.skip())
+    k = max(0, min(int(index or 0) + int(step), len(run["traces"]) - 1))
     tree, _, _, explanation, theory = views(run, run["traces"][k], models.get(model_key), show_ghosts)
-    return k, tree, explanation, theory
+    return k, tree, explanation, theory, marked_output(run, k)
+
+
+def step_through(run, index, show_ghosts, model_key=None, control=None, *, models: ModelRegistry,
+                 pause: float = STEP_PAUSE_S):
+    """Play one cycle in stages (``viz.lesson``): the drafts by source, the one forward that scores them, the
+    walk, the bonus.  Streams (cycle, tree, sentence, output with the cycle's tokens marked).  The cycle is
+    the scrubber's, or the first drafted cycle after it when it had no drafts (prefill, AR step)."""
+    if not run or not run["traces"]:
+        yield gr.skip(), gr.skip(), "Generate first: then **Step through** plays one of its cycles in stages.", \
+            gr.skip()
+        return
+    control = control if control is not None else {}
+    control["stop"] = False
+    traces = run["traces"]
+    k = max(0, min(int(index or 0), len(traces) - 1))
+    drafted = [t.index for t in traces if t.mode in ("tree", "bypass")]
+    if traces[k].mode not in ("tree", "bypass") and drafted:
+        k = next((i for i in drafted if i >= k), drafted[-1])
+    trace, text = traces[k], token_text_of(run, models.get(model_key))
+    for n, stage in enumerate(stages_of(trace)):
+        if control.get("stop"):
+            return
+        last = stage == "bonus"
+        yield (k, tree_figure(trace, text, show_ghosts=bool(show_ghosts), stage=stage), stage_sentence(trace, stage, text),
+               marked_output(run, k) if last else gr.skip())
+        if not last:
+            _paused(pause, control)
 
 
 def jump_to_token(run, show_ghosts, evt: gr.SelectData, model_key=None, *, models: ModelRegistry):
     """Clicking an output token shows the cycle that produced it."""
     if not run or not isinstance(evt.index, int) or not 0 <= evt.index < len(run.get("token_cycles", [])):
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        return (gr.skip(),) * 5
     return show_cycle(run, run["token_cycles"][evt.index], show_ghosts, model_key=model_key, models=models)
 
 
@@ -220,9 +343,13 @@ def export_trace(run, model_key=None, *, models: ModelRegistry):
 
 
 def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistry):
-    """Replay an exported trace with no model run; a bad file leaves the current run untouched."""
+    """Replay an exported trace with no model run; a bad file leaves the current run untouched.
+
+    Shows the run's own numbers (every cycle summarised), its last cycle, its prompt, prompt format and the
+    settings string that reproduces it.  Streams (output, tree, speed, stats, run, scrubber, explanation, big
+    numbers, theory, import box, prompt, prompt format, settings)."""
     if not file:
-        return (gr.skip(),) * 10
+        return (gr.skip(),) * 13
     try:
         if os.path.getsize(file) > MAX_BYTES:
             raise TraceFormatError(f"the file is larger than {MAX_BYTES // 2**20} MB")
@@ -230,15 +357,21 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
     except (OSError, TraceFormatError) as exc:
         message = f"Could not import the trace: {exc}"
         gr.Warning(message)
-        return (gr.skip(),) * 3 + (f"⚠️ {message}", run) + (gr.skip(),) * 4 + (None,)  # None: the box is free again
+        return (gr.skip(),) * 3 + (f"⚠️ {message}", run) + (gr.skip(),) * 4 + (None,) + (gr.skip(),) * 3
     new_run = {**loaded, "token_cycles": [t.index for t in loaded["traces"] for _ in t.new_tokens]}
     text = token_text_of(new_run, None)
-    segments = [seg for t in new_run["traces"] for seg in cycle_segments(t, text)]
-    first = new_run["traces"][1] if len(new_run["traces"]) > 1 else new_run["traces"][0]
-    tree, big, stats, explanation, theory = views(new_run, first, None, show_ghosts)
+    new_run["segments"] = [seg for t in new_run["traces"] for seg in cycle_segments(t, text)]
+    last = new_run["traces"][-1]
+    tree, big, stats, explanation, theory = views(new_run, last, None, show_ghosts)
     stats = f"Imported trace of `{new_run['model']}` ({len(new_run['traces'])} cycles), replayed with no model: " + stats
-    return (segments, tree, speed_figure(new_run["traces"]), stats, new_run,
-            gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=first.index), explanation, big, theory, None)
+    try:
+        command = settings_string(new_run["model"], config_of(new_run["config"]), new_run.get("prompt_format") or "auto")
+    except (ConfigError, TypeError, ValueError) as exc:
+        command = f"(the trace's settings do not make a valid config here: {exc})"
+    fmt = new_run.get("prompt_format") if new_run.get("prompt_format") in FORMAT_NAMES else gr.skip()
+    return (marked_output(new_run, last.index), tree, speed_figure(new_run["traces"]), stats, new_run,
+            gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=last.index), explanation, big, theory, None,
+            new_run.get("prompt", ""), fmt, command)
 
 
 ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
@@ -325,13 +458,17 @@ def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry, o
 @on_gpu
 def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
          sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree", model_key=None,
-         prompt_format="chat", *, models: ModelRegistry):
+         prompt_format="chat", slow_motion=0.0, control=None, curve=None, *, models: ModelRegistry):
     """AR vs the chosen method on one device and a shared clock: stream (AR text, method text, scoreboard).
 
     The two decoders run alternately, never at once: the one with less engine time so far runs its next
     forward, so both outputs are always shown as of (nearly) the same engine time, and each run is
-    charged only for its own forwards.
+    charged only for its own forwards.  ``slow_motion`` = k pauses k times each forward's engine time after
+    it, so the race plays k + 1 times slower than it ran, in the same proportions; the scoreboard counts
+    engine time only.  Stop (``control["stop"]``) ends both runs and keeps their outputs so far.
     """
+    control = control if control is not None else {}
+    control["stop"] = False
     lm = models.get(model_key)
     ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
     try:
@@ -343,26 +480,43 @@ def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshol
         gr.Warning(problem)
         yield gr.skip(), gr.skip(), f"⚠️ {problem}"
         return
-    runners = {"AR": SpecDecoder(lm.model, spec_cfg.with_(method="ar"), lm.eos_token_ids).generate(ids),
-               METHOD_LABELS[method]: SpecDecoder(lm.model, spec_cfg, lm.eos_token_ids).generate(ids)}
+    stop = lambda: bool(control.get("stop"))  # noqa: E731
+    cost = session_curve(curve, lm)
+    runners = {"AR": SpecDecoder(lm.model, spec_cfg.with_(method="ar"), lm.eos_token_ids).generate(ids, stop),
+               METHOD_LABELS[method]: SpecDecoder(lm.model, spec_cfg, lm.eos_token_ids, cost_curve=cost)
+               .generate(ids, stop)}
     state = {name: {"tokens": [], "elapsed": 0.0, "forwards": 0, "done": False} for name in runners}
     last_draw = 0.0
     while not all(s["done"] for s in state.values()):
         name = min((n for n in runners if not state[n]["done"]), key=lambda n: state[n]["elapsed"])
-        trace = next(runners[name])
         s = state[name]
+        trace = next(runners[name], None)
+        if trace is None:  # stopped: the decoder ended before its last cycle
+            s["done"] = True
+            continue
         s["tokens"] += trace.new_tokens
+        forward_s = trace.elapsed_s - s["elapsed"]
         s["elapsed"], s["forwards"], s["done"] = trace.elapsed_s, s["forwards"] + 1, trace.finished
-        if time.perf_counter() - last_draw >= UPDATE_EVERY_S or all(x["done"] for x in state.values()):
+        if slow_motion:
+            _paused(float(slow_motion) * forward_s, control)
+        finished = all(x["done"] for x in state.values())
+        if time.perf_counter() - last_draw >= (0.05 if slow_motion else LIGHT_EVERY_S) or finished:
             last_draw = time.perf_counter()
-            board = " · ".join(f"**{n}**: {len(x['tokens'])} tokens in {x['elapsed'] * 1000:.0f} ms engine time "
-                               f"({len(x['tokens']) / max(x['elapsed'], 1e-9):.0f} tok/s, τ "
-                               f"{len(x['tokens']) / max(1, x['forwards']):.2f}){' ✓' * x['done']}"
-                               for n, x in state.items())
-            ar, spec = state.values()
-            if ar["done"] and spec["done"]:
-                board += f" — speedup **{ar['elapsed'] / max(spec['elapsed'], 1e-9):.2f}×**"
-            yield (lm.tokenizer.decode(ar["tokens"]), lm.tokenizer.decode(spec["tokens"]), board)
+            yield _race_frame(lm, state, stopped=finished and stop())
+
+
+def _race_frame(lm: LoadedModel, state: dict, stopped: bool) -> tuple[str, str, str]:
+    """(AR text, method text, scoreboard) of ``race``; speeds in engine time."""
+    board = " · ".join(f"**{n}**: {len(x['tokens'])} tokens in {x['elapsed'] * 1000:.0f} ms engine time "
+                       f"({len(x['tokens']) / max(x['elapsed'], 1e-9):.0f} tok/s, τ "
+                       f"{len(x['tokens']) / max(1, x['forwards']):.2f}){' ✓' * (x['done'] and not stopped)}"
+                       for n, x in state.items())
+    ar, spec = state.values()
+    if stopped:
+        board += " — stopped: both outputs as of the same engine time"
+    elif ar["done"] and spec["done"]:
+        board += f" — speedup **{ar['elapsed'] / max(spec['elapsed'], 1e-9):.2f}×**"
+    return lm.tokenizer.decode(ar["tokens"]), lm.tokenizer.decode(spec["tokens"]), board
 
 
 def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
@@ -382,37 +536,91 @@ def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto"
                     f"({lm.describe()}) instead: {exc}")
 
 
+def start_preset(lm: LoadedModel) -> dict:
+    """The preset the prompt box starts with, so the first click works: the first chat preset for a model
+    with a chat template, else the first raw (code) preset."""
+    want = "chat" if lm.has_chat_template else "raw"
+    return next((p for p in PRESETS if p["format"] == want), PRESETS[0])
+
+
+class RunBoard:
+    """Server-wide count of runs holding the model (no user data): lets a waiting visitor read, in words,
+    why their Generate has not started."""
+
+    def __init__(self) -> None:
+        self._lock, self.running = threading.Lock(), 0
+
+    def wrap(self, fn):
+        """``fn`` (a generator function) counted as running while it runs (its signature kept for the API)."""
+        @wraps(fn)
+        def counted(*args, **kwargs):
+            with self._lock:
+                self.running += 1
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.running -= 1
+        return counted
+
+    def waiting_words(self) -> str:
+        """What a visitor who just pressed Generate or Race is waiting for."""
+        if not self.running:
+            return "⏳ Starting …"
+        return ("⏳ Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "
+                "Yours starts as soon as it ends; runs are capped, so this is a short wait.")
+
+
 def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptions()) -> gr.Blocks:
-    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry."""
+    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
+
+    First screen at 1280×800: prompt and Generate on the left, the tree, its sentence and the scrubber
+    on the right; settings wait in closed accordions below the prompt."""
     models = lm if isinstance(lm, ModelRegistry) else ModelRegistry(lm)
     first, notice = models.get(None), options.notice
+    board = RunBoard()
+    preset0 = start_preset(first)
     with gr.Blocks(title="goose-lens") as demo:
-        with gr.Row():
-            gr.Markdown(f"# goose-lens — speculative decoding, one draft tree per cycle\n"
-                        f"Model: **{first.describe()}**. Pick a preset and press **Generate**."
-                        + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
-            dark_btn = gr.Button("☾ light / dark", scale=0, min_width=120)
-        with gr.Accordion("How to read this", open=False):
-            gr.Markdown(HOW_TO_READ)
+        with gr.Row(equal_height=True):
+            gr.Markdown(f"**goose-lens** — speculative decoding, one draft tree per cycle · model "
+                        f"**{first.describe()}**" + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
+            dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
         run = gr.State(None)
         model_key = gr.State(None)  # None = the default model
+        control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
+        curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
         with gr.Row():
-            with gr.Column(scale=1, min_width=320):
-                preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=None)
-                prompt = gr.Textbox(label="Prompt", lines=8, placeholder="Type a prompt or pick a preset")
-                prompt_format = gr.Radio(PROMPT_FORMATS, value="chat", label="Prompt format (code presets are raw "
-                                         "completions; chat presets go through the chat template)",
+            with gr.Column(scale=1, min_width=300):
+                prompt = gr.Textbox(preset0["prompt"], label="Prompt", lines=5, max_lines=8,
+                                    placeholder="Type a prompt or pick a preset")
+                with gr.Row():
+                    go_btn = gr.Button("Generate", variant="primary", scale=2)
+                    stop_btn = gr.Button("Stop", variant="stop", scale=1)
+                preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset0["label"])
+                prompt_format = gr.Radio(PROMPT_FORMATS, value=preset0["format"], label="Prompt format (code presets "
+                                         "are raw completions; chat presets go through the chat template)",
                                          elem_id="prompt-format")
-                method = gr.Dropdown([(v, k) for k, v in METHOD_LABELS.items()], value="goose", label="Method")
-                sources = gr.CheckboxGroup(SOURCE_CHOICES, value=["pld", "tr"], label="Draft sources (Goose, Iso)")
-                budget = gr.Slider(1, 128, value=60, step=1, label="Node budget B (anchor included)")
-                auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
-                spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, label="Spine ratio r (when not adaptive)")
-                depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D")
-                auto_c = gr.Checkbox(value=True, label="Auto GT threshold c (from the measured cost curve)")
-                gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="GT threshold c when not auto (0 = off)")
-                max_new = gr.Slider(1, options.max_new_tokens, value=128, step=1, label="Max new tokens")
-                bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain")
+                with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
+                    gr.Markdown(WHAT_IS_IT)
+                with gr.Accordion("Method and tree shape", open=False):
+                    method = gr.Dropdown([(v, k) for k, v in METHOD_LABELS.items()], value="goose", label="Method")
+                    sources = gr.CheckboxGroup(SOURCE_CHOICES, value=["pld", "tr"], label="Draft sources (Goose, Iso)")
+                    budget = gr.Slider(1, 128, value=60, step=1, label="Node budget B (anchor included)")
+                    auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
+                    spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, interactive=False,
+                                            label="Spine ratio r (untick adaptive to set it)")
+                    depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D of TR branches (the spine and "
+                                      f"bypass chains run to the max spine, {DecodeConfig().max_spine} tokens)")
+                    bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain "
+                                         "(bounded by the max spine, not by D)")
+                    auto_c = gr.Checkbox(value=True, label="GT principle auto: the speedup-optimal tree size from "
+                                         "the measured cost curve")
+                    gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, interactive=False,
+                                   label="GT threshold c (untick auto to set it; 0 = no pruning)")
+                with gr.Accordion("Run and display", open=False):
+                    max_new = gr.Slider(1, options.max_new_tokens, value=128, step=1, label="Max new tokens")
+                    pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+                    show_ghosts = gr.Checkbox(value=True, label="Show GT-pruned candidates as ghosts")
                 with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
@@ -420,11 +628,6 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     seed = gr.Number(0, precision=0, label="Seed")
                     verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value="tree",
                                         label="Verifier")
-                pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
-                show_ghosts = gr.Checkbox(value=True, label="Show GT-pruned candidates as ghosts")
-                with gr.Row():
-                    go_btn = gr.Button("Generate", variant="primary")
-                    stop_btn = gr.Button("Stop", variant="stop")
                 settings = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
                                       buttons=["copy"], interactive=False, elem_id="settings")
                 with gr.Accordion("Model", open=False):
@@ -441,72 +644,109 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
                     import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
                                           type="filepath", elem_id="import-trace")
+                with gr.Accordion("How to read this", open=False):
+                    gr.Markdown(HOW_TO_READ)
                 gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS),
                             elem_classes=["small"])
-            with gr.Column(scale=2):
-                big = gr.HTML(big_numbers(None), elem_id="big-numbers")
-                stats = gr.Markdown("Pick a preset and press **Generate**.", elem_id="stats")
-                tree_plot = gr.Plot(label="Draft tree of the latest cycle", show_label=False, elem_id="draft-tree")
+            with gr.Column(scale=3):
+                with gr.Row(equal_height=True):
+                    big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=250)
+                    stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
+                tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
+                                    elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
                 explain = gr.Markdown(elem_id="explain")
                 with gr.Row(equal_height=True):
                     back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
-                    scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (scrub or step through every recorded cycle)",
+                    scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (drag, arrow keys, or type a number)",
                                          elem_id="cycle-scrubber")
                     fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
+                    step_btn = gr.Button("Step through", scale=0, min_width=110, elem_id="step-through")
                     full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
                 output = gr.HighlightedText(label="Output so far, coloured by the source of each token "
-                                                  "(click a token to see its cycle)", color_map=TOKEN_COLORS,
+                                                  "(click a token to see its cycle)", color_map=COLOR_MAP,
                                             show_legend=True, combine_adjacent=False, elem_id="output")
                 speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
                 with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
                     theory = gr.Markdown(theory_panel(None, None, 60, 6), elem_id="theory")
                 with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
-                    race_btn = gr.Button("Race")
+                    with gr.Row():
+                        race_btn = gr.Button("Race", variant="primary")
+                        race_pace = gr.Slider(0, 20, value=4, step=1, label="Race slow motion: pause k × each "
+                                              "forward's engine time (0 = real time)", elem_id="race-pace")
                     race_board = gr.Markdown(elem_id="race-board")
                     with gr.Row():
-                        race_ar = gr.Textbox(label="AR", lines=8, interactive=False)
-                        race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False)
-                with gr.Accordion("Verification cost curve and the auto GT threshold c", open=False):
+                        race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
+                        race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
+                with gr.Accordion("Verification cost curve and the GT principle", open=False):
                     cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), 60), show_label=False,
                                         elem_id="cost-curve")
-                    remeasure = gr.Button("Re-measure on this device")
+                    remeasure = gr.Button("Re-measure on this device (for your session only)")
         settings_in = [budget, auto_r, spine_ratio, depth, auto_c, gt, max_new, bypass]
         sampling_in = [sources, temperature, top_p, top_k, seed, verifier, model_key]
-        preset.change(preset_fields, preset, [prompt, prompt_format], api_visibility="private")
-        event = go_btn.click(partial(generate, models=models),
-                             [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format],
-                             [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
-                             api_name="generate", concurrency_limit=1, concurrency_id="model")
-        race_event = race_btn.click(partial(race, models=models),
-                                    [prompt, method, *settings_in, *sampling_in, prompt_format],
-                                    [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1,
-                                    concurrency_id="model")
+        preset.input(preset_fields, preset, [prompt, prompt_format], api_visibility="private")
+        waiting = lambda: board.waiting_words()  # noqa: E731
+        go_btn.click(waiting, None, stats, queue=False, api_visibility="private").then(
+            board.wrap(partial(generate, models=models)),
+            [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format, control, curve],
+            [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
+            api_name="generate", concurrency_limit=1, concurrency_id="model")
+        race_btn.click(waiting, None, race_board, queue=False, api_visibility="private").then(
+            board.wrap(partial(race, models=models)),
+            [prompt, method, *settings_in, *sampling_in, prompt_format, race_pace, control, curve],
+            [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1, concurrency_id="model")
+        cycle_out = [scrubber, tree_plot, explain, theory, output]
 
         def on_token_select(run_state, ghosts, key, evt: gr.SelectData):  # gradio injects evt by annotation
             return jump_to_token(run_state, ghosts, evt, key, models=models)
 
-        output.select(on_token_select, [run, show_ghosts, model_key], [scrubber, tree_plot, explain, theory],
-                      api_visibility="private")
-        for trigger, step in ((scrubber.release, 0), (back_btn.click, -1), (fwd_btn.click, 1)):
+        output.select(on_token_select, [run, show_ghosts, model_key], cycle_out, api_visibility="private")
+        for trigger, step in ((scrubber.input, 0), (back_btn.click, -1), (fwd_btn.click, 1), (show_ghosts.input, 0)):
             trigger(lambda r, i, g, key, step=step: show_cycle(r, i, g, step, key, models=models),
-                    [run, scrubber, show_ghosts, model_key], [scrubber, tree_plot, explain, theory],
-                    api_visibility="private")
-        stop_btn.click(None, None, None, cancels=[event, race_event], api_visibility="private")
+                    [run, scrubber, show_ghosts, model_key], cycle_out, api_visibility="private",
+                    trigger_mode="always_last")  # typed values and arrow keys fire input too; the output sets
+            # the slider without firing it again
+        step_btn.click(partial(step_through, models=models), [run, scrubber, show_ghosts, model_key, control],
+                       [scrubber, tree_plot, explain, output], api_name="step_through")
+        stop_btn.click(request_stop, control, None, queue=False, api_visibility="private")
+        auto_r.input(lambda a: gr.Slider(interactive=not a), auto_r, spine_ratio, api_visibility="private")
+        auto_c.input(lambda a: gr.Slider(interactive=not a), auto_c, gt, api_visibility="private")
         export_btn.click(partial(export_trace, models=models), [run, model_key], export_file, api_visibility="private")
         import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key],
-                           [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file],
-                           api_name="import_trace")
+                           [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file,
+                            prompt, prompt_format, settings], api_name="import_trace")
         load_btn.click(partial(load_other_model, models=models, options=options), [model_name, device, dtype, model_key],
                        [model_status, model_key], api_name="load_model", concurrency_id="load",
                        concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
-        remeasure.click(lambda b, key: cost_figure(cached_cost_curve(models.get(key).model, refresh=True), int(b)),
-                        [budget, model_key], cost_plot, api_visibility="private", concurrency_id="model",
-                        concurrency_limit=1)
-        budget.change(lambda b, key: cost_figure(cached_cost_curve(models.get(key).model), int(b)), [budget, model_key],
-                      cost_plot, api_visibility="private")
+
+        def remeasure_curve(b, key):  # this visitor's own curve: nobody else's runs change
+            fresh = measure_cost_curve(models.get(key).model)
+            return fresh, cost_figure(fresh, int(b))
+
+        remeasure.click(remeasure_curve, [budget, model_key], [curve, cost_plot], api_visibility="private",
+                        concurrency_id="model", concurrency_limit=1)
+        budget.change(lambda b, key, own: cost_figure(session_curve(own, models.get(key)) or
+                                                      cached_cost_curve(models.get(key).model), int(b)),
+                      [budget, model_key, curve], cost_plot, api_visibility="private")
         dark_btn.click(None, js=TOGGLE_DARK)
         full_btn.click(None, js=FULLSCREEN)
     return demo
+
+
+def placeholder_figure():
+    """The tree area before the first run: says what will appear there."""
+    fig = go.Figure()
+    fig.add_annotation(text="Press <b>Generate</b>: each cycle's draft tree appears here.<br>"
+                            "<b>Step through</b> then plays one cycle stage by stage.",
+                       showarrow=False, font=dict(size=18), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(height=450, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", margin=dict(l=10, r=10, t=40, b=64))
+    return fig
+
+
+def request_stop(control: dict) -> None:
+    """Stop: the visitor's running Generate, Race or step-through ends after its current cycle and keeps
+    what it has (no error, both race outputs kept)."""
+    control["stop"] = True
 
 
 def preset_fields(label):

@@ -94,7 +94,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         assert scrubber and "bonus" in explanation
         assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
         assert speed and speed["type"] == "plotly"
-        assert "τ" in stats and "cycles" in stats and "c = 0." in stats
+        assert "τ" in stats and "cycles" in stats and "GT: auto" in stats  # the default: speedup-optimal size
         bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
         assert "prompt is empty" in bad[3]
         with pytest.raises(Exception, match="less than minimum value 1"):  # gradio's own range check on B
@@ -116,8 +116,11 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
                                 True, 0.0, 24, True, 0.0, True, None, models=models))
     run = outputs[-1][4]
     assert len(run["traces"]) >= 3
-    k, fig, text, theory = app.show_cycle(run, 2, True, step=-1, models=models)
+    k, fig, text, theory, marked = app.show_cycle(run, 2, True, step=-1, models=models)
     assert k == 1 and fig.layout.title.text.startswith("cycle 1") and text and "τ" in theory
+    # the output marks the tokens the shown cycle committed
+    assert [t for (t, label) in marked if label == app.SHOWN] == [t for (t, _), c in zip(run["segments"], run[
+        "token_cycles"]) if c == 1]
     k, *_ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, models=models)
     assert k == len(run["traces"]) - 1  # clamped at the last cycle
     assert "Generate first" in app.show_cycle(None, 0, True, models=models)[2]

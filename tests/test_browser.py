@@ -1,8 +1,8 @@
-"""The page in a real browser: Playwright (Python) driving Debian's headless Chromium.
+"""The page in a real browser: Playwright (Python) driving Debian's headless Chromium, at 1280×800.
 
 .ci/run installs both (apt ``chromium``, pip ``playwright``).  On a machine without them these tests
 are skipped with the reason, except under CI (``CI`` set), where a missing browser is a failure.
-Also writes docs/screenshot.png (the page after a run) when ``GOOSE_LENS_SCREENSHOT=1``.
+Also writes docs/screenshot.png (the first screen after a run) when ``GOOSE_LENS_SCREENSHOT=1``.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 CHROMIUM = os.environ.get("GOOSE_LENS_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
+SCREEN = {"width": 1280, "height": 800}
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -28,12 +29,28 @@ if sync_playwright is None or not shutil.which(CHROMIUM):
     pytest.skip("no playwright / chromium on this machine (apt install chromium; pip install playwright)",
                 allow_module_level=True)
 
-#: JS: the source names of the tree figure's node traces that have points, and whether an accepted path is drawn.
+#: JS: the source names of the tree figure's node traces that have points, and the figure's title.
 TREE_STATE = """() => {
   const plot = document.querySelector('#draft-tree .js-plotly-plot');
   if (!plot || !plot.data) return null;
   const named = plot.data.filter(t => (t.x || []).some(v => v !== null));
   return {names: named.map(t => t.name), title: (plot.layout.title || {}).text || ''};
+}"""
+#: JS: the title of the tree on screen ('' before the first cycle)
+TITLE = f"(() => (({TREE_STATE})() || {{}}).title || '')()"
+#: JS: the rendered boxes of every node label and marker of the tree, and the label font sizes (px)
+RENDERED = """() => {
+  const root = document.querySelector('#draft-tree .js-plotly-plot');
+  const boxes = [], sizes = [];
+  for (const t of root.querySelectorAll('.scatterlayer .textpoint text')) {
+    if (!t.textContent) continue;
+    const r = t.getBoundingClientRect(); boxes.push([r.left, r.top, r.right, r.bottom, t.textContent]);
+    sizes.push(parseFloat(getComputedStyle(t).fontSize));
+  }
+  for (const p of root.querySelectorAll('.scatterlayer .point')) {
+    const r = p.getBoundingClientRect(); boxes.push([r.left, r.top, r.right, r.bottom, 'marker']);
+  }
+  return {boxes, sizes};
 }"""
 
 
@@ -43,16 +60,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def page_url(demo_lm):
+def serve(page_or_models, options=None):
     import app
 
-    demo_lm.warm_up()
-    demo = app.build_demo(demo_lm)
+    demo = app.build_demo(page_or_models, options or app.PageOptions())
     port = free_port()
     demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                                                    css=app.CSS)
-    yield f"http://127.0.0.1:{port}/"
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def page_url(demo_lm):
+    """The page on the demo model, its model picker slow to fail (8 s), as a hub download can be."""
+    from engine.loading import ModelLoadError, ModelRegistry
+
+    class SlowRegistry(ModelRegistry):
+        def load(self, name, **kwargs):
+            time.sleep(8)
+            raise ModelLoadError(f"could not load {name!r}: no such model (test)")
+
+    demo_lm.warm_up()
+    demo, url = serve(SlowRegistry(demo_lm))
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def public_url(demo_lm):
+    import app
+
+    demo, url = serve(demo_lm, app.PageOptions(public=True, max_new_tokens=512))
+    yield url
     demo.close()
 
 
@@ -70,13 +109,34 @@ def tree_state(page):
     return page.evaluate(TREE_STATE)
 
 
+def open_page(browser, url):
+    page = browser.new_page(viewport=SCREEN)
+    page.goto(url)
+    page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=30_000)
+    return page
+
+
+def stats_has(page, text: str, timeout: float = 120_000) -> None:
+    page.wait_for_function("(t) => (document.querySelector('#stats')?.innerText || '').includes(t)", arg=text,
+                           timeout=timeout)
+
+
 def pick_preset(page, label: str) -> None:
     """Choose the preset whose label starts with ``label`` (the page under test runs the demo model, a code model)."""
-    page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=30_000)
     dropdown = page.get_by_label("Preset prompt")
     dropdown.click()
     page.get_by_role("option", name=label).first.click()
     expect(page.get_by_label("Prompt", exact=True)).not_to_have_value("", timeout=10_000)
+
+
+def open_accordion(page, title: str) -> None:
+    page.get_by_text(title, exact=True).click()
+
+
+def set_number(page, name: str, value) -> None:
+    box = page.get_by_role("spinbutton", name=name)
+    box.fill(str(value))
+    box.press("Enter")
 
 
 def upload(page, path: Path) -> None:
@@ -84,32 +144,50 @@ def upload(page, path: Path) -> None:
     page.locator("#import-trace input[data-testid=file-upload]").set_input_files(str(path), timeout=10_000)
 
 
-def test_generate_scrub_and_replay_in_a_browser(page_url, browser, tmp_path):
-    page = browser.new_page(viewport={"width": 1500, "height": 1300})
-    page.goto(page_url)
-    pick_preset(page, "HumanEval/0")
-    page.get_by_label("Bypass: verify confident PLD matches as a chain").uncheck()  # every cycle a full tree
+def no_error_badges(page) -> bool:
+    return page.locator(".error, [data-testid=error]").filter(has_text="Error").count() == 0
+
+
+def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
+    page = open_page(browser, page_url)
+    assert page.get_by_label("Prompt", exact=True).input_value().strip()  # pre-filled: no preset to pick
+    expect(page.locator("#lesson")).to_contain_text("guesses")  # the first lesson is open on first load
     t0 = time.perf_counter()
     page.get_by_role("button", name="Generate", exact=True).click()
-    page.wait_for_function(f"({TREE_STATE})() !== null", timeout=60_000)
+    page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=60_000)
     first_tree_s = time.perf_counter() - t0
-    # a tree with nodes of at least two sources and an accepted path
-    page.wait_for_function(f"""() => {{ const s = ({TREE_STATE})(); if (!s) return false;
-        const src = s.names.filter(n => ['PLD spine', 'TR branch', 'PTD perturbation'].includes(n));
-        return src.length >= 2 && s.names.includes('accepted path'); }}""", timeout=120_000)
-    page.wait_for_function("() => (document.querySelector('#stats')?.innerText || '').includes('128 tokens')",
-                           timeout=120_000)
+    stats_has(page, "128 tokens")
+    # Generate, the tree, its sentence and the scrubber on one 1280×800 screen
+    for selector in ("button:text-is('Generate')", "#draft-tree", "#explain", "#cycle-scrubber"):
+        box = page.locator(selector).first.bounding_box()
+        assert box and box["y"] >= 0 and box["y"] + box["height"] <= SCREEN["height"], (selector, box)
     if os.environ.get("GOOSE_LENS_SCREENSHOT"):
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=False)
-    before = tree_state(page)["title"]
-    page.locator("#cycle-back").click()  # scrub back one cycle: the tree changes
-    page.wait_for_function(f"(before) => ({TREE_STATE})().title !== before", arg=before, timeout=20_000)
-    assert tree_state(page)["title"] != before
     print(f"time from clicking Generate to the first tree: {first_tree_s:.2f} s")
+    tau = page.locator("#stats").inner_text().split("·")[0].strip()  # "τ 1.83"
 
-    # export the run, then import it back: its first tree is shown with no model run
-    page.get_by_text("Trace file: export the last run, or replay one").click()
+    # the scrubber: a button, a typed number and the arrow keys each redraw the tree
+    before = tree_state(page)["title"]
+    page.locator("#cycle-back").click()
+    page.wait_for_function(f"(before) => {TITLE} !== before", arg=before, timeout=20_000)
+    number = page.locator("#cycle-scrubber input[type=number]")
+    number.fill("2")
+    number.press("Enter")
+    page.wait_for_function(f"() => {TITLE}.startsWith('cycle 2 ')", timeout=20_000)
+    page.locator("#cycle-scrubber input[type=range]").focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"() => {TITLE}.startsWith('cycle 3 ')", timeout=20_000)
+    # the ghost toggle redraws at once (the same cycle)
+    open_accordion(page, "Run and display")
+    page.get_by_label("Show GT-pruned candidates as ghosts").uncheck()
+    page.wait_for_timeout(500)
+    assert tree_state(page)["title"].startswith("cycle 3 ")
+    # the output marks the tokens of the cycle on screen
+    expect(page.locator("#output")).to_contain_text("shown cycle")
+
+    # export the run, then import it in a fresh page: its own numbers, last cycle, prompt and settings
+    open_accordion(page, "Trace file: export the last run, or replay one")
     page.get_by_role("button", name="Export trace (JSON)").click()
     link = page.locator("#export-trace a[download]").first
     link.wait_for(timeout=30_000)
@@ -117,35 +195,131 @@ def test_generate_scrub_and_replay_in_a_browser(page_url, browser, tmp_path):
         link.click()
     saved = tmp_path / "trace.json"
     dl.value.save_as(saved)
-    page.get_by_role("button", name="Generate", exact=True).wait_for()
-    upload(page, saved)  # replaces the run in this page's state by the imported one
-    page.wait_for_function("() => (document.querySelector('#stats')?.innerText || '').includes('Imported trace')",
-                           timeout=30_000)
-    page.wait_for_function(f"() => (({TREE_STATE})()?.title || '').startsWith('cycle 1')", timeout=20_000)
+    prompt = page.get_by_label("Prompt", exact=True).input_value()
+    page.close()
+    page = open_page(browser, page_url)
+    page.get_by_label("Prompt", exact=True).fill("something else")
+    open_accordion(page, "Trace file: export the last run, or replay one")
+    upload(page, saved)
+    stats_has(page, "Imported trace", timeout=30_000)
+    stats = page.locator("#stats").inner_text()
+    assert tau in stats and "128 tokens" in stats, (tau, stats)  # the whole run summarised
+    assert "cycle 1 " not in tree_state(page)["title"] or "1 cycles" in stats  # its last cycle, not its first
+    assert page.get_by_label("Prompt", exact=True).input_value() == prompt
+    assert page.locator("#settings textarea").input_value().startswith("python -m engine.generate")
     # a bad file gets a message and the page keeps the replayed run
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "goose-lens-trace", "version": 99}')
     upload(page, bad)
-    page.wait_for_function("() => (document.querySelector('#stats')?.innerText || '').includes('version 99')",
+    stats_has(page, "version 99", timeout=30_000)
+    page.close()
+
+
+def test_tree_labels_large_and_apart_at_b128(page_url, browser):
+    page = open_page(browser, page_url)
+    open_accordion(page, "Method and tree shape")
+    set_number(page, "Node budget B (anchor included)", 128)
+    page.get_by_label("Bypass: verify confident PLD matches as a chain (bounded by the max spine, not by D)").uncheck()
+    page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
+    expect(page.get_by_role("spinbutton", name="GT threshold c (untick auto to set it; 0 = no pruning)")).to_be_enabled()
+    set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0)
+    # the r slider is disabled while r is adaptive
+    ratio = page.get_by_role("spinbutton", name="Spine ratio r (untick adaptive to set it)")
+    expect(ratio).to_be_disabled()
+    page.get_by_label("Adaptive spine ratio r (EMA tiers)").uncheck()
+    expect(ratio).to_be_enabled()
+    page.get_by_label("Adaptive spine ratio r (EMA tiers)").check()
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, "128 tokens")
+    stats_has(page, "c = 0.000")
+    checked = 0
+    for _ in range(6):  # the last cycles of the run: the biggest trees, each checked as rendered
+        page.locator("#cycle-back").click()
+        page.wait_for_timeout(700)
+        drawn = page.evaluate(RENDERED)
+        boxes, sizes = drawn["boxes"], drawn["sizes"]
+        assert sizes and min(sizes) >= 16
+        clashes = [(a[4], b[4]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                   if a[0] < b[2] - 1 and b[0] < a[2] - 1 and a[1] < b[3] - 1 and b[1] < a[3] - 1
+                   and "marker" not in (a[4], b[4])]
+        assert not clashes, clashes[:5]
+        checked += len(boxes)
+    assert checked > 30
+    page.close()
+
+
+def test_step_through_plays_one_cycle_in_stages(page_url, browser):
+    page = open_page(browser, page_url)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, "128 tokens")
+    page.locator("#cycle-scrubber input[type=number]").fill("3")
+    page.locator("#cycle-scrubber input[type=number]").press("Enter")
+    page.wait_for_function(f"() => {TITLE}.startsWith('cycle 3 ')", timeout=20_000)
+    page.get_by_role("button", name="Step through").click()
+    seen = []
+    for stage in ("1a ·", "2 ·", "3 ·", "4 ·"):
+        page.wait_for_function("(s) => (document.querySelector('#explain')?.innerText || '').includes(s)", arg=stage,
+                               timeout=30_000)
+        seen.append(page.locator("#explain").inner_text())
+    assert "one forward" in seen[1] and "accepted" in seen[2] and "committed" in seen[3]
+    expect(page.locator("#output")).to_contain_text("shown cycle")
+    page.close()
+
+
+def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
+    page = open_page(browser, page_url)
+    open_accordion(page, "Race: AR and the chosen method on one device, one clock")
+    set_number(page, "Race slow motion: pause k × each forward's engine time (0 = real time)", 20)
+    page.get_by_role("button", name="Race", exact=True).click()
+    page.wait_for_function("() => (document.querySelector('#race-spec textarea')?.value || '').length > 5",
+                           timeout=60_000)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.wait_for_function("() => (document.querySelector('#race-board')?.innerText || '').includes('stopped')",
                            timeout=30_000)
-    assert tree_state(page)["title"].startswith("cycle 1")
+    assert page.locator("#race-ar textarea").input_value() and page.locator("#race-spec textarea").input_value()
+    assert "128 tokens" not in page.locator("#race-board").inner_text()
+    assert no_error_badges(page)
     page.close()
 
 
 def test_stop_halts_a_long_run_within_a_cycle(page_url, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    page.goto(page_url)
+    page = open_page(browser, page_url)
     pick_preset(page, "HumanEval/7")
-    pace = page.get_by_role("spinbutton", name="Slow motion (s pause per cycle)")
-    pace.fill("0.5")
-    pace.press("Enter")
+    open_accordion(page, "Run and display")
+    set_number(page, "Slow motion (s pause per cycle)", 0.5)
     page.get_by_role("button", name="Generate", exact=True).click()
-    page.wait_for_function("() => (document.querySelector('#stats')?.innerText || '').includes('cycles')",
-                           timeout=60_000)
+    stats_has(page, "cycles", timeout=60_000)
     page.get_by_role("button", name="Stop", exact=True).click()
     time.sleep(0.8)
     stopped_at = page.locator("#stats").inner_text()
     time.sleep(1.5)  # three more cycles' worth of slow motion: nothing may change
     assert page.locator("#stats").inner_text() == stopped_at
-    assert "128 tokens" not in stopped_at
+    assert "128 tokens" not in stopped_at and no_error_badges(page)
+    page.close()
+
+
+def test_a_model_load_in_one_tab_does_not_delay_generate_in_another(page_url, browser):
+    loader, user = open_page(browser, page_url), open_page(browser, page_url)
+    open_accordion(loader, "Model")
+    loader.get_by_label("Model: smollm2, demo, a hub id, a local folder or .gguf file").fill("someone/slow-model")
+    loader.get_by_role("button", name="Load model").click()
+    expect(loader.locator("#model-status")).to_contain_text("Loading", timeout=10_000)
+    t0 = time.perf_counter()
+    user.get_by_role("button", name="Generate", exact=True).click()
+    user.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=60_000)
+    waited = time.perf_counter() - t0
+    assert "Loading" in loader.locator("#model-status").inner_text()  # the 8 s load is still running
+    assert waited < 7, f"Generate waited {waited:.1f} s behind another tab's model load"
+    expect(loader.locator("#model-status")).to_contain_text("no such model", timeout=30_000)
+    loader.close()
+    user.close()
+
+
+def test_public_mode_refuses_a_path(public_url, browser):
+    page = open_page(browser, public_url)
+    open_accordion(page, "Model")
+    page.get_by_label("Model: one of", exact=False).fill("/etc")
+    page.get_by_role("button", name="Load model").click()
+    expect(page.locator("#model-status")).to_contain_text("loads only these models", timeout=20_000)
+    assert "/etc" not in page.locator("#page-header").inner_text()
     page.close()

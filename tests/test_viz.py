@@ -29,7 +29,7 @@ def test_path_category_and_sources():
 def test_layout_is_layered_and_uncrossed():
     g = tree_graph(make_trace())
     pos = tidy_layout(g)
-    assert all(pos[v][0] == g.nodes[v]["depth"] for v in g)
+    assert all(pos[v][0] == g.nodes[v]["depth"] for v in g)  # nothing folded: the column is the depth
     # children keep their parent's order: for every pair of siblings' subtrees, rows do not interleave
     for v in g:
         kids = sorted(g.successors(v), key=lambda c: pos[c][1])
@@ -46,7 +46,15 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     names = {tr.name for tr in fig.data}
     assert {"PLD spine", "TR branch", "PTD perturbation", "accepted path", "bonus token"} <= names
     hovers = " ".join(h for tr in fig.data if tr.hovertext for h in tr.hovertext)
-    assert "↵" in hovers and "target's greedy next token" in hovers and "ghost" in hovers
+    assert "↵" in hovers and "the model wanted here" in hovers and "ghost" in hovers
+    # a rejected node's hover names what the model wanted at its place: the target's token at its PARENT
+    # (TR node 4 hangs off the anchor, where the target wanted greedy[0] = 1 = ' f'), not the token after it
+    node4 = next(h for tr in fig.data if tr.hovertext for h in tr.hovertext if h.startswith("<b>↵</b>"))
+    assert "status: rejected" in node4 and "the model wanted here: ␣f" in node4
+    labels = [tr for tr in fig.data if tr.mode == "markers+text"]
+    assert labels and all(tr.textfont.size >= 16 for tr in labels)  # legible from the back row
+    legend = {tr.name for tr in fig.data if tr.showlegend is not False}
+    assert {"accepted path", "rejected (faded)", "ghost: pruned by GT, never verified", "bonus token"} <= legend
     assert fig.layout.uirevision == "draft-tree"
     no_ghosts = tree_figure(make_trace(), TEXT.get, show_ghosts=False)
     assert "ghost" not in " ".join(h for tr in no_ghosts.data if tr.hovertext for h in tr.hovertext)
@@ -77,3 +85,74 @@ def test_cycle_segments_label_tokens_by_source():
     from viz.explain import cycle_segments
 
     assert cycle_segments(make_trace(), TEXT.get) == [(" f", "PLD"), ("(", "PLD"), (")", "TR"), (":", "bonus")]
+
+
+def wide_trace(width: int = 127) -> CycleTrace:
+    """B = 128 at c = 0: a 5-token accepted spine and 122 rejected TR nodes, many of them siblings."""
+    parents, sources = [None, 0, 1, 2, 3, 4], [Source.ROOT] + [Source.PLD] * 5
+    while len(parents) < width + 1:
+        k = len(parents)
+        parents.append(k - 6 if k % 3 == 0 and k > 10 else k % 6)
+        sources.append(Source.TR)
+    n = len(parents)
+    tree = DraftTree(tokens=tuple(i % 9 for i in range(n)), parents=tuple(parents), sources=tuple(sources),
+                     scores=(1.0,) * n, est_accept=(0.5,) * n)
+    return CycleTrace(index=3, mode="tree", tree=tree, ghosts=(), greedy=(1,) * n, accepted=(1, 2, 3, 4, 5), bonus=6,
+                      new_tokens=(1, 2, 3, 4, 5, 6), spine_ratio=0.3, p_s_ema=0.4, timings_ms={"total": 6.0},
+                      elapsed_s=0.1, total_tokens=6, finished=False)
+
+
+def overlapping(boxes):
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+
+
+def test_no_overlap_at_b128_and_folded_counts_add_up():
+    from viz.tree_figure import FIG_HEIGHT_PX, label_boxes
+
+    trace = wide_trace()
+    fig = tree_figure(trace, lambda i: f"tok{i}")
+    boxes = label_boxes(fig)
+    assert len(boxes) >= 8 and not overlapping(boxes)
+    assert fig.layout.height == FIG_HEIGHT_PX  # fits the first screen
+    texts = [t for tr in fig.data if tr.mode == "markers+text" for t in tr.text]
+    folded = sum(int(t[1:]) for t in texts if t[0] in "+⋯")
+    assert folded + sum(t[0] not in "+⋯" for t in texts) == len(trace.tree) + 1  # every node, + bonus
+    # every node drawn: the figure grows instead
+    full = tree_figure(trace, lambda i: f"tok{i}", show_all=True)
+    assert not overlapping(label_boxes(full)) and full.layout.height > FIG_HEIGHT_PX
+
+
+def test_a_long_chain_folds_its_middle():
+    from viz.tree_figure import MAX_COLUMNS, label_boxes
+
+    n = 41
+    tree = DraftTree(tokens=tuple(range(n)), parents=(None, *range(n - 1)), sources=(Source.ROOT,) + (Source.PLD,) * 40,
+                     scores=(1.0,) * n, est_accept=(0.9,) * n)
+    trace = CycleTrace(index=1, mode="bypass", tree=tree, ghosts=(), greedy=tuple(range(1, n + 1)),
+                       accepted=tuple(range(1, n)), bonus=n, new_tokens=tuple(range(1, n + 1)), spine_ratio=None,
+                       p_s_ema=0.9, timings_ms={"total": 6.0}, elapsed_s=0.1, total_tokens=n, finished=False)
+    fig = tree_figure(trace, lambda i: f"t{i}")
+    xs = [x for tr in fig.data if tr.mode == "markers+text" for x in tr.x if x is not None]
+    assert max(xs) + 1 <= MAX_COLUMNS and not overlapping(label_boxes(fig))
+    assert any(t.startswith("⋯") for tr in fig.data if tr.mode == "markers+text" for t in tr.text)
+
+
+def test_step_through_stages():
+    from viz.lesson import stage_sentence, stages_of
+    from viz.tree_figure import STAGES
+
+    trace = make_trace()
+    assert stages_of(trace) == ["pld", "tr", "scored", "walk", "bonus"]
+    drawn = {}
+    for stage in STAGES:
+        fig = tree_figure(trace, TEXT.get, stage=stage)
+        drawn[stage] = {tr.name: len([x for x in tr.x if x is not None]) for tr in fig.data}
+        assert stage_sentence(trace, stage, TEXT.get)
+    assert drawn["pld"]["PLD spine"] == 3 and drawn["pld"]["TR branch"] == 0 and drawn["pld"]["bonus token"] == 0
+    assert drawn["tr"]["TR branch"] == 4  # 3 TR nodes and the TR ghost
+    assert drawn["walk"]["bonus token"] == 0 and drawn["bonus"]["bonus token"] == 1
+    scored = tree_figure(trace, TEXT.get, stage="scored")
+    marks = "".join(t for tr in scored.data if tr.mode == "markers+text" for t in tr.text)
+    assert "✓" in marks and "✗" in marks
+    assert "':'" in stage_sentence(trace, "bonus", TEXT.get)

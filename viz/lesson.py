@@ -1,0 +1,69 @@
+"""A first lesson: what speculative decoding is, and one cycle played in stages ("step through").
+
+The stages are ``viz.tree_figure.STAGES``; ``stage_sentence`` gives each one plain sentence drawn from
+the cycle itself (Goose Alg. 2: draft -> build -> verify -> accept -> commit).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.trace import CycleTrace
+from engine.tree import Source
+from viz.explain import _q
+
+WHAT_IS_IT = """
+A language model writes one token per forward pass, and on a CPU or GPU one pass over **many** tokens costs
+about as much as one pass over **one** token: the weights are read once either way.
+**Speculative decoding** uses this. Each cycle it
+
+1. **guesses** several next tokens cheaply: here by copying what followed an earlier occurrence of the
+   last words (**PLD**, blue) and from a table of what the model predicted after each token before
+   (**Token Recycling**, orange), arranged as a tree;
+2. **checks every guess in one forward** of the model over the whole tree;
+3. **keeps the longest path of correct guesses**, plus **one token the model adds itself** (the bonus ★).
+
+The output is exactly what plain decoding would write; only faster, by **τ** tokens per forward.
+Press **Generate**, then **Step through** to watch one cycle in four stages.
+"""
+
+STAGE_TITLES = {"pld": "1a · drafts: PLD spine", "tr": "1b · drafts: TR branches", "ptd": "1c · drafts: PTD",
+                "scored": "2 · one forward scores them all", "walk": "3 · the walk accepts the longest match",
+                "bonus": "4 · the bonus token"}
+
+
+def stages_of(trace: CycleTrace) -> list[str]:
+    """The stages worth showing for ``trace``: a source's stage only when it drafted a node."""
+    if trace.mode in ("prefill", "ar"):
+        return ["bonus"]
+    have = set(trace.tree.sources) | {g.source for g in trace.ghosts}
+    out = [s for s, src in (("pld", Source.PLD), ("tr", Source.TR), ("ptd", Source.PTD)) if src in have]
+    return out + ["scored", "walk", "bonus"]
+
+
+def stage_sentence(trace: CycleTrace, stage: str, token_text: Callable[[int], str]) -> str:
+    """One plain sentence for ``stage`` of ``trace`` (Markdown; tokens quoted and escaped)."""
+    q = lambda t: _q(token_text, t)  # noqa: E731
+    tree = trace.tree
+    count = {s: sum(x is s for x in tree.sources) for s in Source}
+    if trace.mode in ("prefill", "ar"):
+        return (f"**{STAGE_TITLES.get(stage, stage)}** — this cycle had no drafts: one forward gave the next "
+                f"token {q(trace.bonus)}.")
+    if stage == "pld":
+        return (f"**{STAGE_TITLES[stage]}** — the last words appeared earlier, so PLD copies what followed them: "
+                f"a spine of {count[Source.PLD]} token{'s' * (count[Source.PLD] != 1)} (blue).")
+    if stage == "tr":
+        return (f"**{STAGE_TITLES[stage]}** — Token Recycling adds {count[Source.TR]} guesses (orange) from the "
+                f"model's own earlier predictions after each token.")
+    if stage == "ptd":
+        return (f"**{STAGE_TITLES[stage]}** — progressive tree drafting adds {count[Source.PTD]} guesses (green) "
+                f"refined from rows that rode along in earlier forwards.")
+    if stage == "scored":
+        return (f"**{STAGE_TITLES[stage]}** — one forward over all {len(tree)} nodes gives the model's own next "
+                f"token at every node at once; ✓ marks a guess equal to what the model wanted at its place.")
+    if stage == "walk":
+        n = len(trace.accepted)
+        return (f"**{STAGE_TITLES[stage]}** — from the anchor, the walk follows ✓ nodes as far as they go: "
+                f"{n} draft token{'s' * (n != 1)} accepted (violet path); every other node is discarded.")
+    n_new = len(trace.new_tokens)
+    return (f"**{STAGE_TITLES['bonus']}** — the model's token after the last accepted one, {q(trace.bonus)}, "
+            f"is free: {n_new} token{'s' * (n_new != 1)} committed from one forward (plain decoding: 1).")
