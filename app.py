@@ -493,6 +493,8 @@ def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshol
         trace = next(runners[name], None)
         if trace is None:  # stopped: the decoder ended before its last cycle
             s["done"] = True
+            if all(x["done"] for x in state.values()):
+                yield _race_frame(lm, state, stopped=True)
             continue
         s["tokens"] += trace.new_tokens
         forward_s = trace.elapsed_s - s["elapsed"]

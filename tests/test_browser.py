@@ -250,6 +250,9 @@ def test_tree_labels_large_and_apart_at_b128(page_url, browser):
 
 def test_step_through_plays_one_cycle_in_stages(page_url, browser):
     page = open_page(browser, page_url)
+    open_accordion(page, "Method and tree shape")  # every cycle a full tree
+    page.get_by_label("Bypass: verify confident PLD matches as a chain (bounded by the max spine, not by D)").uncheck()
+    page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
     page.get_by_role("button", name="Generate", exact=True).click()
     stats_has(page, "128 tokens")
     page.locator("#cycle-scrubber input[type=number]").fill("3")
@@ -257,7 +260,7 @@ def test_step_through_plays_one_cycle_in_stages(page_url, browser):
     page.wait_for_function(f"() => {TITLE}.startsWith('cycle 3 ')", timeout=20_000)
     page.get_by_role("button", name="Step through").click()
     seen = []
-    for stage in ("1a ·", "2 ·", "3 ·", "4 ·"):
+    for stage in ("· drafts:", "2 ·", "3 ·", "4 ·"):  # 1a PLD, 1b TR, 1c PTD: the sources this cycle has
         page.wait_for_function("(s) => (document.querySelector('#explain')?.innerText || '').includes(s)", arg=stage,
                                timeout=30_000)
         seen.append(page.locator("#explain").inner_text())
