@@ -48,7 +48,9 @@ except ImportError:
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
 LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
 HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel at most this often (and always at
-# the first cycles and the end): drawing never holds the engine for long, and its time is not engine time
+# the first cycles and the end) ...
+DRAW_SHARE = 0.05  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
+# it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time
 STEP_PAUSE_S = 2.5  # step-through: seconds each stage of a cycle stays on screen
 CSS = """
 #page-header p {margin: .1em 0}
@@ -59,15 +61,18 @@ CSS = """
 .dark #draft-tree svg text {fill: #e5e7eb !important}
 #draft-tree:fullscreen {background: var(--body-background-fill); display: flex; align-items: center;
   justify-content: center; width: 100vw; height: 100vh}
-#draft-tree:fullscreen .js-plotly-plot {transform: scale(var(--tree-zoom, 1)); transform-origin: center center}
+#draft-tree:fullscreen .js-plotly-plot {width: var(--tree-w) !important; flex: none;
+  transform: scale(var(--tree-zoom, 1)); transform-origin: center center}
 """
 TOGGLE_DARK = "() => { document.body.classList.toggle('dark'); }"
-#: full screen: the tree's block fills the screen and its figure is scaled up to fill it (labels grow with it)
+#: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
+#: (labels grow with it; a new cycle's figure keeps the scale)
 FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e) return;
-  const plot = e.querySelector('.js-plotly-plot');
-  e.requestFullscreen().then(() => { if (!plot) return;
-    const k = Math.min(window.innerWidth / plot.offsetWidth, window.innerHeight / plot.offsetHeight);
-    e.style.setProperty('--tree-zoom', k.toFixed(3)); }); }"""
+  const plot = e.querySelector('.js-plotly-plot'); if (!plot) return;
+  const w = plot.offsetWidth, h = plot.offsetHeight;
+  e.style.setProperty('--tree-w', w + 'px');
+  e.style.setProperty('--tree-zoom', Math.min(screen.width / w, screen.height / h).toFixed(3));
+  e.requestFullscreen(); }"""
 
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PLD only (chain)",
                  "tr": "TR only (tree)", "ptd": "PTD only (progressive tree drafting)",
@@ -241,7 +246,8 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
         gr.Warning(problem)
         yield (gr.skip(),) * 3 + (f"⚠️ {problem}", run) + (gr.skip(),) * 5
         return
-    last_light = last_heavy = 0.0
+    last_light = last_heavy = 0.0  # when each kind of frame was last drawn ...
+    light_gap, heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
     try:
         decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(curve, lm))
         sent = used_format(lm, prompt_format)
@@ -256,13 +262,16 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
             new_run["segments"].extend(cycle_segments(trace, text))
             new_run["token_cycles"].extend([trace.index] * len(trace.new_tokens))
             now = time.perf_counter()
-            heavy = trace.index <= 1 or trace.finished or bool(pace) or now - last_heavy >= HEAVY_EVERY_S
-            if not heavy and now - last_light < LIGHT_EVERY_S:
+            heavy = trace.index <= 1 or trace.finished or bool(pace) or now - last_heavy >= heavy_gap
+            if not heavy and now - last_light < light_gap:
                 continue
-            last_light = now
             yield _frame(new_run, trace, lm, show_ghosts, command, heavy)
+            last_light = time.perf_counter()
             if heavy:
-                last_heavy, drawn = time.perf_counter(), trace
+                last_heavy, drawn = last_light, trace
+                heavy_gap = max(HEAVY_EVERY_S, (last_light - now) / DRAW_SHARE)
+            else:
+                light_gap = max(LIGHT_EVERY_S, (last_light - now) / DRAW_SHARE)
             if pace:
                 _paused(float(pace), control)
         if trace is not None and drawn is not trace:
@@ -596,8 +605,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 prompt = gr.Textbox(preset0["prompt"], label="Prompt", lines=5, max_lines=8,
                                     placeholder="Type a prompt or pick a preset")
                 with gr.Row():
-                    go_btn = gr.Button("Generate", variant="primary", scale=2)
-                    stop_btn = gr.Button("Stop", variant="stop", scale=1)
+                    go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
+                    stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
                 preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset0["label"])
                 prompt_format = gr.Radio(PROMPT_FORMATS, value=preset0["format"], label="Prompt format (code presets "
                                          "are raw completions; chat presets go through the chat template)",
