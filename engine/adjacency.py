@@ -39,12 +39,14 @@ def top_successors(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
 
 
 class AdjacencyTable:
-    def __init__(self, vocab_size: int, top_k: int = 10, bigram_capacity: int = 65536) -> None:
+    def __init__(self, vocab_size: int, top_k: int = 10, bigram_capacity: int = 65536,
+                 renormalise: bool = False) -> None:
         self.vocab_size = vocab_size
         self.top_k = top_k
         self.unigram: dict[int, Row] = {}  # token -> latest top-K (at most |V| rows)
         self.bigram: OrderedDict[tuple[int, int], Row] = OrderedDict()
         self.bigram_capacity = bigram_capacity
+        self.renormalise = renormalise  # scores: softmax over the top-K logits (authors' code), not the full softmax
 
     def store(self, prev_tokens: list[int | None], tokens: list[int], ids: list[list[int]],
               scores: list[list[float]]) -> None:
@@ -57,6 +59,9 @@ class AdjacencyTable:
             ids, scores: (n, k) successor ids and scores of each row, best first (``top_successors``).
         """
         for prev, tok, ri, rp in zip(prev_tokens, tokens, ids, scores):
+            if self.renormalise:  # softmax over the top-K logits = each top-K probability over their sum
+                total = sum(rp)
+                rp = [p / total for p in rp]
             row = (tuple(ri), tuple(rp))
             self.unigram[tok] = row
             if prev is None:

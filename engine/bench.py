@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .config import METHODS, DecodeConfig, parse_gt_threshold
+from .config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
 from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
 from .loading import load_model
@@ -52,7 +52,10 @@ DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt 
 HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}
 #: Engine method variants: "goose+ptd" = goose with PTD added to its sources; a trailing "@pld>tr>ptd"
 #: sets the walk priority (e.g. "goose+ptd@ptd>pld>tr", used by the PTD priority experiment); a trailing
-#: "/c=X" sets that method's GT threshold (auto | chord | a number), e.g. "goose/c=0" (the GT A/B).
+#: "/c=X" sets that method's GT threshold (auto | chord | a number), e.g. "goose/c=0" (the GT A/B); "-paper"
+#: starts from a named preset (``config.PRESETS``: "goose-paper", "pld-paper", "iso3-paper"); each trailing
+#: ":field=value" sets one DecodeConfig field, the value read as JSON when it parses, else as a string
+#: (e.g. "goose:match_occurrence=latest:bypass=false", "goose-paper/c=auto:branch_growth=best-first").
 DEFAULT_METHODS = "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld"
 
 
@@ -87,22 +90,33 @@ def method_config(name: str) -> dict:
     Raises:
         BenchError: unknown method, source or priority.
     """
-    variant, _, threshold = name.partition("/c=")
+    head, *assignments = name.split(":")
+    variant, _, threshold = head.partition("/c=")
     spec, _, priority = variant.partition("@")
+    spec, _, preset = spec.partition("-")
     method, *extra = spec.split("+")
-    if method not in METHODS:
+    if method not in METHODS or (preset and preset not in PRESETS):
         raise BenchError(f"unknown method {name!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))} "
-                         "(engine methods take +ptd / +pld / +tr and @a>b>c variants)")
-    fields: dict = {"method": method}
+                         "(engine methods take +ptd / +pld / +tr, @a>b>c, /c=X, -preset and :field=value variants)")
+    fields: dict = {**PRESETS[preset or "default"], "method": method}
     if extra:
         fields["sources"] = tuple(dict.fromkeys(("pld", "tr", *extra)))
     if priority:
         fields["walk_priority"] = tuple(priority.split(">"))
+    for assignment in assignments:
+        key, eq, value = assignment.partition("=")
+        if not eq or key not in DecodeConfig.__dataclass_fields__:
+            raise BenchError(f"method {name!r}: {assignment!r} is not field=value with a DecodeConfig field")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        fields[key] = tuple(parsed) if isinstance(parsed, list) else parsed
     try:
         if threshold:
             fields["gt_threshold"] = parse_gt_threshold(threshold)
         DecodeConfig(**fields)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:  # a ":field=value" of the wrong type fails in the checks
         raise BenchError(f"method {name!r}: {exc}") from None
     return fields
 
@@ -199,11 +213,16 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
 
 
 def add_synergy(rows: list[dict]) -> None:
-    """Goose row: synergy = tau(goose) / max(tau(pld), tau(tr)) on the same dataset (Goose §5.4)."""
+    """Goose rows: synergy = tau(goose) / max(tau(pld), tau(tr)) on the same dataset (Goose §5.4); a preset
+    variant ("goose-paper") is compared with the same preset's baselines ("pld-paper", "tr-paper")."""
     tau = {(r["method"], r["dataset"]): r.get("tau") for r in rows}
     for r in rows:
-        if r["method"] == "goose" and tau.get(("pld", r["dataset"])) and tau.get(("tr", r["dataset"])):
-            r["synergy"] = r["tau"] / max(tau[("pld", r["dataset"])], tau[("tr", r["dataset"])])
+        head, dash, preset = r["method"].partition("-")
+        if head != "goose" or not preset.isalnum() and preset:
+            continue
+        pld, tr = tau.get(("pld" + dash + preset, r["dataset"])), tau.get(("tr" + dash + preset, r["dataset"]))
+        if pld and tr:
+            r["synergy"] = r["tau"] / max(pld, tr)
 
 
 def to_markdown(rows: list[dict], meta: dict) -> str:

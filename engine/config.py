@@ -18,6 +18,25 @@ SOURCES = ("pld", "tr", "ptd")
 #: trees still use "tree".
 VERIFIERS = ("tree", "hsd")
 
+#: Which earlier occurrence of the suffix n-gram a PLD match copies (``match_occurrence``): "earliest"
+#: (the longest continuation; the authors' code and HF prompt lookup), "latest" (the most recent text),
+#: or "auto" = latest when the confidence schedule grows chains by re-matching, else earliest.
+OCCURRENCES = ("auto", "earliest", "latest")
+
+#: When a cycle verifies the bare PLD chain instead of a tree (``bypass_rule``): "confident" = a
+#: consensus or a match of ``bypass_threshold`` tokens or more (the paper's Alg. 2 line 6);
+#: "no-adjacency" = the anchor has no adjacency-table entry (the authors' code: a tree otherwise).
+BYPASS_RULES = ("confident", "no-adjacency")
+
+#: Alg. 1 step 4, extending branch leaves through the adjacency table: "best-first" = one priority queue
+#: by estimated path acceptance over the whole tree (ours); "score-width" = breadth-first, each node
+#: given ceil(remaining budget x its score) children, at most K // depth (the authors' code).
+BRANCH_GROWTH = ("best-first", "score-width")
+
+#: TR score definitions (``adjacency_scores``): "softmax" = probability under the full softmax;
+#: "top-k" = softmax over the top-K logits only (the authors' code; a row's K scores sum to 1).
+ADJACENCY_SCORES = ("softmax", "top-k")
+
 
 #: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/gt.py);
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
@@ -40,9 +59,15 @@ class DecodeConfig:
 
     Budget semantics (Goose Alg. 1): the node budget ``budget`` counts every row of the verification
     forward, the root (anchor) included, so a spine tree has at most ``budget`` nodes and at most
-    ``budget - 1`` draft tokens.  The bypass chain (§4.3) is not a tree and is bounded by
-    ``max_spine`` instead, as in the paper.  ``max_depth`` bounds every node's depth (root = 0),
-    spine nodes included.
+    ``budget - 1`` draft tokens.  With the confidence schedule (§4.3, ``confidence_schedule``) a cycle
+    whose PLD match has confidence m uses ``budget + int(m * budget_extension)`` nodes instead.  The
+    bypass chain (§4.3) is not a tree and is bounded by ``max_spine`` instead, as in the paper.
+    ``max_depth`` bounds branch depth (root = 0); it bounds the spine too only with
+    ``depth_bounds_spine``.
+
+    Fields whose default differs from the authors' implementation (2kinto/GOOSE_Speculative_Decoding)
+    say so; ``PRESETS["paper"]`` reproduces that implementation (docs/results.md, "Fidelity to the
+    authors' implementation", has the A/B behind every default).
     """
 
     method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd (PTD alone) | iso3 / iso5 | ar
@@ -65,8 +90,32 @@ class DecodeConfig:
     ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
     tr_calibration: bool = False  # calibrate TR scores online per depth for GT estimates; off: an interleaved
     # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
+    # The rest of this block settles what the paper leaves unsaid; the authors' code is the reference and
+    # PRESETS["paper"] reproduces it.  Every default won a tau A/B (docs/results.md, "Fidelity to the
+    # authors' implementation"; the numbers below: demo model, HumanEval 0-9, 128 tokens, c = 0).
+    match_occurrence: str = "auto"  # earlier occurrence of the suffix n-gram PLD copies (see OCCURRENCES):
+    # auto = latest when the confidence schedule re-matches (goose 5.77 vs earliest 5.38: re-matching grows a
+    # chain the stream's end cut short, and recent text predicts better), else earliest (PLD 2.48 vs 2.21)
+    bypass_rule: str = "no-adjacency"  # when bypass verifies the bare chain (see BYPASS_RULES): a tree on
+    # every cycle with an adjacency entry (authors; 5.77 vs "confident" 3.62: trees extend, bare chains not)
+    depth_bounds_spine: bool = False  # D bounds the spine too (False: branch growth only, as the authors;
+    # 5.77 vs 4.16: a spine capped at 6 wastes long confident matches)
+    confidence_schedule: bool = True  # §4.3 confidence m: budget + int(m * budget_extension), r -> r + m(1 - r),
+    # chain grown by re-matching when m > extend_above (authors' code; 5.38 vs 4.96, earliest occurrence)
+    budget_extension: int = 40  # extra nodes at confidence 1 (authors: max_extended_chain - B = 100 - 60)
+    max_extended_chain: int = 100  # an extended chain is grown to int(this * m) tokens (authors' code)
+    extend_above: float = 0.6  # confidence above which the chain is extended (authors' code)
+    spine_branch_min: int = 0  # branches every spine node gets at least while the spine-branch share lasts
+    # (authors: 1; 5.74 vs 5.77)
+    ema_on_chains: bool = True  # bypass chains update the spine-acceptance EMA too (authors: tree cycles only,
+    # from 0.5; 5.74 vs 5.77)
+    adjacency_scores: str = "softmax"  # TR scores (see ADJACENCY_SCORES; the authors' top-k: 5.71 vs 5.77)
+    branch_growth: str = "best-first"  # Alg. 1 step 4 (see BRANCH_GROWTH; the authors' score-width: 5.42 vs 5.77)
+    iso_spine: bool = True  # Iso(k) puts the PLD continuation on its first path (authors: adjacency only, and
+    # a cycle with no adjacency entry verifies the bare chain)
     bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
-    pld_chain_tokens: int = 10  # chain length of the 'pld' baseline (HF prompt_lookup_num_tokens default)
+    pld_chain_tokens: int = 20  # chain length of the 'pld' baseline (authors' Table 5 "max spine continuation";
+    # HF's default 10: tau 2.35 vs 2.48, and slower, on the demo model)
     sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (the page's per-source toggles); PTD
     # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
     # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd ignore this field
@@ -107,6 +156,19 @@ class DecodeConfig:
             (0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1] (got {self.top_p})"),
             (self.sample_top_k >= 0, f"sampling top-k must be >= 0 (got {self.sample_top_k})"),
             (self.verifier in VERIFIERS, f"verifier must be one of {', '.join(VERIFIERS)} (got {self.verifier!r})"),
+            (self.match_occurrence in OCCURRENCES,
+             f"match occurrence must be one of {', '.join(OCCURRENCES)} (got {self.match_occurrence!r})"),
+            (self.bypass_rule in BYPASS_RULES,
+             f"bypass rule must be one of {', '.join(BYPASS_RULES)} (got {self.bypass_rule!r})"),
+            (self.branch_growth in BRANCH_GROWTH,
+             f"branch growth must be one of {', '.join(BRANCH_GROWTH)} (got {self.branch_growth!r})"),
+            (self.adjacency_scores in ADJACENCY_SCORES,
+             f"adjacency scores must be one of {', '.join(ADJACENCY_SCORES)} (got {self.adjacency_scores!r})"),
+            (0 <= self.budget_extension <= 1024, f"budget extension must be in 0..1024 (got {self.budget_extension})"),
+            (self.max_extended_chain >= 1, f"max extended chain must be >= 1 (got {self.max_extended_chain})"),
+            (0.0 <= self.extend_above <= 1.0, f"extend-above confidence must be in [0, 1] (got {self.extend_above})"),
+            (self.spine_branch_min >= 0, f"spine branch minimum must be >= 0 (got {self.spine_branch_min})"),
+            (0.0 <= self.ema_init <= 1.0, f"EMA initial value must be in [0, 1] (got {self.ema_init})"),
         ]
         for ok, message in checks:
             if not ok:
@@ -142,8 +204,46 @@ class DecodeConfig:
         """k of an Iso(k) method (Goose §5.3), else None."""
         return int(self.method[3:]) if self.method.startswith("iso") else None
 
+    @classmethod
+    def preset(cls, name: str, **changes) -> "DecodeConfig":
+        """The named configuration of ``PRESETS`` with ``changes`` on top.
+
+        Raises:
+            ConfigError: unknown preset name, or a field out of range.
+        """
+        if name not in PRESETS:
+            raise ConfigError(f"preset must be one of {', '.join(PRESETS)} (got {name!r})")
+        return cls(**{**PRESETS[name], **changes})
+
+    @property
+    def occurrence(self) -> str:
+        """The earlier occurrence a PLD match copies, "earliest" or "latest" (``match_occurrence`` resolved)."""
+        if self.match_occurrence != "auto":
+            return self.match_occurrence
+        return "latest" if self.confidence_schedule and self.method != "pld" else "earliest"
+
+    @property
+    def max_budget(self) -> int:
+        """Most nodes one cycle's tree may have: B, plus the confidence schedule's extension."""
+        return self.budget + (self.budget_extension if self.confidence_schedule else 0)
+
     def with_(self, **changes) -> "DecodeConfig":
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+#: Named configurations: field overrides on top of the defaults (``DecodeConfig.preset``).
+#: "default" is the defaults; "paper" reproduces the authors' implementation
+#: (2kinto/GOOSE_Speculative_Decoding, Table 5 configuration): earliest-occurrence PLD with 20-token
+#: baseline chains, a tree whenever the anchor has an adjacency entry, a spine bounded by B r only, the
+#: confidence schedule (budget and chain extension), >= 1 branch per spine node, EMA from 0.5 on tree
+#: cycles, top-K-softmax scores, score-width branch growth, adjacency-only Iso(k), no GT pruning.
+PRESETS: dict[str, dict] = {
+    "default": {},
+    "paper": dict(match_occurrence="earliest", pld_chain_tokens=20, bypass_rule="no-adjacency",
+                  depth_bounds_spine=False, confidence_schedule=True, budget_extension=40, max_extended_chain=100,
+                  extend_above=0.6, spine_branch_min=1, ema_init=0.5, ema_on_chains=False, adjacency_scores="top-k",
+                  branch_growth="score-width", iso_spine=False, gt_threshold=0.0),
+}

@@ -1,12 +1,23 @@
-"""PLD context matcher: n-gram prompt lookup over prompt + generated tokens.
+"""PLD context matcher: n-gram prompt lookup over prompt + generated tokens, and the match confidence.
 
 Source: Goose paper, Appendix B.2 (CONTEXTMATCH, called at line 5 of Algorithm 2) and §4.3 (the
-consensus flag); PLD itself is Saxena (2023).
+confidence signal: consensus and chain length); PLD itself is Saxena (2023).  The paper leaves three
+things unsaid that the authors' implementation (2kinto/GOOSE_Speculative_Decoding, read, not copied)
+settles, and this module follows it where the benchmark measured it better (docs/results.md,
+"Fidelity to the authors' implementation"):
+
+- which earlier occurrence is copied: the earliest one, whose continuation is the longest (the most
+  recent one is often cut off by the end of the stream);
+- how confidence is computed from its two indicators (``match_confidence``);
+- how a confident match is grown past one lookup (``NgramIndex.extend_chain``).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+
+#: Which earlier occurrence of the suffix n-gram the match copies.
+OCCURRENCES = ("earliest", "latest")
 
 
 @dataclass(frozen=True)
@@ -16,12 +27,34 @@ class PldMatch:
     Attributes:
         draft: continuation token ids copied from the context (the spine candidates), possibly empty.
         n: n-gram length that produced ``draft`` (0 when there is no match).
-        consensus: True iff at least two n-gram lengths return continuations that agree on the first token.
+        consensus: True iff at least two n-gram lengths return continuations that agree on the first
+            token (the paper's wording, Appendix B.2).
+        unanimous: True iff the matched n-gram occurs at least twice earlier and every occurrence
+            continues with the same token (the authors' code's consensus: the match is template
+            rather than content).
     """
 
     draft: tuple[int, ...] = ()
     n: int = 0
     consensus: bool = False
+    unanimous: bool = False
+
+
+def match_confidence(length: int, unanimous: bool, long_match: int = 8, max_len: int = 20) -> float:
+    """Confidence in [0, 1] of a context match of ``length`` tokens (Goose §4.3).
+
+    The two indicators of §4.3, combined as in the authors' code: a unanimous match saturates the scale
+    (1.0); a long match (``length >= long_match``) starts at 0.7 and reaches 0.9 at ``max_len`` (the
+    longest continuation one lookup copies); a shorter one scales linearly up to 0.6 (exclusive).
+    No match: 0.0.
+    """
+    if length <= 0:
+        return 0.0
+    if unanimous:
+        return 1.0
+    if length >= long_match:
+        return min(0.9, 0.7 + 0.2 * (length - long_match) / max(1, max_len - long_match))
+    return 0.6 * length / long_match
 
 
 class NgramIndex:
@@ -29,10 +62,17 @@ class NgramIndex:
 
     ``extend`` indexes only the newly appended tokens, so a query never rescans the sequence.
     The index owns its copy of the token sequence (prompt + generated).
+
+    Args:
+        ngram_sizes: query lengths n, any order (queried longest first).
+        occurrence: "earliest" or "latest" (``OCCURRENCES``): which earlier occurrence is copied.
     """
 
-    def __init__(self, ngram_sizes: tuple[int, ...] = (5, 4, 3)) -> None:
+    def __init__(self, ngram_sizes: tuple[int, ...] = (5, 4, 3), occurrence: str = "earliest") -> None:
+        if occurrence not in OCCURRENCES:
+            raise ValueError(f"occurrence must be one of {', '.join(OCCURRENCES)} (got {occurrence!r})")
         self.ngram_sizes = tuple(sorted(ngram_sizes, reverse=True))
+        self.occurrence = occurrence
         self.tokens: list[int] = []
         self._positions: dict[int, dict[tuple[int, ...], list[int]]] = {n: defaultdict(list) for n in self.ngram_sizes}
 
@@ -45,32 +85,53 @@ class NgramIndex:
                 if end + 1 >= n:
                     self._positions[n][tuple(self.tokens[end + 1 - n : end + 1])].append(end)
 
-    def match(self, max_len: int) -> PldMatch:
-        """Look up the sequence's last n tokens, longest n first.
+    def match(self, max_len: int, suffix: list[int] | tuple[int, ...] | None = None) -> PldMatch:
+        """Look up the last n tokens of ``suffix`` (default: of the sequence), longest n first.
 
-        For each n, the most recent earlier occurrence of the suffix n-gram supplies up to ``max_len``
-        continuation tokens.  The draft comes from the longest n that matches; the consensus flag is
-        set when two or more n agree on the first continuation token (Appendix B.2).
+        Only occurrences followed by at least one indexed token count.  For each n, the earliest (or the
+        most recent, per ``occurrence``) one supplies up to ``max_len`` continuation tokens.  The draft
+        comes from the longest n that matches; ``consensus`` and ``unanimous`` are set as ``PldMatch``
+        says.  ``suffix`` may run past the sequence (a chain drafted this cycle): the continuation is
+        still copied from the indexed tokens only.
         """
-        last = len(self.tokens) - 1
+        query = self.tokens if suffix is None else suffix
+        last = len(self.tokens) - 1  # an occurrence ending here has nothing after it to copy
         draft: tuple[int, ...] = ()
-        best_n = 0
+        best_n, unanimous = 0, False
         first_tokens: list[int] = []
         for n in self.ngram_sizes:
-            if last + 1 < n:
+            if len(query) < n:
                 continue
-            ends = self._positions[n].get(tuple(self.tokens[last + 1 - n :]))
+            ends = [e for e in self._positions[n].get(tuple(query[len(query) - n :]), ()) if e < last]
             if not ends:
                 continue
-            # most recent occurrence strictly before the current suffix (which is itself indexed)
-            end = ends[-1] if ends[-1] < last else (ends[-2] if len(ends) > 1 else None)
-            if end is None:
-                continue
+            end = ends[0] if self.occurrence == "earliest" else ends[-1]
             cont = tuple(self.tokens[end + 1 : end + 1 + max_len])
-            if not cont:
-                continue
             first_tokens.append(cont[0])
             if not draft:
                 draft, best_n = cont, n
+                unanimous = len(ends) >= 2 and len({self.tokens[e + 1] for e in ends}) == 1
         consensus = bool(draft) and first_tokens.count(draft[0]) >= 2
-        return PldMatch(draft=draft, n=best_n, consensus=consensus)
+        return PldMatch(draft=draft, n=best_n, consensus=consensus, unanimous=unanimous)
+
+    def extend_chain(self, chain: tuple[int, ...], limit: int, max_len: int, saturated: bool) -> tuple[int, ...]:
+        """Grow a confident match by further lookups from the end of the drafted chain (Goose §4.3).
+
+        A confident cycle is usually inside a passage the target is reproducing, where one lookup only
+        reaches ``max_len`` tokens.  The index is queried again with the sequence plus the chain so far,
+        and each continuation is appended, while the chain is shorter than ``limit`` (the last lookup may
+        overshoot it by up to ``max_len - 1``; the tree budget bounds what is verified).  A ``saturated``
+        cycle (confidence 1.0) keeps growing only while each further lookup is itself unanimous; the
+        first that is not is still appended, then growth stops.  As in the authors' code.
+        """
+        out = list(chain)
+        width = self.ngram_sizes[0]
+        while len(out) < limit:
+            tail = (self.tokens[-width:] + out)[-width:]
+            more = self.match(max_len, tail)
+            if not more.draft:
+                break
+            out.extend(more.draft)
+            if saturated and not more.unanimous:
+                break
+        return tuple(out)

@@ -16,7 +16,7 @@ import torch
 from . import kv_cache
 from .adjacency import AdjacencyTable
 from .config import DecodeConfig
-from .context_match import NgramIndex, PldMatch
+from .context_match import NgramIndex, PldMatch, match_confidence
 from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
@@ -34,6 +34,7 @@ class Drafts:
 
     pld: PldMatch  # PLD context match (empty when PLD is off)
     ptd: Trie | None = None  # PTD candidate tree for the anchor (None when PTD is off or has none)
+    confidence: float = 0.0  # Goose §4.3 confidence of the match in [0, 1] (context_match.match_confidence)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Plan:
     ghosts: tuple
     spine_ratio: float | None = None
     forward: DraftTree | None = None  # ``tree`` plus PTD drafting rows when PTD is on (what the forward sees)
+    budget: int | None = None  # node budget the tree was built with (None: bypass chain or AR step)
+    chain_tokens: int = 0  # PLD chain offered to the tree: the match, extended on a confident cycle
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
 
 
@@ -138,7 +141,8 @@ class SpecDecoder:
                 accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
                 p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=session.busy_s,
                 total_tokens=len(session.output), finished=finished, ptd_rows=len(plan.forward) - len(plan.tree),
-                **_gt_fields(plan.gt))
+                confidence=drafts.confidence, match_tokens=len(drafts.pld.draft), chain_tokens=plan.chain_tokens,
+                budget=plan.budget, **_gt_fields(plan.gt))
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
@@ -147,9 +151,9 @@ class SpecDecoder:
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
         """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
         cfg, t_start = self.config, time.perf_counter()
-        rows = max(cfg.budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)  # most rows one forward adds
+        rows = max(cfg.max_budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)  # most rows one forward adds
         cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows)
-        session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes), table=None,
+        session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes, cfg.occurrence), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
                                                 calibrate_tr=cfg.tr_calibration))
         if cfg.use_ptd:
@@ -166,7 +170,8 @@ class SpecDecoder:
             first = int(logits[-1].argmax())
         t_forward = _ms(t_start)
         if cfg.use_tr:
-            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, cfg.bigram_capacity)
+            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, cfg.bigram_capacity,
+                                           renormalise=cfg.adjacency_scores == "top-k")
             session.table.harvest([None, *prompt[:-1]], ids[0], logits)
         session.past_len = len(prompt)
         session.index.extend(prompt)
@@ -180,9 +185,11 @@ class SpecDecoder:
             elapsed_s=session.busy_s, total_tokens=len(session.output), finished=finished)
 
     def _draft(self, s: Session) -> Drafts:
+        """Alg. 2 line 5: context match (with its §4.3 confidence) and the PTD pool's candidates."""
         cfg = self.config
         pld = s.index.match(cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine) if cfg.use_pld else PldMatch()
-        return Drafts(pld, s.pool.get(s.anchor) if s.pool is not None else None)
+        confidence = match_confidence(len(pld.draft), pld.unanimous, cfg.bypass_threshold, cfg.max_spine)
+        return Drafts(pld, s.pool.get(s.anchor) if s.pool is not None else None, confidence)
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the PTD drafting rows grafted under its root (PTD §3.2)."""
@@ -191,23 +198,48 @@ class SpecDecoder:
         return plan
 
     def _route(self, s: Session, drafts: Drafts) -> Plan:
-        """Alg. 2 lines 6-13: bypass on a confident / long match, else spine tree, else AR fallback."""
+        """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR."""
         cfg, match = self.config, drafts.pld
-        confident = len(match.draft) >= cfg.bypass_threshold or match.consensus
+        has_adjacency = s.table is not None and s.table.has_successors(s.prev, s.anchor)
         built: Built | None = None
-        mode, r = "ar", None
+        mode, r, budget, chain = "ar", None, None, match.draft
         if cfg.method == "ptd":
             mode, built = "tree", build_ptd_tree(s.anchor, drafts.ptd, cfg, s.stats)
-        elif match.draft and (cfg.method == "pld" or (cfg.bypass and confident and cfg.iso_k is None)):
+        elif match.draft and (cfg.method == "pld" or self._bypass(match, has_adjacency)):
             mode, built = "bypass", build_chain(s.anchor, match.draft, s.stats, cfg.gt_threshold)
-        elif cfg.iso_k is not None:
-            mode, built = "tree", build_isotropic_tree(s.anchor, s.prev, match.draft, s.table, cfg, cfg.iso_k, s.stats)
-        elif match.draft or drafts.ptd is not None or (s.table is not None and s.table.has_successors(s.prev, s.anchor)):
-            r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
-            mode, built = "tree", build_spine_tree(s.anchor, s.prev, match.draft, s.table, cfg, r, s.stats, drafts.ptd)
+        elif match.draft or drafts.ptd is not None or has_adjacency or cfg.iso_k is not None:
+            budget, r, chain = self._shape(s, drafts)
+            if cfg.iso_k is not None:
+                r, spine = None, chain if cfg.iso_spine else ()
+                built = build_isotropic_tree(s.anchor, s.prev, spine, s.table, cfg, cfg.iso_k, s.stats, budget)
+            else:
+                built = build_spine_tree(s.anchor, s.prev, chain, s.table, cfg, r, s.stats, drafts.ptd, budget)
+            mode = "tree"
         if built is None or len(built[0]) == 1:  # nothing to verify beyond the anchor: plain AR step
             return Plan("ar", DraftTree.root_only(s.anchor), built[1] if built else ())
-        return Plan(mode, built[0], built[1], r)
+        return Plan(mode, built[0], built[1], r, budget=budget, chain_tokens=len(chain))
+
+    def _bypass(self, match: PldMatch, has_adjacency: bool) -> bool:
+        """Whether this cycle verifies the bare PLD chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``."""
+        cfg = self.config
+        if not cfg.bypass:
+            return False
+        if cfg.bypass_rule == "no-adjacency":
+            return not has_adjacency
+        return cfg.iso_k is None and (len(match.draft) >= cfg.bypass_threshold or match.consensus)
+
+    def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, tuple[int, ...]]:
+        """§4.3 confidence schedule, as the authors' code applies it: budget ``B + int(m * budget_extension)``,
+        spine ratio ``r + m (1 - r)`` (r from the EMA tier, or fixed), and, when m > ``extend_above``, the
+        chain grown by re-matching to ``int(max_extended_chain * m)`` tokens.  Returns (budget, r, chain);
+        with the schedule off, m = 0: (B, r, the match)."""
+        cfg = self.config
+        m = drafts.confidence if cfg.confidence_schedule else 0.0
+        r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
+        chain = drafts.pld.draft
+        if chain and m > cfg.extend_above:
+            chain = s.index.extend_chain(chain, int(cfg.max_extended_chain * m), cfg.max_spine, saturated=m >= 1.0)
+        return cfg.budget + int(m * cfg.budget_extension), r + m * (1.0 - r), chain
 
     def _choose_size(self, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
@@ -247,7 +279,7 @@ class SpecDecoder:
             s.table.store(prev_tokens, list(rows.tokens), back.successor_ids, back.successor_scores)
         if s.ptd is not None:  # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge into the pool
             s.ptd.grow(back.greedy[len(tree):], s.pool)
-        s.stats.update(tree, accepted)
+        s.stats.update(tree, accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
         result = self._append(s, [*(tree.tokens[i] for i in accepted), bonus])
         timings["harvest"] = _ms(t_start) - timings["cache"]
         return result

@@ -55,8 +55,12 @@ class AcceptanceStats:
         calibration = (self.tr_accepted.get(depth, 0) + 1) / (self.tr_score_sum.get(depth, 0.0) + 1)
         return min(1.0, score * calibration)
 
-    def update(self, tree: DraftTree, accepted: tuple[int, ...]) -> None:
-        """Record one verified tree and the accepted node indices (root excluded)."""
+    def update(self, tree: DraftTree, accepted: tuple[int, ...], ema: bool = True) -> None:
+        """Record one verified tree and the accepted node indices (root excluded).
+
+        ``ema``: whether this tree's spine acceptance enters the EMA p_s (the authors' code leaves bypass
+        chains out of it; ``DecodeConfig.ema_on_chains``).  The per-depth rates always learn from it.
+        """
         on_path = set(accepted) | {0}
         spine_total = spine_acc = 0
         for i in range(1, len(tree)):
@@ -73,5 +77,5 @@ class AcceptanceStats:
             elif tree.sources[i] is Source.TR and reached:
                 self.tr_score_sum[d] = self.tr_score_sum.get(d, 0.0) + tree.scores[i]
                 self.tr_accepted[d] = self.tr_accepted.get(d, 0) + (i in on_path)
-        if spine_total:
+        if spine_total and ema:
             self.p_s_ema = (1 - self.ema_alpha) * self.p_s_ema + self.ema_alpha * spine_acc / spine_total

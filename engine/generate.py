@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
+from .config import PRESETS, METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
 from .cost import load_cost_curve
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
     ap.add_argument("--method", default="goose", choices=METHODS)
+    ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
+                    help="named configuration the other options change (paper = the Goose authors' implementation)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
     ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
@@ -80,11 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
         if not prompt.strip():
             raise ValueError("the prompt is empty")
-        config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
-                              spine_ratio=args.spine_ratio, max_depth=args.depth, gt_threshold=args.gt_threshold,
-                              bypass=not args.no_bypass, sources=args.sources, walk_priority=args.walk_priority,
-                              temperature=args.temperature, top_p=args.top_p, sample_top_k=args.top_k,
-                              seed=args.seed, verifier=args.verifier)
+        options = dict(method=args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
+                       spine_ratio=args.spine_ratio, max_depth=args.depth, gt_threshold=args.gt_threshold,
+                       bypass=not args.no_bypass, sources=args.sources, walk_priority=args.walk_priority,
+                       temperature=args.temperature, top_p=args.top_p, sample_top_k=args.top_k,
+                       seed=args.seed, verifier=args.verifier)
+        preset, defaults = PRESETS[args.preset], DecodeConfig.__dataclass_fields__  # an option left at its
+        config = DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()  # default keeps the preset's
+                                                     if k not in preset or v != defaults[k].default})
         if args.check_lossless and config.sampling:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")

@@ -36,6 +36,13 @@ class CycleTrace:
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
         ptd_rows: PTD drafting rows that rode along in this forward (not part of ``tree``).
+        confidence: Goose §4.3 confidence of this cycle's PLD match in [0, 1] (0 = no match; None in
+            traces written before it was recorded).
+        match_tokens: tokens the context match returned (0 = no match).
+        chain_tokens: PLD chain offered to the tree: ``match_tokens``, or more when a confident match
+            was extended by re-matching (the spine itself may be shorter: B r bounds it).
+        budget: node budget the tree was built with, root included (B, raised on confident cycles by
+            the confidence schedule); None for bypass chains, AR steps and prefill.
         gt_nodes, gt_candidates: the speedup-optimal size (GT threshold "auto", engine/gt.py): nodes kept
             (n*, root included; 1 = pruned to an AR step) of the nodes built; None for other thresholds
             and for cycles with no draft.
@@ -58,6 +65,10 @@ class CycleTrace:
     total_tokens: int
     finished: bool
     ptd_rows: int = 0
+    confidence: float | None = None
+    match_tokens: int = 0
+    chain_tokens: int = 0
+    budget: int | None = None
     gt_nodes: int | None = None
     gt_candidates: int | None = None
     gt_expected: float | None = None
@@ -65,6 +76,11 @@ class CycleTrace:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
+
+    @property
+    def extended(self) -> bool:
+        """True when a confident match was extended past one lookup this cycle."""
+        return self.chain_tokens > self.match_tokens
 
     @property
     def accepted_sources(self) -> tuple[Source, ...]:

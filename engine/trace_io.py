@@ -14,7 +14,8 @@ from .trace import MODES, CycleTrace
 from .tree import DraftTree, GhostNode, Source
 
 SCHEMA = "goose-lens-trace"
-VERSION = 1
+VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget)
+READABLE_VERSIONS = (1, 2)  # version 1 files read with those fields absent (None / 0)
 MAX_BYTES = 32 * 1024 * 1024  # refuse larger files: a 1024-token run at B = 128 is ~5 MB
 
 
@@ -33,12 +34,14 @@ def trace_to_dict(t: CycleTrace) -> dict:
                         "est_accept": round(g.est_accept, 6)} for g in t.ghosts],
             "greedy": list(t.greedy), "accepted": list(t.accepted), "bonus": t.bonus, "new_tokens": list(t.new_tokens),
             "spine_ratio": t.spine_ratio, "p_s_ema": t.p_s_ema, "timings_ms": dict(t.timings_ms),
-            "elapsed_s": t.elapsed_s, "total_tokens": t.total_tokens, "finished": t.finished, "ptd_rows": t.ptd_rows}
+            "elapsed_s": t.elapsed_s, "total_tokens": t.total_tokens, "finished": t.finished, "ptd_rows": t.ptd_rows,
+            "confidence": None if t.confidence is None else round(t.confidence, 6), "match_tokens": t.match_tokens,
+            "chain_tokens": t.chain_tokens, "budget": t.budget}
 
 
 def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace],
                token_text: Callable[[int], str]) -> str:
-    """The run as a JSON string (schema ``goose-lens-trace`` version 1).
+    """The run as a JSON string (schema ``goose-lens-trace``, version ``VERSION``).
 
     Args:
         model: model id or path.  prompt: the prompt text.  config: ``DecodeConfig.to_dict()`` as used.
@@ -119,12 +122,21 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
     _need(isinstance(timings, dict) and all(isinstance(v, (int, float)) for v in timings.values()),
           f"{where}.timings_ms", "expected an object of numbers")
     _need(isinstance(c["elapsed_s"], (int, float)), where, "elapsed_s is not a number")
+    confidence = c.get("confidence")
+    _need(confidence is None or (isinstance(confidence, (int, float)) and 0.0 <= confidence <= 1.0), where,
+          "confidence is not a number in [0, 1]")
+    for key in ("match_tokens", "chain_tokens", "budget"):
+        _need(c.get(key) is None or (isinstance(c[key], int) and c[key] >= 0), where,
+              f"{key} is not a non-negative integer")
     return CycleTrace(index=int(c["index"]), mode=c["mode"], tree=tree, ghosts=tuple(ghosts), greedy=tuple(greedy),
                       accepted=tuple(accepted), bonus=int(c["bonus"]),
                       new_tokens=tuple(_ints(c["new_tokens"], f"{where}.new_tokens")),
                       spine_ratio=c.get("spine_ratio"), p_s_ema=float(c.get("p_s_ema", 0.0)), timings_ms=timings,
                       elapsed_s=float(c["elapsed_s"]), total_tokens=int(c["total_tokens"]),
-                      finished=bool(c["finished"]), ptd_rows=int(c.get("ptd_rows", 0)))
+                      finished=bool(c["finished"]), ptd_rows=int(c.get("ptd_rows", 0)),
+                      confidence=None if confidence is None else float(confidence),
+                      match_tokens=c.get("match_tokens") or 0, chain_tokens=c.get("chain_tokens") or 0,
+                      budget=c.get("budget"))
 
 
 def load_run(data: bytes | str) -> dict:
@@ -145,8 +157,9 @@ def load_run(data: bytes | str) -> dict:
         raise TraceFormatError(f"not a JSON file ({exc})") from None
     _need(isinstance(doc, dict) and doc.get("schema") == SCHEMA, "file",
           f"not a goose-lens trace (expected \"schema\": \"{SCHEMA}\")")
-    _need(doc.get("version") == VERSION, "file",
-          f"trace schema version {doc.get('version')!r}; this goose-lens reads version {VERSION}")
+    _need(doc.get("version") in READABLE_VERSIONS, "file",
+          f"trace schema version {doc.get('version')!r}; this goose-lens reads versions "
+          f"{', '.join(map(str, READABLE_VERSIONS))}")
     cycles = doc.get("cycles")
     _need(isinstance(cycles, list) and cycles, "file", "no cycles recorded")
     texts = doc.get("token_text", {})

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from engine.config import DecodeConfig
+from engine.config import PRESETS, DecodeConfig
 from engine.decode import SpecDecoder
 from engine.kv_cache import UnsupportedCacheError
 from engine.metrics import summarize
@@ -40,6 +40,19 @@ CONFIGS = {
     "goose+ptd-bypass-off-c0-ptd-first": {"sources": ("pld", "tr", "ptd"), "bypass": False, "gt_threshold": 0.0,
                                           "walk_priority": ("ptd", "pld", "tr")},
     "goose-ptd-only-source": {"sources": ("ptd",), "ptd_rows": 4},
+    # the authors' implementation (PRESETS["paper"]): extended chains, raised budgets, spines past D
+    "paper": PRESETS["paper"],
+    "paper-method-pld": {**PRESETS["paper"], "method": "pld"},
+    "paper-method-tr": {**PRESETS["paper"], "method": "tr"},
+    "paper-method-iso3": {**PRESETS["paper"], "method": "iso3"},
+    "paper-B8-c0.2": {**PRESETS["paper"], "budget": 8, "gt_threshold": 0.2},
+    "paper-gt-auto": {**PRESETS["paper"], "gt_threshold": "auto"},
+    # the earlier goose-lens behaviour, field by field
+    "earliest-occurrence": {"match_occurrence": "earliest"},
+    "confident-bypass-rule": {"bypass_rule": "confident"},
+    "depth-bounds-spine": {"depth_bounds_spine": True},
+    "no-confidence-schedule": {"confidence_schedule": False},
+    "extension-B1-extend-above-0": {"budget": 1, "extend_above": 0.0},
 }
 
 

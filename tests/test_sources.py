@@ -4,7 +4,9 @@ from __future__ import annotations
 import torch
 
 from engine.adjacency import AdjacencyTable
-from engine.context_match import NgramIndex
+import pytest
+
+from engine.context_match import NgramIndex, match_confidence
 
 
 def test_no_match_on_fresh_text():
@@ -15,12 +17,73 @@ def test_no_match_on_fresh_text():
 
 
 def test_longest_n_first_and_most_recent_occurrence():
-    idx = NgramIndex((5, 4, 3))
+    idx = NgramIndex((5, 4, 3), occurrence="latest")
     # '1 2 3' occurs twice before the end with different continuations; the most recent wins
     idx.extend([1, 2, 3, 7, 8, 0, 1, 2, 3, 9, 9, 0, 1, 2, 3])
     m = idx.match(4)
     assert m.n == 4  # '0 1 2 3' matches, longer than 3
     assert m.draft == (9, 9, 0, 1)
+
+
+def test_earliest_occurrence_copies_the_longest_continuation():
+    # the authors' rule: the first occurrence of '1 2 3' is followed by the whole rest of the stream
+    tokens = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    earliest, latest = NgramIndex((3,), "earliest"), NgramIndex((3,), "latest")
+    earliest.extend(tokens)
+    latest.extend(tokens)
+    assert earliest.match(20).draft == (4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3)
+    assert latest.match(20).draft == (4, 5, 6, 1, 2, 3)
+    with pytest.raises(ValueError, match="occurrence"):
+        NgramIndex((3,), "random")
+
+
+def test_unanimous_needs_two_earlier_occurrences_that_agree():
+    idx = NgramIndex((3,))
+    idx.extend([1, 2, 3, 7, 1, 2, 3])
+    assert not idx.match(5).unanimous  # one earlier occurrence agrees with itself: no evidence
+    idx.extend([7, 1, 2, 3])
+    assert idx.match(5).unanimous  # two earlier occurrences, both continue with 7
+    idx.extend([8, 1, 2, 3])
+    assert not idx.match(5).unanimous  # 7, 7, 8: not unanimous
+
+
+def test_match_confidence_schedule():
+    assert match_confidence(0, True) == 0.0  # no match, no confidence
+    assert match_confidence(3, True) == 1.0  # unanimous saturates
+    assert match_confidence(4, False, long_match=8) == pytest.approx(0.3)  # short: linear up to 0.6
+    assert match_confidence(8, False, long_match=8, max_len=20) == pytest.approx(0.7)  # long: 0.7 ...
+    assert match_confidence(20, False, long_match=8, max_len=20) == pytest.approx(0.9)  # ... to 0.9
+    assert match_confidence(7, False, long_match=8) < 0.6 < match_confidence(8, False, long_match=8)
+
+
+def test_match_of_a_suffix_past_the_sequence_copies_indexed_tokens_only():
+    idx = NgramIndex((3,))
+    idx.extend([1, 2, 3, 4, 5, 6, 7, 0])
+    assert idx.match(3, suffix=[9, 4, 5, 6]).draft == (7, 0)  # '4 5 6' found; continuation from the index
+    assert idx.match(3, suffix=[6, 7, 0]).draft == ()  # only at the very end: nothing after it to copy
+
+
+def test_extend_chain_grows_by_rematching_up_to_the_limit():
+    period = list(range(10, 22))  # a 12-token passage repeated: every lookup continues it
+    idx = NgramIndex((3,))
+    idx.extend(period * 3 + period[:3])
+    first = idx.match(5)
+    assert first.draft == tuple(period[3:8])
+    chain = idx.extend_chain(first.draft, limit=30, max_len=5, saturated=False)
+    assert len(chain) == 30 and list(chain) == (period * 4)[3:33]  # 5 + 5 lookups of 5 tokens
+    assert idx.extend_chain(first.draft, limit=5, max_len=5, saturated=False) == first.draft  # at the limit
+
+
+def test_saturated_extension_stops_after_the_first_lookup_that_is_not_unanimous():
+    idx = NgramIndex((3,))
+    # '1 2 3' is followed by 4 twice (unanimous); '4 5 6' once before (not unanimous)
+    idx.extend([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 8, 8, 1, 2, 3])
+    first = idx.match(2)
+    assert first.draft == (4, 5) and first.unanimous
+    chain = idx.extend_chain(first.draft, limit=50, max_len=2, saturated=True)
+    assert chain == (4, 5, 6, 9)  # the lookup after '3 4 5' is not unanimous: appended, then growth stops
+    grown = idx.extend_chain(first.draft, limit=50, max_len=2, saturated=False)
+    assert len(grown) > len(chain)
 
 
 def test_consensus_when_two_n_agree_on_first_token():
@@ -31,7 +94,7 @@ def test_consensus_when_two_n_agree_on_first_token():
 
 
 def test_no_consensus_when_lengths_disagree():
-    idx = NgramIndex((4, 3))
+    idx = NgramIndex((4, 3), occurrence="latest")
     idx.extend([9, 2, 3, 4, 5, 8, 2, 3, 4, 6, 1, 9, 2, 3, 4])
     m = idx.match(3)
     assert m.n == 4 and m.draft == (5, 8, 2)

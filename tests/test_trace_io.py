@@ -37,7 +37,10 @@ def test_round_trip_keeps_every_cycle(exported):
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.update(schema="other"), "not a goose-lens trace"),
-    (lambda d: d.update(version=2), "version 2"),
+    (lambda d: d.update(version=3), "version 3"),
+    (lambda d: d["cycles"][1].update(confidence=1.5), "confidence"),
+    (lambda d: d["cycles"][1].update(budget=-1), "budget"),
+    (lambda d: d["cycles"][1].update(chain_tokens="long"), "chain_tokens"),
     (lambda d: d.update(cycles=[]), "no cycles"),
     (lambda d: d["cycles"][1]["tree"].update(parents=[None, 5]), "cycle 1"),
     (lambda d: d["cycles"][1].update(index="x"), "not its position"),
@@ -53,6 +56,28 @@ def test_bad_files_get_a_clear_message(exported, mutate, message):
     mutate(doc)
     with pytest.raises(TraceFormatError, match=message):
         load_run(json.dumps(doc))
+
+
+def test_confidence_fields_round_trip(demo_lm):
+    """A paper-preset run records each cycle's match confidence, its (extended) chain and its budget."""
+    cfg = DecodeConfig.preset("paper", max_new_tokens=48)
+    ids = demo_lm.encode_prompt("x = [1, 2, 3, 4, 5, 6, 7, 8]\ny = [1, 2, 3, 4, 5, 6, 7, 8]\nz = [1, 2, 3, 4")
+    traces = list(SpecDecoder(demo_lm.model, cfg, demo_lm.eos_token_ids).generate(ids))
+    doc = export_run(model="m", prompt="p", config=cfg.to_dict(), traces=traces, token_text=str)
+    back = load_run(doc)["traces"]
+    fields = lambda t: (t.confidence, t.match_tokens, t.chain_tokens, t.budget)  # noqa: E731
+    assert [fields(t) for t in back] == [fields(t) for t in traces]
+    assert any(t.budget is not None and t.budget > cfg.budget for t in traces)  # a confident cycle raised it
+
+
+def test_version_1_files_still_load(exported):
+    doc = json.loads(exported[1])
+    doc["version"] = 1
+    for c in doc["cycles"]:
+        for key in ("confidence", "match_tokens", "chain_tokens", "budget"):
+            c.pop(key)
+    run = load_run(json.dumps(doc))
+    assert all(t.confidence is None and t.budget is None and t.chain_tokens == 0 for t in run["traces"])
 
 
 def test_not_json_and_too_large_are_refused():

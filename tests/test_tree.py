@@ -40,20 +40,28 @@ def ancestors(tree: DraftTree, i: int) -> set[int]:
 def test_spine_tree_invariants(seed):
     rng = random.Random(seed)
     cfg = DecodeConfig(budget=rng.choice([1, 2, 5, 8, 20, 60, 128]), max_depth=rng.choice([1, 2, 6, 16]),
-                       gt_threshold=rng.choice([0.0, 0.0, 0.01, 0.2]))
-    spine = tuple(rng.randrange(VOCAB) for _ in range(rng.choice([0, 1, 3, 7, 20])))
+                       gt_threshold=rng.choice([0.0, 0.0, 0.01, 0.2]), depth_bounds_spine=rng.random() < 0.5,
+                       spine_branch_min=rng.choice([0, 1, 2]), branch_growth=rng.choice(["best-first", "score-width"]))
+    spine = tuple(rng.randrange(VOCAB) for _ in range(rng.choice([0, 1, 3, 7, 20, 90])))
     r = rng.choice([0.15, 0.3, 0.5, 0.95])
+    budget = rng.choice([None, cfg.budget + 30])
     tree, ghosts = build_spine_tree(rng.randrange(VOCAB), rng.randrange(VOCAB), spine, random_table(seed), cfg, r,
-                                    AcceptanceStats())
-    n = len(tree)
-    assert 1 <= n <= cfg.budget
-    assert max(tree.depths) <= cfg.max_depth
+                                    AcceptanceStats(), budget=budget)
+    n, B = len(tree), budget or cfg.budget
+    assert 1 <= n <= B
     assert all(e >= cfg.gt_threshold for e in tree.est_accept)
     assert all(g.est_accept < cfg.gt_threshold for g in ghosts)
     # spine laid first, as a chain of PLD nodes following the draft
     spine_nodes = [i for i in range(n) if tree.sources[i] is Source.PLD]
     assert [tree.tokens[i] for i in spine_nodes] == list(spine[: len(spine_nodes)])
-    assert len(spine_nodes) <= min(len(spine), int(cfg.budget * r), cfg.max_depth)
+    assert len(spine_nodes) <= min(len(spine), int(B * r), cfg.max_depth if cfg.depth_bounds_spine else B)
+    # D bounds every node, or (authors' reading) branch growth only: a branch deeper than D is a leaf
+    # hanging off a spine node
+    for i in range(1, n):
+        if tree.depths[i] > cfg.max_depth:
+            assert not cfg.depth_bounds_spine
+            assert tree.sources[i] is Source.PLD or (tree.sources[tree.parents[i]] is Source.PLD
+                                                     and not tree.children[i])
     # no duplicate tokens among siblings
     for kids in tree.children:
         assert len({tree.tokens[c] for c in kids}) == len(kids)
@@ -78,6 +86,49 @@ def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
     assert len(spine) == 6
     widths = [sum(tree.sources[c] is Source.TR for c in tree.children[i]) for i in spine]
     assert widths[0] >= widths[-1]  # harmonic decay: wider near the root
+
+
+def test_spine_runs_past_depth_when_depth_bounds_branches_only():
+    """Authors' reading of D: the spine is bounded by floor(B r) alone; branches still stop at depth D."""
+    table, spine = random_table(5), tuple(range(1, 31))
+    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
+    tree, _ = build_spine_tree(40, 41, spine, table, cfg, 0.5, AcceptanceStats())
+    assert sum(s is Source.PLD for s in tree.sources) == 30  # floor(60 * 0.5) = 30 spine nodes, depth 30
+    assert all(d <= 6 for d, s, p in zip(tree.depths, tree.sources, tree.parents)
+               if s is Source.TR and tree.sources[p] is not Source.PLD)
+    capped, _ = build_spine_tree(40, 41, spine, table, cfg.with_(depth_bounds_spine=True), 0.5, AcceptanceStats())
+    assert sum(s is Source.PLD for s in capped.sources) == 6 and max(capped.depths) <= 6
+    raised, _ = build_spine_tree(40, 41, spine, table, cfg, 0.9, AcceptanceStats(), budget=96)
+    assert len(raised) <= 96 and sum(s is Source.PLD for s in raised.sources) == 30  # the whole chain fits
+
+
+def test_every_spine_node_gets_a_branch_while_the_share_lasts():
+    table, spine = random_table(6, scale=0.3), tuple(range(1, 11))  # flat scores: every successor passes min_score
+    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
+    widths = lambda tree: [sum(tree.sources[c] is Source.TR for c in tree.children[i])  # noqa: E731
+                           for i in range(len(tree)) if tree.sources[i] is Source.PLD]
+    harmonic, _ = build_spine_tree(40, 41, spine, table, cfg.with_(branch_growth="score-width"), 0.5, AcceptanceStats())
+    assert 0 in widths(harmonic)  # floor(b_sp / (i H)) is 0 deep down
+    floor1, _ = build_spine_tree(40, 41, spine, table, cfg.with_(spine_branch_min=1, branch_growth="score-width"),
+                                 0.5, AcceptanceStats())
+    assert min(widths(floor1)) >= 1 and widths(floor1)[0] >= widths(floor1)[-1]
+
+
+def test_score_width_growth_is_breadth_first_and_narrows_with_depth():
+    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, branch_growth="score-width", top_k=10)
+    tree, _ = build_spine_tree(1, 2, (), random_table(7, scale=0.3), cfg, 0.5, AcceptanceStats())
+    assert len(tree) == 60 and max(tree.depths) <= 6
+    for i in range(1, len(tree)):  # a node of depth d has at most max(1, K // d) children
+        assert len(tree.children[i]) <= max(1, 10 // tree.depths[i])
+
+
+def test_ema_skips_chains_when_asked():
+    chain = DraftTree((0, 1, 2), (None, 0, 1), (Source.ROOT, Source.PLD, Source.PLD), (1, .5, .5), (1, .5, .25))
+    stats = AcceptanceStats(p_s_ema=0.5)
+    stats.update(chain, (1, 2), ema=False)
+    assert stats.p_s_ema == 0.5 and stats.pld_accepted == {1: 1, 2: 1}  # per-depth rates still learn
+    stats.update(chain, (1, 2))
+    assert stats.p_s_ema == pytest.approx(0.7 * 0.5 + 0.3 * 1.0)
 
 
 def test_chain_and_gt_threshold_cut_the_chain():
@@ -137,6 +188,9 @@ def test_isotropic_tree_is_balanced_k_ary(k):
     assert levels[:-1] == [k ** d for d in range(len(levels) - 1)]
     # the PLD continuation is the first child along the spine
     assert [tree.tokens[i] for i in range(len(tree)) if tree.sources[i] is Source.PLD] == [5, 6, 7]
+    # the authors' control: adjacency only, and a larger budget on a confident cycle
+    bare, _ = build_isotropic_tree(1, 2, (), random_table(k, scale=0.3), cfg, k, AcceptanceStats(), budget=80)
+    assert len(bare) == 80 and Source.PLD not in bare.sources
 
 
 def test_tr_estimates_are_calibrated_online_per_depth():

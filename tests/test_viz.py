@@ -81,6 +81,24 @@ def test_explain_cycle_tells_the_spine_continuation():
     assert "TR branch ')' was accepted" in text and "bonus ':' → 4 tokens from one forward of 7 nodes" in text
 
 
+def test_confidence_shows_in_the_sentence_and_the_title():
+    from dataclasses import replace
+
+    from viz.explain import explain_cycle
+
+    plain = make_trace()
+    assert "confident" not in explain_cycle(plain, TEXT.get)  # a trace without the fields (schema 1)
+    assert "budget" not in tree_figure(plain, TEXT.get).layout.title.text
+    extended = replace(plain, confidence=0.9, match_tokens=2, chain_tokens=34, budget=84)
+    text = explain_cycle(extended, TEXT.get)
+    assert text.startswith("tree: confident match (0.90): spine extended to 3 tokens (of a 34-token chain), budget 84;")
+    title = tree_figure(extended, TEXT.get).layout.title.text
+    assert title.endswith("· confidence 0.90, chain 2 → 34 tokens, budget 84")
+    short = replace(plain, confidence=0.3, match_tokens=4, chain_tokens=4, budget=72)
+    assert "confident" not in explain_cycle(short, TEXT.get)
+    assert tree_figure(short, TEXT.get).layout.title.text.endswith("· confidence 0.30, match 4 tokens, budget 72")
+
+
 def test_cycle_segments_label_tokens_by_source():
     from viz.explain import cycle_segments
 

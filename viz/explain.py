@@ -17,6 +17,25 @@ def _q(token_text: Callable[[int], str], token: int) -> str:
     return "'" + _MARKDOWN.sub(r"\\\1", visible_token(token_text(token))) + "'"
 
 
+def spine_length(trace: CycleTrace) -> int:
+    """PLD nodes on the spine: the chain of PLD children from the root."""
+    tree, node, n = trace.tree, 0, 0
+    while (node := next((c for c in tree.children[node] if tree.sources[c] is Source.PLD), None)) is not None:
+        n += 1
+    return n
+
+
+def confidence_note(trace: CycleTrace) -> str | None:
+    """How the §4.3 confidence shaped a tree cycle, e.g. "confident match (0.90): spine extended to 34 tokens,
+    budget 84"; None when the match was not extended (or the trace predates these fields)."""
+    if trace.mode != "tree" or trace.confidence is None or not trace.extended:
+        return None
+    laid = spine_length(trace)
+    chain = f" (of a {trace.chain_tokens}-token chain)" if laid < trace.chain_tokens else ""
+    return (f"confident match ({trace.confidence:.2f}): spine extended to {laid} tokens{chain}, "
+            f"budget {trace.budget}")
+
+
 def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
     """E.g. "spine matched 6 tokens and broke at '1' (the target wanted '2'); TR branch '2' continued for
     2 more; bonus ')' → 9 tokens from one forward of 40 nodes"."""
@@ -27,10 +46,11 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
     if trace.mode == "ar":
         return f"no draft source had a candidate: plain AR step, token {q(trace.bonus)}"
     tree, accepted = trace.tree, trace.accepted
+    note = confidence_note(trace)
     n_spine = 0
     while n_spine < len(accepted) and tree.sources[accepted[n_spine]] is Source.PLD:
         n_spine += 1
-    parts = []
+    parts = [note] if note else []
     last_spine = accepted[n_spine - 1] if n_spine else 0
     next_spine = next((c for c in tree.children[last_spine] if tree.sources[c] is Source.PLD), None)
     if n_spine or next_spine is not None:

@@ -223,9 +223,22 @@ def _text_width(label: str) -> float:
 
 
 def default_title(trace: CycleTrace) -> str:
-    """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)"."""
+    """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
+    a tree cycle adds how the PLD match shaped it (Goose §4.3): its confidence, the chain (extended or not)
+    and the node budget, e.g. "· confidence 0.90, chain 20 → 34 tokens, budget 96"."""
     return (f"cycle {trace.index} · {trace.mode} · {len(trace.tree)} nodes · "
-            f"{len(trace.new_tokens)} tokens ({trace.path_category})")
+            f"{len(trace.new_tokens)} tokens ({trace.path_category}){_shape_note(trace)}")
+
+
+def _shape_note(trace: CycleTrace) -> str:
+    """Title suffix: the match confidence, the PLD chain (extended or not) and the budget of a tree cycle."""
+    if trace.mode != "tree" or trace.budget is None:
+        return ""
+    if not trace.match_tokens or trace.confidence is None:
+        return f" · budget {trace.budget}"
+    chain = (f"chain {trace.match_tokens} → {trace.chain_tokens} tokens" if trace.extended
+             else f"match {trace.match_tokens} tokens")
+    return f" · confidence {trace.confidence:.2f}, {chain}, budget {trace.budget}"
 
 
 def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts: bool = True,
