@@ -99,7 +99,7 @@ class CostCurve:
         return hashlib.sha1(self.spec().encode()).hexdigest()[:12]
 
     @classmethod
-    def from_spec(cls, text: str, key: str = "") -> "CostCurve":
+    def from_spec(cls, text: str, key: str = "") -> CostCurve:
         """Parse ``spec()`` text.  Raises ``CostCurveError`` on malformed text."""
         try:
             head, _, body = text.strip().partition(";")
@@ -117,7 +117,7 @@ class CostCurve:
                 "ms": list(self.ms), "spec": self.spec()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CostCurve":
+    def from_dict(cls, data: dict) -> CostCurve:
         """Read ``to_dict()`` output.  Raises ``CostCurveError`` on another format or bad values."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CostCurveError(f"not a cost curve of format {FORMAT}")

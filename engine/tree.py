@@ -59,14 +59,14 @@ class DraftTree:
             raise ValueError("DraftTree parents must be topologically ordered with a single root at index 0")
 
     @classmethod
-    def root_only(cls, token: int) -> "DraftTree":
+    def root_only(cls, token: int) -> DraftTree:
         """A tree of the anchor alone: verifying it is one plain AR step."""
         return cls((token,), (None,), (Source.ROOT,), (1.0,), (1.0,))
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def graft(self, tokens: list[int], parents: list[int | None], source: Source) -> "DraftTree":
+    def graft(self, tokens: list[int], parents: list[int | None], source: Source) -> DraftTree:
         """This tree plus extra rows appended after it: row i's parent is ``parents[i]`` among the extra
         rows, or the root (node 0) where it is None.  Used for PTD drafting rows (engine/ptd.py)."""
         n = len(self)
@@ -109,7 +109,7 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
-    def subtree(self, keep: list[int]) -> "DraftTree":
+    def subtree(self, keep: list[int]) -> DraftTree:
         """The tree of the nodes ``keep`` (indices into this tree, root included, every kept node's parent
         kept too), in this tree's order.
 
@@ -125,7 +125,7 @@ class DraftTree:
                          tuple(self.sources[i] for i in keep), tuple(self.scores[i] for i in keep),
                          tuple(self.est_accept[i] for i in keep))
 
-    def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> "TreeInputs":
+    def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> TreeInputs:
         """The verification forward's inputs, built on ``device`` from the parent array.
 
         One host-to-device copy (tokens and parents, (2, n) int64); the ancestor relation, depths,
@@ -250,5 +250,6 @@ class TreeBuilder:
         return next((i for i, (t, p) in enumerate(zip(self.tokens, self.parents)) if p == parent and t == token), None)
 
     def freeze(self) -> tuple[DraftTree, tuple[GhostNode, ...]]:
-        tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores), tuple(self.est))
+        tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),
+                         tuple(self.est))
         return tree, tuple(self.ghosts)

@@ -7,8 +7,8 @@ resampling) for sampled linear chains.  Tree attention as in SpecInfer / Medusa.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

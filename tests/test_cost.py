@@ -6,8 +6,15 @@ import json
 import pytest
 
 from engine.config import ConfigError, DecodeConfig, parse_gt_threshold
-from engine.cost import (FORMAT, CostCurve, CostCurveError, cached_cost_curve, load_cost_curve, measure_cost_curve,
-                         write_cost_curve)
+from engine.cost import (
+    FORMAT,
+    CostCurve,
+    CostCurveError,
+    cached_cost_curve,
+    load_cost_curve,
+    measure_cost_curve,
+    write_cost_curve,
+)
 from engine.decode import SpecDecoder
 
 

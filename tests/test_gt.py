@@ -78,7 +78,8 @@ def test_curve_latency_is_monotone_and_extrapolates():
 
 
 def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo_lm):
-    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n")
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\n"
+                                "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n")
     run = lambda c, curve: list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=40, gt_threshold=c), (),  # noqa: E731
                                             cost_curve=curve).generate(ids))
     flat, none = run("auto", FLAT), run(0.0, None)
