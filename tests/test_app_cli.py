@@ -195,3 +195,37 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     assert not app.PageOptions.from_env().public and app.PageOptions.from_env().refusal("/etc") is None
     demo = app.build_demo(demo_lm, options)  # the page builds in public mode, its slider capped
     assert any(getattr(b, "maximum", None) == 512 for b in demo.blocks.values())
+
+
+def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
+    import app
+    from engine.loading import ModelRegistry
+
+    models = ModelRegistry(demo_lm)
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+    outputs = list(app.generate(prompt, "goose", 24, True, 0.5, 4, False, 0.0, 24, False, 0.0, True, None,
+                                prompt_format="raw", models=models))
+    run, stats, command = outputs[-1][4], outputs[-1][3], outputs[-1][9]
+    path = app.export_trace(run, models=models)
+    out = app.import_trace(path, None, True, models=models)
+    imported, new_stats, new_prompt, new_command = out[4], out[3], out[10], out[12]
+    assert stats.startswith(new_stats.split(":", 1)[1].strip())  # every cycle summarised, the last one shown
+    # (a trace file does not record the prompt format, so the imported line ends before it)
+    assert out[5].value == len(run["traces"]) - 1 and new_prompt == prompt
+    assert new_command.startswith("python -m engine.generate") and "--budget 24" in new_command
+    assert len(imported["segments"]) == 24
+
+
+def test_stop_in_a_race_keeps_both_outputs(demo_lm):
+    import app
+    from engine.loading import ModelRegistry
+
+    control = {"stop": False}
+    updates = []
+    for update in app.race("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6,
+                           True, 0.0, 64, True, slow_motion=1, control=control, models=ModelRegistry(demo_lm)):
+        updates.append(update)
+        if len(updates) == 3:
+            control["stop"] = True
+    ar_text, spec_text, board = updates[-1]
+    assert ar_text and spec_text and "stopped" in board and "64 tokens" not in board

@@ -46,7 +46,7 @@ FIG_HEIGHT_PX = 450  # the figure's height on the page (fits one 1280×800 scree
 MARGIN = dict(l=10, r=10, t=40, b=64)  # title on top, legend below the plot
 MAX_ROWS = (FIG_HEIGHT_PX - MARGIN["t"] - MARGIN["b"]) // ROW_PX  # 14
 MIN_COLUMNS = 6  # the x range spans at least this many depths (a short tree is not stretched)
-MAX_COLUMNS = 13  # deeper trees fold the middle of straight chains, so a label keeps >= 5 characters
+MAX_COLUMNS = 10  # deeper trees fold the middle of straight chains, so a label keeps >= 6 characters
 MAX_LABEL_CHARS = 12
 
 #: Step-through stages of one cycle (``viz.lesson`` has one sentence for each).
@@ -170,7 +170,9 @@ def fit_columns(g: nx.DiGraph, max_cols: int) -> nx.DiGraph:
                 best = chain
         if len(best) < 4:  # keep a chain's first and last token; folding fewer than 2 saves nothing
             break
-        middle = best[1: 1 + min(need + 1, len(best) - 2)]
+        fold = min(need + 1, len(best) - 2)  # nodes replaced by one: saves fold - 1 columns
+        start = max(1, (len(best) - fold) // 2)  # the middle of the chain: its first and last tokens stay
+        middle = best[start: start + fold]
         last = middle[-1]
         after = next(g.successors(last))
         data = [g.nodes[m] for m in middle]
@@ -179,7 +181,7 @@ def fit_columns(g: nx.DiGraph, max_cols: int) -> nx.DiGraph:
         g.add_node(f"r{n}", kind="run", token=None, source=first["source"], depth=first["depth"], score=None,
                    est=None, greedy=None, wanted=None, accepted=first["accepted"], rank=first["rank"], members=data,
                    ghost=False)
-        g.add_edge(best[0], f"r{n}")
+        g.add_edge(best[start - 1], f"r{n}")
         g.add_edge(f"r{n}", after)
         n += 1
     return g
