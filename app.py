@@ -49,7 +49,7 @@ PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_te
 LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
 HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel at most this often (and always at
 # the first cycles and the end) ...
-DRAW_SHARE = 0.05  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
+DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time
 STEP_PAUSE_S = 2.5  # step-through: seconds each stage of a cycle stays on screen
 CSS = """
@@ -92,8 +92,9 @@ HOW_TO_READ = f"""
   Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
   **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
   them for their tokens.
-* **Max depth D** bounds the TR branches; the PLD spine and **bypass chains** are bounded by the max spine
-  length ({DecodeConfig().max_spine} tokens), not by D.
+* **Max depth D** bounds the TR branches only. The PLD spine copies up to {DecodeConfig().max_spine} tokens of a
+  match, a confident match is extended further (up to {DecodeConfig().max_extended_chain} × its confidence), and
+  **bypass chains** likewise: none of them is bounded by D.
 * **τ** is tokens committed per verification forward (AR = 1). **tokens/s** counts engine time only: the
   time the page spends drawing is not counted.
 * **The scrubber** (◀ ▶, drag, arrow keys or a typed number) steps through every recorded cycle; clicking a
@@ -620,10 +621,10 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
                     spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, interactive=False,
                                             label="Spine ratio r (untick adaptive to set it)")
-                    depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D of TR branches (the spine and "
-                                      f"bypass chains run to the max spine, {DecodeConfig().max_spine} tokens)")
-                    bypass = gr.Checkbox(value=True, label="Bypass: verify confident PLD matches as a chain "
-                                         "(bounded by the max spine, not by D)")
+                    depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D of the TR branches (the PLD "
+                                      "spine and bypass chains are not bounded by D)")
+                    bypass = gr.Checkbox(value=True, label="Bypass: verify the bare PLD chain when the anchor has "
+                                         "no TR entry (chains are not bounded by D)")
                     auto_c = gr.Checkbox(value=True, label="GT principle auto: the speedup-optimal tree size from "
                                          "the measured cost curve")
                     gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, interactive=False,
@@ -696,13 +697,13 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         sampling_in = [sources, temperature, top_p, top_k, seed, verifier, model_key]
         preset.input(preset_fields, preset, [prompt, prompt_format], api_visibility="private")
         waiting = lambda: board.waiting_words()  # noqa: E731
-        go_btn.click(waiting, None, stats, queue=False, api_visibility="private").then(
-            board.wrap(partial(generate, models=models)),
+        go_btn.click(waiting, None, stats, queue=False, api_visibility="private")  # at once, beside the run:
+        go_btn.click(board.wrap(partial(generate, models=models)),  # its first frame replaces the message
             [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format, control, curve],
             [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
             api_name="generate", concurrency_limit=1, concurrency_id="model")
-        race_btn.click(waiting, None, race_board, queue=False, api_visibility="private").then(
-            board.wrap(partial(race, models=models)),
+        race_btn.click(waiting, None, race_board, queue=False, api_visibility="private")
+        race_btn.click(board.wrap(partial(race, models=models)),
             [prompt, method, *settings_in, *sampling_in, prompt_format, race_pace, control, curve],
             [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1, concurrency_id="model")
         cycle_out = [scrubber, tree_plot, explain, theory, output]
