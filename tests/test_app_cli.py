@@ -229,3 +229,26 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
             control["stop"] = True
     ar_text, spec_text, board = updates[-1]
     assert ar_text and spec_text and "stopped" in board and "64 tokens" not in board
+
+
+def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
+    import app
+    from engine.cost import CostCurve, curve_key
+    from engine.loading import ModelRegistry
+
+    models = ModelRegistry(demo_lm)
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+
+    def last_cycles(curve):
+        out = list(app.generate(prompt, "goose", 40, True, 0.5, 6, True, 0.0, 24, True, 0.0, True, None,
+                                prompt_format="raw", curve=curve, models=models))
+        cycles = [t for t in out[-1][4]["traces"] if t.gt_candidates]
+        assert cycles, "no cycle built a tree: inconclusive"
+        return cycles
+
+    flat = CostCurve((1, 128), (5.0, 5.0), key=curve_key(demo_lm.model))  # a GPU-like curve: every node is free
+    steep = CostCurve((1, 128), (5.0, 5000.0), key=curve_key(demo_lm.model))  # every extra node costs a lot
+    assert all(t.gt_nodes == t.gt_candidates for t in last_cycles(flat))
+    assert all(t.gt_nodes == 1 for t in last_cycles(steep))
+    other = CostCurve((1, 128), (5.0, 5000.0), key="another model|cpu|fp32|torch")
+    assert app.session_curve(other, demo_lm) is None and app.session_curve(flat, demo_lm) is flat
