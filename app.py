@@ -192,14 +192,16 @@ def token_text_of(run: dict, lm: LoadedModel):
     return lambda i: lm.tokenizer.decode([i])
 
 
-def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool, summary_upto: int | None = None) -> tuple:
+def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool, summary_upto: int | None = None,
+          show_all: bool = False) -> tuple:
     """(tree figure, big numbers, stats line, explanation, theory panel) of ``trace`` within ``run``; the
-    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle)."""
+    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle); ``show_all`` draws
+    every node of the tree (no folding)."""
     text = token_text_of(run, lm)
     upto = trace.index if summary_upto is None else summary_upto
     summary = summarize(run["traces"][: upto + 1])  # traces[k].index == k
     cfg = run["config"]
-    return (tree_figure(trace, text, show_ghosts=bool(show_ghosts)), big_numbers(summary),
+    return (tree_figure(trace, text, show_ghosts=bool(show_ghosts), show_all=bool(show_all)), big_numbers(summary),
             stats_line(summary, trace, cfg.get("gt_threshold"), run.get("prompt_format")),
             explain_cycle(trace, text),
             theory_panel(summary, trace, int(cfg.get("budget", 60)), int(cfg.get("max_depth", 6))))
@@ -226,11 +228,12 @@ def _paused(seconds: float, control: dict) -> None:
 @on_gpu
 def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass, pace,
              show_ghosts, run, sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree",
-             model_key=None, prompt_format="chat", control=None, curve=None, *, models: ModelRegistry):
+             model_key=None, prompt_format="chat", control=None, curve=None, show_all=False, *, models: ModelRegistry):
     """Stream (output, tree, speed, stats, run, scrubber, explanation, big numbers, theory, settings) while decoding.
 
     ``control`` is the visitor's ``{"stop": bool}`` (the Stop button sets it; the run ends after the current
-    cycle and keeps its output); ``curve`` the visitor's own re-measured cost curve, if any.  Drawing is
+    cycle and keeps its output); ``curve`` the visitor's own re-measured cost curve, if any; ``show_all`` draws
+    every node of each tree.  Drawing is
     throttled (``LIGHT_EVERY_S``, ``HEAVY_EVERY_S``) and never counted as engine time.
     """
     control = control if control is not None else {}
@@ -266,7 +269,7 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
             heavy = trace.index <= 1 or trace.finished or bool(pace) or now - last_heavy >= heavy_gap
             if not heavy and now - last_light < light_gap:
                 continue
-            yield _frame(new_run, trace, lm, show_ghosts, command, heavy)
+            yield _frame(new_run, trace, lm, (show_ghosts, show_all), command, heavy)
             last_light = time.perf_counter()
             if heavy:
                 last_heavy, drawn = last_light, trace
@@ -276,15 +279,17 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
             if pace:
                 _paused(float(pace), control)
         if trace is not None and drawn is not trace:
-            yield _frame(new_run, trace, lm, show_ghosts, command, True)  # stopped or throttled: the last cycle
+            # stopped, or throttled: the last cycle drawn in full
+            yield _frame(new_run, trace, lm, (show_ghosts, show_all), command, True)
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield (gr.skip(),) * 3 + (f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run) + (gr.skip(),) * 5
 
 
-def _frame(run: dict, trace, lm: LoadedModel, show_ghosts: bool, command: str, heavy: bool) -> tuple:
-    """One streamed update of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
+def _frame(run: dict, trace, lm: LoadedModel, shown: tuple[bool, bool], command: str, heavy: bool) -> tuple:
+    """One streamed update of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``;
+    ``shown``: (show ghosts, show every node)."""
     skip = gr.skip()
-    tree, big, stats, explanation, theory = views(run, trace, lm, show_ghosts) if heavy else \
+    tree, big, stats, explanation, theory = views(run, trace, lm, shown[0], show_all=shown[1]) if heavy else \
         (skip, None, None, skip, skip)
     if not heavy:
         summary = summarize(run["traces"])
@@ -295,18 +300,19 @@ def _frame(run: dict, trace, lm: LoadedModel, show_ghosts: bool, command: str, h
             explanation, big, theory, command)
 
 
-def show_cycle(run, index, show_ghosts, step: int = 0, model_key=None, *, models: ModelRegistry):
+def show_cycle(run, index, show_ghosts, step: int = 0, model_key=None, show_all=False, *, models: ModelRegistry):
     """Scrubber: (cycle, tree, explanation, theory, output with that cycle's tokens marked) for recorded cycle
     ``index + step``."""
     if not run or not run["traces"]:
         return (gr.skip(), gr.skip(), "Generate first: the scrubber steps through the cycles of the last run.",
                 gr.skip(), gr.skip())
     k = max(0, min(int(index or 0) + int(step), len(run["traces"]) - 1))
-    tree, _, _, explanation, theory = views(run, run["traces"][k], models.get(model_key), show_ghosts)
+    tree, _, _, explanation, theory = views(run, run["traces"][k], models.get(model_key), show_ghosts,
+                                            show_all=show_all)
     return k, tree, explanation, theory, marked_output(run, k)
 
 
-def step_through(run, index, show_ghosts, model_key=None, control=None, *, models: ModelRegistry,
+def step_through(run, index, show_ghosts, model_key=None, control=None, show_all=False, *, models: ModelRegistry,
                  pause: float = STEP_PAUSE_S):
     """Play one cycle in stages (``viz.lesson``): the drafts by source, the one forward that scores them, the
     walk, the bonus.  Streams (cycle, tree, sentence, output with the cycle's tokens marked).  The cycle is
@@ -323,21 +329,23 @@ def step_through(run, index, show_ghosts, model_key=None, control=None, *, model
     if traces[k].mode not in ("tree", "bypass") and drafted:
         k = next((i for i in drafted if i >= k), drafted[-1])
     trace, text = traces[k], token_text_of(run, models.get(model_key))
-    for n, stage in enumerate(stages_of(trace)):
+    for stage in stages_of(trace):
         if control.get("stop"):
             return
         last = stage == "bonus"
-        yield (k, tree_figure(trace, text, show_ghosts=bool(show_ghosts), stage=stage), stage_sentence(trace, stage, text),
+        yield (k, tree_figure(trace, text, show_ghosts=bool(show_ghosts), stage=stage, show_all=bool(show_all)),
+               stage_sentence(trace, stage, text),
                marked_output(run, k) if last else gr.skip())
         if not last:
             _paused(pause, control)
 
 
-def jump_to_token(run, show_ghosts, evt: gr.SelectData, model_key=None, *, models: ModelRegistry):
+def jump_to_token(run, show_ghosts, evt: gr.SelectData, model_key=None, show_all=False, *, models: ModelRegistry):
     """Clicking an output token shows the cycle that produced it."""
     if not run or not isinstance(evt.index, int) or not 0 <= evt.index < len(run.get("token_cycles", [])):
         return (gr.skip(),) * 5
-    return show_cycle(run, run["token_cycles"][evt.index], show_ghosts, model_key=model_key, models=models)
+    return show_cycle(run, run["token_cycles"][evt.index], show_ghosts, model_key=model_key, show_all=show_all,
+                      models=models)
 
 
 def export_trace(run, model_key=None, *, models: ModelRegistry):
@@ -352,7 +360,7 @@ def export_trace(run, model_key=None, *, models: ModelRegistry):
     return str(path)
 
 
-def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistry):
+def import_trace(file, run, show_ghosts, model_key=None, show_all=False, *, models: ModelRegistry):
     """Replay an exported trace with no model run; a bad file leaves the current run untouched.
 
     Shows the run's own numbers (every cycle summarised), its last cycle, its prompt, prompt format and the
@@ -372,10 +380,12 @@ def import_trace(file, run, show_ghosts, model_key=None, *, models: ModelRegistr
     text = token_text_of(new_run, None)
     new_run["segments"] = [seg for t in new_run["traces"] for seg in cycle_segments(t, text)]
     last = new_run["traces"][-1]
-    tree, big, stats, explanation, theory = views(new_run, last, None, show_ghosts)
-    stats = f"Imported trace of `{new_run['model']}` ({len(new_run['traces'])} cycles), replayed with no model: " + stats
+    tree, big, stats, explanation, theory = views(new_run, last, None, show_ghosts, show_all=show_all)
+    stats = (f"Imported trace of `{new_run['model']}` ({len(new_run['traces'])} cycles), replayed with no model: "
+             + stats)
     try:
-        command = settings_string(new_run["model"], config_of(new_run["config"]), new_run.get("prompt_format") or "auto")
+        command = settings_string(new_run["model"], config_of(new_run["config"]),
+                                  new_run.get("prompt_format") or "auto")
     except (ConfigError, TypeError, ValueError) as exc:
         command = f"(the trace's settings do not make a valid config here: {exc})"
     fmt = new_run.get("prompt_format") if new_run.get("prompt_format") in FORMAT_NAMES else gr.skip()
@@ -633,6 +643,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     max_new = gr.Slider(1, options.max_new_tokens, value=128, step=1, label="Max new tokens")
                     pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
                     show_ghosts = gr.Checkbox(value=True, label="Show GT-pruned candidates as ghosts")
+                    show_all = gr.Checkbox(value=False, label="Draw every node (no +N / ⋯N folding; the tree "
+                                           "grows taller than the screen)")
                 with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
@@ -699,7 +711,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         waiting = lambda: board.waiting_words()  # noqa: E731
         go_btn.click(waiting, None, stats, queue=False, api_visibility="private")  # at once, beside the run:
         go_btn.click(board.wrap(partial(generate, models=models)),  # its first frame replaces the message
-            [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format, control, curve],
+            [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format, control, curve,
+             show_all],
             [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
             api_name="generate", concurrency_limit=1, concurrency_id="model")
         race_btn.click(waiting, None, race_board, queue=False, api_visibility="private")
@@ -708,25 +721,27 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
             [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1, concurrency_id="model")
         cycle_out = [scrubber, tree_plot, explain, theory, output]
 
-        def on_token_select(run_state, ghosts, key, evt: gr.SelectData):  # gradio injects evt by annotation
-            return jump_to_token(run_state, ghosts, evt, key, models=models)
+        def on_token_select(run_state, ghosts, key, every, evt: gr.SelectData):  # gradio injects evt by annotation
+            return jump_to_token(run_state, ghosts, evt, key, every, models=models)
 
-        output.select(on_token_select, [run, show_ghosts, model_key], cycle_out, api_visibility="private")
-        for trigger, step in ((scrubber.input, 0), (back_btn.click, -1), (fwd_btn.click, 1), (show_ghosts.input, 0)):
-            trigger(lambda r, i, g, key, step=step: show_cycle(r, i, g, step, key, models=models),
-                    [run, scrubber, show_ghosts, model_key], cycle_out, api_visibility="private",
+        output.select(on_token_select, [run, show_ghosts, model_key, show_all], cycle_out, api_visibility="private")
+        for trigger, step in ((scrubber.input, 0), (back_btn.click, -1), (fwd_btn.click, 1), (show_ghosts.input, 0),
+                              (show_all.input, 0)):
+            trigger(lambda r, i, g, key, every, step=step: show_cycle(r, i, g, step, key, every, models=models),
+                    [run, scrubber, show_ghosts, model_key, show_all], cycle_out, api_visibility="private",
                     trigger_mode="always_last")  # typed values and arrow keys fire input too; the output sets
             # the slider without firing it again
-        step_btn.click(partial(step_through, models=models), [run, scrubber, show_ghosts, model_key, control],
+        step_btn.click(partial(step_through, models=models), [run, scrubber, show_ghosts, model_key, control, show_all],
                        [scrubber, tree_plot, explain, output], api_name="step_through")
         stop_btn.click(request_stop, control, None, queue=False, api_visibility="private")
         auto_r.input(lambda a: gr.Slider(interactive=not a), auto_r, spine_ratio, api_visibility="private")
         auto_c.input(lambda a: gr.Slider(interactive=not a), auto_c, gt, api_visibility="private")
         export_btn.click(partial(export_trace, models=models), [run, model_key], export_file, api_visibility="private")
-        import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key],
+        import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key, show_all],
                            [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file,
                             prompt, prompt_format, settings], api_name="import_trace")
-        load_btn.click(partial(load_other_model, models=models, options=options), [model_name, device, dtype, model_key],
+        load_btn.click(partial(load_other_model, models=models, options=options),
+                       [model_name, device, dtype, model_key],
                        [model_status, model_key], api_name="load_model", concurrency_id="load",
                        concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
 

@@ -205,7 +205,7 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
     outputs = list(app.generate(prompt, "goose", 24, True, 0.5, 4, False, 0.0, 24, False, 0.0, True, None,
                                 prompt_format="raw", models=models))
-    run, stats, command = outputs[-1][4], outputs[-1][3], outputs[-1][9]
+    run, stats = outputs[-1][4], outputs[-1][3]
     path = app.export_trace(run, models=models)
     out = app.import_trace(path, None, True, models=models)
     imported, new_stats, new_prompt, new_command = out[4], out[3], out[10], out[12]

@@ -220,7 +220,8 @@ def test_tree_labels_large_and_apart_at_b128(page_url, browser):
     set_number(page, "Node budget B (anchor included)", 128)
     page.get_by_label("Bypass:", exact=False).uncheck()
     page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
-    expect(page.get_by_role("spinbutton", name="GT threshold c (untick auto to set it; 0 = no pruning)")).to_be_enabled()
+    c_box = page.get_by_role("spinbutton", name="GT threshold c (untick auto to set it; 0 = no pruning)")
+    expect(c_box).to_be_enabled()
     set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0)
     # the r slider is disabled while r is adaptive
     ratio = page.get_by_role("spinbutton", name="Spine ratio r (untick adaptive to set it)")

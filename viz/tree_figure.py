@@ -383,8 +383,10 @@ def _hover(d: dict, token_text, walked: bool = True) -> str:
     if d["kind"] in ("group", "run"):
         members = d["members"]
         shown = " ".join(q(m["token"]) for m in members[:12]) + (" …" if len(members) > 12 else "")
-        what = ("accepted tokens in a row" if d["accepted"] else "rejected draft tokens in a row") \
-            if d["kind"] == "run" else ("GT-pruned candidates" if d["ghost"] else "rejected nodes (with their subtrees)")
+        if d["kind"] == "run":
+            what = "accepted tokens in a row" if d["accepted"] else "rejected draft tokens in a row"
+        else:
+            what = "GT-pruned candidates" if d["ghost"] else "rejected nodes (with their subtrees)"
         return f"<b>{len(members)} {what}</b>, folded to fit the screen<br>{shown}"
     src = SOURCE_STYLE[d["source"]][1]
     status = "ghost (removed by the GT principle, never verified)" if d["kind"] == "ghost" else (
