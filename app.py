@@ -142,8 +142,9 @@ def used_format(lm: LoadedModel, prompt_format: str) -> str:
     return "chat" if prompt_format != "raw" and lm.has_chat_template else "raw"
 
 
-def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat") -> str:
-    """One copyable command line that reproduces the run (``python -m engine.generate``)."""
+def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat", curve=None) -> str:
+    """One copyable command line that reproduces the run (``python -m engine.generate``); with GT "auto" it
+    carries the cost curve the run read (``curve``, its exact spec), so the trees are the same anywhere."""
     args = ["python", "-m", "engine.generate", "--model", model, "--prompt-format", prompt_format]
     args += ["--method", cfg.method, "--budget", str(cfg.budget), "--depth", str(cfg.max_depth),
              "--gt-threshold", repr(cfg.gt_threshold) if isinstance(cfg.gt_threshold, float) else str(cfg.gt_threshold),
@@ -155,6 +156,8 @@ def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat") 
     if cfg.sampling:
         args += ["--temperature", f"{cfg.temperature:g}", "--top-p", f"{cfg.top_p:g}", "--top-k", str(cfg.sample_top_k),
                  "--seed", str(cfg.seed), "--verifier", cfg.verifier]
+    if curve is not None and cfg.gt_threshold == "auto":
+        args += ["--cost-curve", curve.spec()]
     return shlex.join(args) + " --prompt-file PROMPT.txt"
 
 
@@ -259,7 +262,7 @@ def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_thre
                    "traces": [], "token_cycles": [], "segments": [], "token_text": None}
         # token_cycles: the cycle of every output token; segments: (text, source label) of every output token
         text = token_text_of(new_run, lm)
-        command = settings_string(lm.name, decoder.config, sent)
+        command = settings_string(lm.name, decoder.config, sent, decoder.cost_curve)
         trace = drawn = None  # drawn: the last cycle whose tree is on screen
         for trace in decoder.generate(ids, should_stop=lambda: bool(control.get("stop"))):
             new_run["traces"].append(trace)

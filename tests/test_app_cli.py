@@ -145,8 +145,12 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     from engine.loading import ModelRegistry
 
     prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+    from engine.cost import CostCurve, curve_key
+    from engine.metrics import summarize
+
+    own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
     outputs = list(app.generate(prompt, "goose", 24, False, 0.5, 4, True, 0.0, 20, False, 0.0, True, None,
-                                ("pld", "tr", "ptd"), models=ModelRegistry(demo_lm)))
+                                ("pld", "tr", "ptd"), curve=own, models=ModelRegistry(demo_lm)))
     run, command = outputs[-1][4], outputs[-1][9]
     (tmp_path / "PROMPT.txt").write_text(prompt, encoding="utf-8")
     args = shlex.split(command)[3:]
@@ -155,6 +159,8 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["token_ids"] == [t for tr in run["traces"] for t in tr.new_tokens]
     assert result["config"] == json.loads(json.dumps(run["config"]))  # same c, sources, B, D, r …
+    assert own.spec() in command  # GT auto: the curve the run read travels with the command ...
+    assert result["cycles"] == summarize(run["traces"]).cycles  # ... so the CLI builds the same trees
 
 
 def test_race_and_model_picker(demo_lm):
