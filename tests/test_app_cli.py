@@ -29,9 +29,11 @@ def test_cli_json_with_lossless_check(tmp_path):
     result = json.loads(out.stdout)
     for key in ("new_tokens", "cycles", "tau", "tok_per_s", "accepted_by_source", "lossless"):
         assert key in result
-    assert result["lossless"] is True and result["new_tokens"] == 48
+    assert result["lossless"] is True and 0 < result["new_tokens"] <= 48  # SmolLM2 may end its answer (EOS) earlier
     assert set(result["accepted_by_source"]) == {"pld", "tr", "ptd", "bonus"}
-    assert sum(result["accepted_by_source"].values()) == 48
+    assert sum(result["accepted_by_source"].values()) == result["new_tokens"]
+    drafted = result["accepted_by_source"]["pld"] + result["accepted_by_source"]["tr"]
+    assert drafted > 0, "no draft token accepted: inconclusive"
 
 
 def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
