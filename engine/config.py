@@ -90,6 +90,8 @@ class DecodeConfig:
     ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
     tr_calibration: bool = False  # calibrate TR scores online per depth for GT estimates; off: an interleaved
     # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
+    pooled_pld_prior: bool = True  # per-depth PLD acceptance estimates shrink to the pooled PLD rate, not 0.5:
+    # the GT "auto" size choice otherwise prices long spines at 0.5^k (A/B: docs/results.md, "GT principle")
     # The rest of this block settles what the paper leaves unsaid; the authors' code is the reference and
     # PRESETS["paper"] reproduces it.  Every default won a tau A/B (docs/results.md, "Fidelity to the
     # authors' implementation"; the numbers below: demo model, HumanEval 0-9, 128 tokens, c = 0).

@@ -155,7 +155,8 @@ class SpecDecoder:
         cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows)
         session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes, cfg.occurrence), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
-                                                calibrate_tr=cfg.tr_calibration))
+                                                calibrate_tr=cfg.tr_calibration,
+                                                pooled_pld_prior=cfg.pooled_pld_prior))
         if cfg.use_ptd:
             session.ptd = ProgressiveTree(prompt, width=cfg.ptd_width, max_depth=cfg.ptd_depth,
                                           max_rows=cfg.ptd_rows, seed=cfg.seed)

@@ -25,7 +25,10 @@ class AcceptanceStats:
     """Online estimates kept for one generation session (run totals are in ``metrics``).
 
     ``pld_rate(depth)`` is the conditional acceptance of a PLD node at spine depth ``depth`` given
-    that its parent was accepted, with a Beta(1, 1) prior so unseen depths start at 0.5.
+    that its parent was accepted.  With ``pooled_pld_prior`` its prior is centred on the rate pooled
+    over all depths (a Beta prior of weight 2 with that mean), so the deep spine nodes of extended
+    chains, rarely reached, start from what the spine achieves instead of 0.5 each (0.5^k made the GT
+    estimates of long chains ~5x too pessimistic: docs/results.md); without it, Beta(1, 1) per depth.
     ``tr_rate(depth, score)`` (with ``calibrate_tr``) calibrates an adjacency score into a conditional
     acceptance: the score
     times, per depth, (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent
@@ -35,6 +38,7 @@ class AcceptanceStats:
     ema_alpha: float = 0.3
     p_s_ema: float = 0.3
     calibrate_tr: bool = False  # False: tr_rate returns the adjacency score as it is
+    pooled_pld_prior: bool = True  # per-depth PLD rates shrink to the pooled PLD rate (else to 0.5)
     pld_reached: dict[int, int] = field(default_factory=dict)
     pld_accepted: dict[int, int] = field(default_factory=dict)
     tr_score_sum: dict[int, float] = field(default_factory=dict)
@@ -43,7 +47,10 @@ class AcceptanceStats:
     ptd_accepted: dict[int, int] = field(default_factory=dict)
 
     def pld_rate(self, depth: int) -> float:
-        return (self.pld_accepted.get(depth, 0) + 1) / (self.pld_reached.get(depth, 0) + 2)
+        prior = 0.5
+        if self.pooled_pld_prior:
+            prior = (sum(self.pld_accepted.values()) + 1) / (sum(self.pld_reached.values()) + 2)
+        return (self.pld_accepted.get(depth, 0) + 2 * prior) / (self.pld_reached.get(depth, 0) + 2)
 
     def ptd_rate(self, depth: int) -> float:
         """Conditional acceptance of a PTD candidate at ``depth`` whose parent was accepted, Beta(1, 1) prior."""
