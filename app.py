@@ -357,7 +357,7 @@ def export_trace(run, model_key=None, *, models: ModelRegistry):
         gr.Warning("Nothing to export yet: generate (or import) a run first.")
         return None
     doc = export_run(model=run["model"], prompt=run["prompt"], config=run["config"], traces=run["traces"],
-                     token_text=token_text_of(run, models.get(model_key)))
+                     token_text=token_text_of(run, models.get(model_key)), prompt_format=run.get("prompt_format"))
     path = Path(tempfile.mkdtemp(prefix="goose-lens-")) / f"goose-lens-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(doc, encoding="utf-8")
     return str(path)

@@ -14,7 +14,8 @@ from .trace import MODES, CycleTrace
 from .tree import DraftTree, GhostNode, Source
 
 SCHEMA = "goose-lens-trace"
-VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget)
+VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),
+# the GT size choice (gt_nodes, gt_candidates, gt_expected, gt_cost_ms) and the run's prompt_format
 READABLE_VERSIONS = (1, 2)  # version 1 files read with those fields absent (None / 0)
 MAX_BYTES = 32 * 1024 * 1024  # refuse larger files: a 1024-token run at B = 128 is ~5 MB
 
@@ -36,21 +37,25 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "spine_ratio": t.spine_ratio, "p_s_ema": t.p_s_ema, "timings_ms": dict(t.timings_ms),
             "elapsed_s": t.elapsed_s, "total_tokens": t.total_tokens, "finished": t.finished, "ptd_rows": t.ptd_rows,
             "confidence": None if t.confidence is None else round(t.confidence, 6), "match_tokens": t.match_tokens,
-            "chain_tokens": t.chain_tokens, "budget": t.budget}
+            "chain_tokens": t.chain_tokens, "budget": t.budget, "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
+            "gt_expected": None if t.gt_expected is None else round(t.gt_expected, 6),
+            "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6)}
 
 
 def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace],
-               token_text: Callable[[int], str]) -> str:
+               token_text: Callable[[int], str], prompt_format: str | None = None) -> str:
     """The run as a JSON string (schema ``goose-lens-trace``, version ``VERSION``).
 
     Args:
-        model: model id or path.  prompt: the prompt text.  config: ``DecodeConfig.to_dict()`` as used.
+        model: model id (never a machine path).  prompt: the prompt text.  config: ``DecodeConfig.to_dict()``
+        as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
         traces: every cycle, prefill first.  token_text: token id -> its text (the tokenizer's decode).
     """
     ids: set[int] = set()
     for t in traces:
         ids.update(t.tree.tokens, t.greedy, t.new_tokens, (g.token for g in t.ghosts), (t.bonus,))
-    doc = {"schema": SCHEMA, "version": VERSION, "model": model, "prompt": prompt, "config": config,
+    doc = {"schema": SCHEMA, "version": VERSION, "model": model, "prompt": prompt, "prompt_format": prompt_format,
+           "config": config,
            "token_text": {str(i): token_text(i) for i in sorted(ids)},
            "cycles": [trace_to_dict(t) for t in traces]}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
@@ -122,10 +127,12 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
     _need(isinstance(timings, dict) and all(isinstance(v, (int, float)) for v in timings.values()),
           f"{where}.timings_ms", "expected an object of numbers")
     _need(isinstance(c["elapsed_s"], (int, float)), where, "elapsed_s is not a number")
+    for key in ("gt_expected", "gt_cost_ms"):
+        _need(c.get(key) is None or isinstance(c[key], (int, float)), where, f"{key} is not a number")
     confidence = c.get("confidence")
     _need(confidence is None or (isinstance(confidence, (int, float)) and 0.0 <= confidence <= 1.0), where,
           "confidence is not a number in [0, 1]")
-    for key in ("match_tokens", "chain_tokens", "budget"):
+    for key in ("match_tokens", "chain_tokens", "budget", "gt_nodes", "gt_candidates"):
         _need(c.get(key) is None or (isinstance(c[key], int) and c[key] >= 0), where,
               f"{key} is not a non-negative integer")
     return CycleTrace(index=int(c["index"]), mode=c["mode"], tree=tree, ghosts=tuple(ghosts), greedy=tuple(greedy),
@@ -136,14 +143,16 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
                       finished=bool(c["finished"]), ptd_rows=int(c.get("ptd_rows", 0)),
                       confidence=None if confidence is None else float(confidence),
                       match_tokens=c.get("match_tokens") or 0, chain_tokens=c.get("chain_tokens") or 0,
-                      budget=c.get("budget"))
+                      budget=c.get("budget"), gt_nodes=c.get("gt_nodes"), gt_candidates=c.get("gt_candidates"),
+                      gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"))
 
 
 def load_run(data: bytes | str) -> dict:
     """Parse and validate an exported run.
 
     Returns:
-        {"model", "prompt", "config", "token_text": {id: text}, "traces": [CycleTrace, ...]}.
+        {"model", "prompt", "prompt_format" ("chat", "raw" or None), "config", "token_text": {id: text},
+        "traces": [CycleTrace, ...]}.
 
     Raises:
         TraceFormatError: too large, not JSON, another schema or version, or a malformed field.
@@ -166,6 +175,8 @@ def load_run(data: bytes | str) -> dict:
     _need(isinstance(texts, dict) and all(isinstance(v, str) for v in texts.values()), "token_text",
           "expected an object of strings")
     _need(isinstance(doc.get("config", {}), dict), "config", "expected an object")
-    return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")), "config": doc.get("config", {}),
+    prompt_format = doc.get("prompt_format")
+    return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")),
+            "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None, "config": doc.get("config", {}),
             "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
             "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}

@@ -101,3 +101,22 @@ def test_tree_shape_reads_spine_and_branch_widths(exported):
     for t in traces:
         m, widths = tree_shape(t.tree)
         assert m <= len(t.tree) - 1 and len(widths) == max(m, 1)
+
+
+def test_round_trip_keeps_the_gt_choice_and_prompt_format(demo_lm):
+    """A GT-"auto" run's per-cycle size choice and the run's prompt format survive export and import."""
+    from engine.cost import CostCurve
+
+    steep = CostCurve((1, 2, 4, 8, 128), (1.0, 1.05, 1.2, 1.6, 30.0))  # a CPU-like curve: pruning happens
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
+    decoder = SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24), demo_lm.eos_token_ids, cost_curve=steep)
+    traces = list(decoder.generate(ids))
+    chosen = [t for t in traces if t.gt_nodes is not None]
+    assert chosen, "no cycle recorded a GT size choice"
+    doc = export_run(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), traces=traces,
+                     token_text=lambda i: demo_lm.tokenizer.decode([i]), prompt_format="raw")
+    run = load_run(doc)
+    assert run["prompt_format"] == "raw"
+    for got, want in zip(run["traces"], traces):
+        assert (got.gt_nodes, got.gt_candidates) == (want.gt_nodes, want.gt_candidates)
+        assert got.gt_expected == (None if want.gt_expected is None else pytest.approx(want.gt_expected, abs=1e-6))
