@@ -29,8 +29,8 @@ from engine.config import ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
-from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.metrics import summarize
+from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 from viz.charts import cost_figure, speed_figure
 from viz.explain import TOKEN_COLORS, big_numbers, cycle_segments, explain_cycle, theory_panel
@@ -422,7 +422,7 @@ class PageOptions:
     notice: str | None = None  # shown under the title, e.g. why the default model was replaced by the demo model
 
     @classmethod
-    def from_env(cls, public: bool = False, notice: str | None = None) -> "PageOptions":
+    def from_env(cls, public: bool = False, notice: str | None = None) -> PageOptions:
         """Public when ``public`` or ``$SPACE_ID`` is set; the allowlist from ``$GOOSE_LENS_ALLOWED_MODELS``."""
         if not (public or os.environ.get("SPACE_ID")):
             return cls(notice=notice)
@@ -787,8 +787,9 @@ def preset_fields(label):
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="goose-lens: visual debugger for training-free speculative decoding")
-    ap.add_argument("--model", default=None, help="smollm2 (default, fetched once), demo (embedded, offline), a hub "
-                                                  "id, a local folder or .gguf file; $GOOSE_LENS_MODEL sets the default")
+    ap.add_argument("--model", default=None,
+                    help="smollm2 (default, fetched once), demo (embedded, offline), a hub id, a local folder or "
+                         ".gguf file; $GOOSE_LENS_MODEL sets the default")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1 (a Space sets it)")

@@ -247,9 +247,11 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
             "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         paths = r.get("accepted_by_path", {})
-        split = " / ".join(str(paths.get(k, 0)) for k in ("pure PLD", "spine continuation", "pure TR")) if paths else "–"
-        out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | {fmt(r.get('p_s'))} | "
-                   f"{fmt(r.get('p_t'))} | {fmt(r.get('synergy'))} | {split} | {fmt(r.get('median_overhead_ms'))} | "
+        kinds = ("pure PLD", "spine continuation", "pure TR")
+        split = " / ".join(str(paths.get(k, 0)) for k in kinds) if paths else "–"
+        out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | "
+                   f"{fmt(r.get('p_s'))} | {fmt(r.get('p_t'))} | {fmt(r.get('synergy'))} | {split} | "
+                   f"{fmt(r.get('median_overhead_ms'))} | "
                    f"{fmt(r.get('median_forward_ms'))} | {_lossless_cell(r)} |")
     out += ["", "## Where the engine's time goes (share of engine time per stage, all datasets)", "",
             "| method | " + " | ".join(TIMING_KEYS) + " |", "|---|" + "---|" * len(TIMING_KEYS)]
@@ -315,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                 if runs[m][-1]["tokens"] != runs["ar"][-1]["tokens"]:
                     d = diagnose(lm, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"])
                     runs[m][-1]["divergence"] = {"prompt": k, **d}
-                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}: {d}", file=sys.stderr)
+                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}: {d}",
+                          file=sys.stderr)
         rows += [aggregate(m, dataset, runs[m], runs["ar"]) for m in methods]
     add_synergy(rows)
     meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": str(lm.dtype),

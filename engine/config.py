@@ -140,7 +140,8 @@ class DecodeConfig:
             (1 <= self.budget <= 1024, f"node budget B must be in 1..1024 (got {self.budget})"),
             (self.spine_ratio is None or 0.0 < self.spine_ratio < 1.0,
              f"spine ratio r must be in (0, 1) or auto (got {self.spine_ratio})"),
-            (0.0 <= self.spine_branch_ratio <= 1.0, f"spine-branch ratio rho must be in [0, 1] (got {self.spine_branch_ratio})"),
+            (0.0 <= self.spine_branch_ratio <= 1.0,
+             f"spine-branch ratio rho must be in [0, 1] (got {self.spine_branch_ratio})"),
             (self.max_depth >= 1, f"max depth D must be at least 1 (got {self.max_depth})"),
             (self.top_k >= 1, f"top-K must be at least 1 (got {self.top_k})"),
             (self.gt_threshold in GT_RULES
@@ -207,7 +208,7 @@ class DecodeConfig:
         return int(self.method[3:]) if self.method.startswith("iso") else None
 
     @classmethod
-    def preset(cls, name: str, **changes) -> "DecodeConfig":
+    def preset(cls, name: str, **changes) -> DecodeConfig:
         """The named configuration of ``PRESETS`` with ``changes`` on top.
 
         Raises:
@@ -229,7 +230,7 @@ class DecodeConfig:
         """Most nodes one cycle's tree may have: B, plus the confidence schedule's extension."""
         return self.budget + (self.budget_extension if self.confidence_schedule else 0)
 
-    def with_(self, **changes) -> "DecodeConfig":
+    def with_(self, **changes) -> DecodeConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:

@@ -8,8 +8,8 @@ verification, cache and timing code with Goose.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator
 
 import torch
 
@@ -151,7 +151,8 @@ class SpecDecoder:
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
         """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
         cfg, t_start = self.config, time.perf_counter()
-        rows = max(cfg.max_budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)  # most rows one forward adds
+        # the most rows one forward adds: the largest tree or chain, plus the PTD drafting rows
+        rows = max(cfg.max_budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)
         cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows)
         session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes, cfg.occurrence), table=None,
                           stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
@@ -188,7 +189,8 @@ class SpecDecoder:
     def _draft(self, s: Session) -> Drafts:
         """Alg. 2 line 5: context match (with its §4.3 confidence) and the PTD pool's candidates."""
         cfg = self.config
-        pld = s.index.match(cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine) if cfg.use_pld else PldMatch()
+        chain = cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine
+        pld = s.index.match(chain) if cfg.use_pld else PldMatch()
         confidence = match_confidence(len(pld.draft), pld.unanimous, cfg.bypass_threshold, cfg.max_spine)
         return Drafts(pld, s.pool.get(s.anchor) if s.pool is not None else None, confidence)
 

@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import PRESETS, METHODS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
+from .config import METHODS, PRESETS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
 from .cost import load_cost_curve
 from .decode import SpecDecoder
 from .kv_cache import UnsupportedCacheError
@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "earlier result JSON (default: this machine's measured curve, cached)")
     ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
     ap.add_argument("--sources", type=_names, default=("pld", "tr"),
-                    help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} (default pld,tr)")
+                    help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} "
+                         "(default pld,tr)")
     ap.add_argument("--walk-priority", type=_names, default=("pld", "ptd", "tr"),
                     help="order the walk tries children's sources in (default pld,ptd,tr)")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 = sampling mode")

@@ -55,7 +55,8 @@ class LoadedModel:
         size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
         dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(self.dtype).removeprefix("torch."),
                                                                              str(self.dtype))
-        return f"{self.title or self.name} ({size}, {dtype}, {self.device.upper() if self.device == 'cpu' else self.device})"
+        device = "CPU" if self.device == "cpu" else self.device
+        return f"{self.title or self.name} ({size}, {dtype}, {device})"
 
     @property
     def has_chat_template(self) -> bool:
@@ -251,7 +252,8 @@ class ModelRegistry:
         key = tuple(key) if key else self.default_key
         return self._models.get(key) or self._models.get(self.default_key) or next(iter(self._models.values()))
 
-    def load(self, name: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None) -> LoadedModel:
+    def load(self, name: str, device: str = "auto", dtype: str = "auto",
+             progress: Progress | None = None) -> LoadedModel:
         """Load (or reuse) a model; raises ``ModelLoadError`` and keeps every loaded model on failure."""
         with self._lock:
             want_name = resolve(name).name

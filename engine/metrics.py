@@ -6,8 +6,8 @@ the prefill forward counts (it yields the first token), so plain AR has tau = 1.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from .trace import TIMING_KEYS, CycleTrace
 from .tree import Source

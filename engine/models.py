@@ -24,9 +24,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -205,8 +205,8 @@ def convert_gguf(gguf: Path, out: Path, card: str = "", progress: Progress = _no
     except FetchError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure becomes one line naming the file
-        raise FetchError(f"could not convert {gguf.name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                         ) from exc
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        raise FetchError(f"could not convert {gguf.name}: {type(exc).__name__}: {reason}") from exc
     if not same:
         raise FetchError(f"converting {gguf.name} changed the model's logits; refusing to use the conversion")
     (out / "README.md").write_text(card or f"Converted from {gguf.name} by goose-lens (engine/models.py).\n",

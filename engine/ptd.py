@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 class Trie:
     """A candidate tree node: ordered children by token (oldest first), bounded width."""
 
-    children: "OrderedDict[int, Trie]" = field(default_factory=OrderedDict)
+    children: OrderedDict[int, Trie] = field(default_factory=OrderedDict)
 
     def size(self) -> int:
         return sum(1 + c.size() for c in self.children.values())

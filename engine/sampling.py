@@ -6,7 +6,7 @@ lossless here means "the distribution ``generate(do_sample=True, ...)`` samples 
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper

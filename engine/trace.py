@@ -1,9 +1,9 @@
 """Per-cycle trace: the frozen record the decoding loop yields after every verification forward."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from .tree import DraftTree, GhostNode, Source
 

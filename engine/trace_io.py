@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .trace import MODES, CycleTrace
 from .tree import DraftTree, GhostNode, Source
@@ -37,7 +38,8 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "spine_ratio": t.spine_ratio, "p_s_ema": t.p_s_ema, "timings_ms": dict(t.timings_ms),
             "elapsed_s": t.elapsed_s, "total_tokens": t.total_tokens, "finished": t.finished, "ptd_rows": t.ptd_rows,
             "confidence": None if t.confidence is None else round(t.confidence, 6), "match_tokens": t.match_tokens,
-            "chain_tokens": t.chain_tokens, "budget": t.budget, "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
+            "chain_tokens": t.chain_tokens, "budget": t.budget,
+            "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
             "gt_expected": None if t.gt_expected is None else round(t.gt_expected, 6),
             "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6)}
 
@@ -177,6 +179,7 @@ def load_run(data: bytes | str) -> dict:
     _need(isinstance(doc.get("config", {}), dict), "config", "expected an object")
     prompt_format = doc.get("prompt_format")
     return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")),
-            "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None, "config": doc.get("config", {}),
+            "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None,
+            "config": doc.get("config", {}),
             "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
             "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}

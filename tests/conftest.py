@@ -47,4 +47,5 @@ def lossless_prompts() -> list[str]:
     """10 real prompts: 6 HumanEval, 4 MT-Bench (first turn)."""
     humaneval = read_jsonl(DATA / "humaneval" / "HumanEval.jsonl")
     mt_bench = read_jsonl(DATA / "mt_bench" / "question.jsonl")
-    return [humaneval[i]["prompt"] for i in (0, 7, 23, 51, 88, 130)] + [mt_bench[i]["turns"][0] for i in (0, 25, 40, 65)]
+    return ([humaneval[i]["prompt"] for i in (0, 7, 23, 51, 88, 130)]
+            + [mt_bench[i]["turns"][0] for i in (0, 25, 40, 65)])

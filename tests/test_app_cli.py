@@ -111,7 +111,6 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
 
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
     import app
-
     from engine.loading import ModelRegistry
 
     models = ModelRegistry(demo_lm)

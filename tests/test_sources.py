@@ -1,11 +1,10 @@
 """Draft sources: the PLD context matcher and the TR adjacency table."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.adjacency import AdjacencyTable
-import pytest
-
 from engine.context_match import NgramIndex, match_confidence
 
 

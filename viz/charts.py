@@ -1,7 +1,7 @@
 """Live charts: tokens/s and tau per cycle, with running means."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

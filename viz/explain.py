@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from engine.trace import CycleTrace
 from engine.tree import Source
 from viz.tree_figure import visible_token
-
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -93,7 +92,7 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
     if summary is None or summary.cycles == 0:
         return "Generate first: the panel compares the measured τ with the expected yield of the tree shape."
     p_s, p_t = summary.p_s or 0.0, summary.p_t or 0.0
-    lines = [f"| quantity | value |", "|---|---|",
+    lines = ["| quantity | value |", "|---|---|",
              f"| measured p_s (spine acceptance) | {summary.p_s:.3f} |" if summary.p_s is not None else
              "| measured p_s (spine acceptance) | – (no spine token verified yet) |",
              f"| measured p_t (branch acceptance) | {summary.p_t:.3f} |" if summary.p_t is not None else
@@ -102,8 +101,8 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
     if trace is not None and trace.mode in ("tree", "bypass"):
         m, widths = tree_shape(trace.tree)
         bound = spine_yield_bound(p_s, p_t, m, widths, max_depth)
-        lines.append(f"| Eq. 1 bound for cycle {trace.index}'s shape (m = {m}, w = {widths[:6]}{'…' * (len(widths) > 6)}) "
-                     f"| {bound:.2f} |")
+        shown = f"{widths[:6]}{'…' * (len(widths) > 6)}"
+        lines.append(f"| Eq. 1 bound for cycle {trace.index}'s shape (m = {m}, w = {shown}) | {bound:.2f} |")
     lines.append(f"| Iso(3) yield, B = {budget}, rate p_t | {isotropic_yield(p_t, budget, 3, max_depth):.2f} |")
     lines.append("")
     lines.append("Eq. 1 is a lower bound under independent acceptances (Goose Prop. 1); positively correlated "

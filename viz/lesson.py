@@ -5,7 +5,7 @@ the cycle itself (Goose Alg. 2: draft -> build -> verify -> accept -> commit).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from engine.trace import CycleTrace
 from engine.tree import Source

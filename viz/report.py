@@ -51,7 +51,8 @@ def topology_figure(rows: list[dict]) -> go.Figure:
 
 
 def stage_figure(rows: list[dict]) -> go.Figure:
-    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if any("stage_ms" in r for r in rows if r["method"] == m)]
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows)
+               if any("stage_ms" in r for r in rows if r["method"] == m)]
     fig = go.Figure()
     for k in TIMING_KEYS:
         ys = [sum(r["stage_ms"][k] for r in rows if r["method"] == m and "stage_ms" in r) for m in methods]

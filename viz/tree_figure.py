@@ -17,7 +17,7 @@ boxes this geometry gives, for tests.
 from __future__ import annotations
 
 import html
-from typing import Callable
+from collections.abc import Callable
 
 import networkx as nx
 import plotly.graph_objects as go
