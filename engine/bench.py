@@ -273,8 +273,8 @@ def _lossless_cell(row: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="demo", help="smollm2, demo, a hub id, a local folder or .gguf file "
-                    "(default: demo)")  # TODO(lead): smollm2 once the helpers' A/Bs on the demo model are done
+    ap.add_argument("--model", default=None, help="smollm2 (default; $GOOSE_LENS_MODEL overrides), demo, a hub id, "
+                    "a local folder or .gguf file")
     ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")

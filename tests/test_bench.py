@@ -10,8 +10,8 @@ from engine import bench
 
 def test_smoke_bench_all_methods(tmp_path, demo_lm):
     out = tmp_path / "bench"
-    rc = bench.main(["--datasets", "humaneval,mt_bench", "--limit", "2", "--max-new-tokens", "16", "--profile",
-                     "--methods", "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld", "--out", str(out)])
+    rc = bench.main(["--model", "demo", "--datasets", "humaneval,mt_bench", "--limit", "2", "--max-new-tokens", "16",
+                     "--profile", "--methods", "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld", "--out", str(out)])
     assert rc == 0
     result = json.loads((out / "results.json").read_text())
     rows = result["rows"]
