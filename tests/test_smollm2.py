@@ -37,10 +37,10 @@ def _read(rel: str, index: int, field: str) -> str:
 
 @pytest.fixture(scope="module")
 def prompts(smollm2_lm) -> list[list[int]]:
-    """7 real prompts: HumanEval as raw completion prompts, the chat datasets through the chat template."""
+    """6 real prompts: HumanEval as raw completion prompts, the chat datasets through the chat template."""
     raw = [_read("humaneval/HumanEval.jsonl", i, "prompt") for i in (0, 11, 23)]
     chat = [_read("mbpp/mbpp.jsonl", 10, "text"), _read("gsm8k/test.jsonl", 0, "question"),
-            _read("mt_bench/question.jsonl", 40, "turns"), _read("mt_bench/question.jsonl", 0, "turns")]
+            _read("mt_bench/question.jsonl", 40, "turns")]
     return ([smollm2_lm.encode_prompt(p, chat=False) for p in raw]
             + [smollm2_lm.encode_prompt(p, chat=True) for p in chat])
 
