@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from .config import METHODS, PRESETS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
@@ -31,7 +33,9 @@ from .metrics import summarize
 from .reference import greedy_reference
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser.  An option whose ``dest`` is a ``DecodeConfig`` field sets that field
+    (``config_from_args``); ``command_line`` writes a config back as these options."""
     ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
@@ -49,27 +53,86 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
     ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
-    ap.add_argument("--depth", type=int, default=6, help="max depth D")
+    ap.add_argument("--depth", dest="max_depth", type=int, default=6, help="max depth D")
     ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
                     help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), 'chord' "
                          "(one c from the curve), or a number c (0 disables)")
     ap.add_argument("--cost-curve", default=None,
                     help="cost curve for auto / chord: a spec 'past=128;1:5.1,2:5.3,...', a curve JSON file or an "
                          "earlier result JSON (default: this machine's measured curve, cached)")
-    ap.add_argument("--no-bypass", action="store_true", help="never verify PLD matches as a linear chain")
-    ap.add_argument("--sources", type=_names, default=("pld", "tr"),
+    ap.add_argument("--no-bypass", dest="bypass", action="store_false",
+                    help="never verify PLD matches as a linear chain")
+    ap.add_argument("--sources", type=_names, default=DecodeConfig.sources,
                     help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} "
-                         "(default pld,tr)")
-    ap.add_argument("--walk-priority", type=_names, default=("pld", "ptd", "tr"),
-                    help="order the walk tries children's sources in (default pld,ptd,tr)")
+                         f"(default {','.join(DecodeConfig.sources)})")
+    ap.add_argument("--walk-priority", type=_names, default=DecodeConfig.walk_priority,
+                    help=f"order the walk tries children's sources in (default {','.join(DecodeConfig.walk_priority)})")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 = sampling mode")
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus mass when sampling (1 = off)")
-    ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens when sampling (0 = off)")
+    ap.add_argument("--top-k", dest="sample_top_k", type=int, default=0,
+                    help="keep the k most likely tokens when sampling (0 = off)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator and of PTD's initial rows")
     ap.add_argument("--verifier", default="tree", choices=VERIFIERS, help="sampling verifier for chains (tree | hsd)")
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+_FIELDS = {f.name: f for f in fields(DecodeConfig)}
+
+
+def config_from_args(args: argparse.Namespace) -> DecodeConfig:
+    """The ``DecodeConfig`` the parsed options make: ``--preset``'s fields, changed by every option whose
+    ``dest`` is a config field and whose value is not the config default (an option left at its default
+    keeps the preset's value).  Raises ``ConfigError`` for an unknown preset or a value out of range."""
+    options = {k: v for k, v in vars(args).items() if k in _FIELDS}
+    preset = PRESETS.get(args.preset, {})
+    return DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()
+                                               if k not in preset or v != _FIELDS[k].default})
+
+
+def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
+                 prompt_file: str = "PROMPT.txt") -> str:
+    """One copyable command (``python -m engine.generate ...``) that runs ``config`` again, written from
+    ``build_parser``'s own options: the options whose value differs from what leaving them out gives.
+
+    ``cost_curve`` (a ``CostCurve``, the one a GT "auto" / "chord" run read) travels as ``--cost-curve`` so
+    the trees are the same anywhere.  A config no command line can express (a field no option sets, or a
+    preset field set back to the default) gets a trailing ``# not expressible: field=value`` comment.
+    """
+    parser = build_parser()
+    head = ["--model", model, "--prompt-format", prompt_format, "--prompt-file", prompt_file]
+    preset = next((name for name, changes in PRESETS.items() if changes
+                   and all(getattr(config, k) == v for k, v in changes.items())), "default")
+    if preset != "default":
+        head += ["--preset", preset]
+    if cost_curve is not None and isinstance(config.gt_threshold, str):
+        head += ["--cost-curve", cost_curve.spec()]
+    omitted = config_from_args(parser.parse_args(head))  # what every option left out gives
+    args = list(head)
+    for action in parser._actions:  # argparse keeps no public list of its options
+        value = getattr(config, action.dest, None) if action.dest in _FIELDS else None
+        if value is None or value == getattr(omitted, action.dest):
+            continue
+        if action.nargs == 0:  # a switch (--no-bypass): present when the config holds its constant
+            args += [action.option_strings[0]] if value == action.const else []
+        else:
+            args += [action.option_strings[0], _option_text(value)]
+    command = shlex.join(["python", "-m", "engine.generate", *args])
+    again = config_from_args(parser.parse_args(args))
+    lost = [f"{name}={getattr(config, name)!r}" for name in _FIELDS if getattr(again, name) != getattr(config, name)]
+    return command + (f"  # not expressible: {', '.join(lost)}" if lost else "")
+
+
+def _option_text(value) -> str:
+    """A config value as the CLI reads it: tuples comma-joined, floats exact (repr)."""
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -83,14 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
         if not prompt.strip():
             raise ValueError("the prompt is empty")
-        options = dict(method=args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
-                       spine_ratio=args.spine_ratio, max_depth=args.depth, gt_threshold=args.gt_threshold,
-                       bypass=not args.no_bypass, sources=args.sources, walk_priority=args.walk_priority,
-                       temperature=args.temperature, top_p=args.top_p, sample_top_k=args.top_k,
-                       seed=args.seed, verifier=args.verifier)
-        preset, defaults = PRESETS[args.preset], DecodeConfig.__dataclass_fields__  # an option left at its
-        config = DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()  # default keeps the preset's
-                                                     if k not in preset or v != defaults[k].default})
+        config = config_from_args(args)
         if args.check_lossless and config.sampling:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")

@@ -1,0 +1,85 @@
+"""The page's inputs for one run (Generate or Race) as one value, and the one place they are checked.
+
+The range checks are ``DecodeConfig``'s (``to_config`` raises its ``ConfigError``); what a config cannot
+know is checked here: an empty prompt, a value that is not a number (the API may send ``None``), and a
+prompt plus new tokens beyond the model's context.  No gradio here: the page (``app.py``) builds a
+``PageSettings`` from its components by their names, which are these fields' names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .config import ConfigError, DecodeConfig
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+
+_DEFAULT = DecodeConfig()
+
+
+@dataclass(frozen=True)
+class PageSettings:
+    """What a visitor set on the page, as the components send it (sliders may send floats, the API ``None``).
+
+    The defaults are the page's initial values (the config's own defaults where the page has the field).
+    """
+
+    prompt: str = ""
+    method: str = _DEFAULT.method
+    budget: Any = _DEFAULT.budget  # node budget B, anchor included
+    auto_r: bool = True  # adaptive spine ratio (EMA tiers); False: ``spine_ratio`` is used
+    spine_ratio: Any = 0.5  # r when not adaptive
+    depth: Any = _DEFAULT.max_depth  # max depth D of the branches
+    auto_c: bool = True  # GT "auto" (speedup-optimal size); False: ``gt_threshold`` is the threshold c
+    gt_threshold: Any = 0.0  # c when not auto (0 = no pruning)
+    max_new_tokens: Any = _DEFAULT.max_new_tokens
+    bypass: bool = _DEFAULT.bypass
+    sources: Any = _DEFAULT.sources  # names of the sources goose / iso(k) mix
+    temperature: Any = _DEFAULT.temperature  # 0 = greedy
+    top_p: Any = _DEFAULT.top_p
+    top_k: Any = _DEFAULT.sample_top_k  # sampling top-k (0 = off); the config's ``sample_top_k``
+    seed: Any = _DEFAULT.seed
+    verifier: str = _DEFAULT.verifier
+    prompt_format: str = "chat"  # "chat": through the chat template when the model has one; "raw": as is
+
+    def to_config(self) -> DecodeConfig:
+        """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""
+        return DecodeConfig(method=self.method or _DEFAULT.method, budget=_number(self.budget, "node budget B", int),
+                            max_depth=_number(self.depth, "max depth D", int),
+                            spine_ratio=None if self.auto_r else _number(self.spine_ratio, "spine ratio r", float),
+                            gt_threshold="auto" if self.auto_c else _number(self.gt_threshold, "GT threshold c",
+                                                                           float),
+                            max_new_tokens=_number(self.max_new_tokens, "max new tokens", int),
+                            bypass=bool(self.bypass), sources=tuple(self.sources or ()),
+                            temperature=float(self.temperature or 0.0), top_p=float(self.top_p or 1.0),
+                            sample_top_k=int(self.top_k or 0), seed=int(self.seed or 0),
+                            verifier=self.verifier or _DEFAULT.verifier)
+
+    def prepare(self, lm: LoadedModel) -> tuple[list[int], DecodeConfig]:
+        """(prompt token ids, config) of a run on ``lm``.
+
+        Raises:
+            ConfigError: the prompt is empty, a setting is out of range (``DecodeConfig``'s message), or the
+                prompt plus the new tokens exceed the model's context (``LoadedModel.context_problem``).
+        """
+        if not self.prompt or not self.prompt.strip():
+            raise ConfigError("The prompt is empty: type one or pick a preset.")
+        config = self.to_config()
+        ids = lm.encode_prompt(self.prompt, chat=self.prompt_format != "raw")
+        problem = lm.context_problem(len(ids), config.max_new_tokens)
+        if problem:
+            raise ConfigError(problem)
+        return ids, config
+
+    def format_used(self, lm: LoadedModel) -> str:
+        """'chat' or 'raw': what the prompt really goes through (a model without a chat template gets it raw)."""
+        return "chat" if self.prompt_format != "raw" and lm.has_chat_template else "raw"
+
+
+def _number(value: Any, what: str, kind: type) -> int | float:
+    """``kind(value)``; ``ConfigError`` naming ``what`` when it is not a number."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number (got {value!r})") from None
