@@ -3,35 +3,52 @@
     python app.py [--model smollm2|demo|ID|PATH] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
                   [--host 127.0.0.1] [--port 7860] [--share] [--public]
 
-This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm.
-Per-user data (the recorded run, the chosen model) lives in ``gr.State``; loaded weights are shared
-read-only through ``engine.loading.ModelRegistry``.  On a Hugging Face Space the ``spaces`` package
-is present and the model-bound handlers run under ``@spaces.GPU``; elsewhere they run as they are.
+This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm (the race's
+scheduler is ``engine/race.py``, the inputs' checks ``engine/page_settings.py``, the run's record
+``engine/run.py``).  The contract between the page and its handlers:
+
+* a handler's parameters are named after the page's components (``Page``); a parameter named ``settings``,
+  ``drawing`` or ``session`` takes one dataclass (``PACKS``) built from the components named like its
+  fields, so no handler takes more than six named parameters (``wire`` is the one adapter gradio sees);
+* a handler returns (or yields, to stream) a dict keyed by component name, holding only what it sets.
+
+Per-user data (the recorded run, the chosen model, the Stop request, an own cost curve) lives in
+``gr.State``; loaded weights are shared read-only through ``engine.loading.ModelRegistry``.  On a Hugging
+Face Space the ``spaces`` package is present and the model-bound handlers run under ``@spaces.GPU``;
+elsewhere they run as they are.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
-import shlex
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from functools import partial, wraps
+from functools import wraps
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
 
-from engine.config import ConfigError, DecodeConfig
+from engine.config import METHODS, ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
+from engine.generate import command_line
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
 from engine.metrics import summarize
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
-from engine.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
+from engine.page_settings import PageSettings
+from engine.race import Race
+from engine.run import Run
+from engine.sources import REGISTRY
+from engine.trace_io import MAX_BYTES, TraceFormatError
 from viz.charts import cost_figure, speed_figure
 from viz.explain import TOKEN_COLORS, big_numbers, cycle_segments, explain_cycle, theory_panel
 from viz.lesson import WHAT_IS_IT, stage_sentence, stages_of
@@ -76,18 +93,21 @@ FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e)
 
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PLD only (chain)",
                  "tr": "TR only (tree)", "ptd": "PTD only (progressive tree drafting)",
+                 "suffix": "Suffix tree only (SuffixDecoding)",
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
-SOURCE_CHOICES = [("PLD spine", "pld"), ("TR branch", "tr"), ("PTD perturbation", "ptd")]
+METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
+SOURCE_CHOICES = [(info.label, info.name) for info in REGISTRY]
 PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
+FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
 SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen committed
 COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#c4b5fd"}
+INITIAL = PageSettings()  # the settings components' initial values
 
 HOW_TO_READ = f"""
 * **The tree** is one verification forward. The root is the *anchor* (the last committed token); each node
-  is a draft token, coloured by its source: **PLD spine** (copied from an earlier n-gram match), **TR branch**
-  (Token Recycling adjacency table), **PTD perturbation** (progressive tree drafting pool). Depth grows to
-  the right. Hover a node for its token, score, estimated acceptance and, for a rejected node, the token the
-  model wanted in its place.
+  is a draft token, coloured by its source: {", ".join(f"**{i.label}** ({i.blurb})" for i in REGISTRY)}.
+  Depth grows to the right. Hover a node for its token, score, estimated acceptance and, for a rejected
+  node, the token the model wanted in its place.
 * **The thick violet path** is what the model accepted; the **star** is the bonus token the model adds itself.
   Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
   **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
@@ -104,65 +124,83 @@ HOW_TO_READ = f"""
 """
 
 
-def check_inputs(lm: LoadedModel, prompt: str, budget, max_new_tokens,
-                 prompt_format: str = "chat") -> tuple[list[int] | None, str | None]:
-    """Prompt ids (``prompt_format`` 'chat': through the chat template when the model has one; 'raw': as is),
-    or a message saying what is wrong with the input (shown in the page, never raised)."""
-    if not prompt or not prompt.strip():
-        return None, "The prompt is empty: type one or pick a preset."
-    if max_new_tokens is None or int(max_new_tokens) <= 0:
-        return None, "Max new tokens must be at least 1."
-    if budget is None or int(budget) < 1:
-        return None, "The node budget B must be at least 1 (B counts the anchor, so B = 1 means plain AR)."
-    ids = lm.encode_prompt(prompt, chat=prompt_format != "raw")
-    problem = lm.context_problem(len(ids), int(max_new_tokens))
-    return (None, problem) if problem else (ids, None)
+@dataclass(frozen=True)
+class Drawing:
+    """How trees are drawn: GT-pruned candidates as ghosts; every node (no +N / ⋯N folding)."""
+
+    show_ghosts: bool = True
+    show_all: bool = False
 
 
-def make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
-                sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree") -> DecodeConfig:
-    """The page's settings as a ``DecodeConfig``. Raises ``ConfigError`` with a message for the user."""
-    return DecodeConfig(method=method, budget=int(budget), max_depth=int(depth),
-                        spine_ratio=None if auto_r else float(spine_ratio),
-                        gt_threshold="auto" if auto_c else float(gt_threshold), max_new_tokens=int(max_new_tokens),
-                        bypass=bool(bypass), sources=tuple(sources or ()), temperature=float(temperature or 0.0),
-                        top_p=float(top_p or 1.0), sample_top_k=int(top_k or 0), seed=int(seed or 0),
-                        verifier=verifier or "tree")
+@dataclass(frozen=True)
+class Session:
+    """One visitor's handles (each a ``gr.State``): the model (``model_key``, None = the page's default), the
+    Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it) and their own
+    re-measured cost curve (``curve``, None = the shared one)."""
+
+    model_key: Any = None
+    control: dict | None = None
+    curve: Any = None
+
+    def start(self) -> dict:
+        """The Stop request of a run starting now, cleared (a fresh one when the caller has none)."""
+        control = self.control if self.control is not None else {}
+        control["stop"] = False
+        return control
 
 
-def config_of(data: dict) -> DecodeConfig:
-    """A recorded run's ``DecodeConfig.to_dict()`` (lists from JSON made tuples) back as a ``DecodeConfig``.
-    Raises ``ConfigError`` / ``TypeError`` when the record does not make a valid config."""
-    names = {f.name for f in fields(DecodeConfig)}
-    return DecodeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+#: handler parameters filled with a dataclass of the components named like its fields
+PACKS = {"settings": PageSettings, "drawing": Drawing, "session": Session}
 
 
-def used_format(lm: LoadedModel, prompt_format: str) -> str:
-    """'chat' or 'raw': what the prompt really went through (a model without a chat template gets it raw)."""
-    return "chat" if prompt_format != "raw" and lm.has_chat_template else "raw"
+class Page(SimpleNamespace):
+    """The page's components by name; the names are the handlers' parameter names and frame keys."""
+
+    def __getitem__(self, name: str):
+        return getattr(self, name)
+
+    def keyed(self, frame: dict | None):
+        """A handler's frame (name -> value) keyed by component, as gradio takes it (nothing set: a skip)."""
+        if frame is None:
+            return None
+        return {self[name]: value for name, value in frame.items()} or gr.skip()
 
 
-def settings_string(model: str, cfg: DecodeConfig, prompt_format: str = "chat", curve=None) -> str:
-    """One copyable command line that reproduces the run (``python -m engine.generate``); with GT "auto" it
-    carries the cost curve the run read (``curve``, its exact spec), so the trees are the same anywhere."""
-    args = ["python", "-m", "engine.generate", "--model", model, "--prompt-format", prompt_format]
-    args += ["--method", cfg.method, "--budget", str(cfg.budget), "--depth", str(cfg.max_depth),
-             "--gt-threshold", repr(cfg.gt_threshold) if isinstance(cfg.gt_threshold, float) else str(cfg.gt_threshold),
-             "--max-new-tokens", str(cfg.max_new_tokens), "--sources", ",".join(cfg.sources)]  # exact c: repr
-    if cfg.spine_ratio is not None:
-        args += ["--spine-ratio", f"{cfg.spine_ratio:g}"]
-    if not cfg.bypass:
-        args.append("--no-bypass")
-    if cfg.sampling:
-        args += ["--temperature", f"{cfg.temperature:g}", "--top-p", f"{cfg.top_p:g}", "--top-k", str(cfg.sample_top_k),
-                 "--seed", str(cfg.seed), "--verifier", cfg.verifier]
-    if curve is not None and cfg.gt_threshold == "auto":
-        args += ["--cost-curve", curve.spec()]
-    return shlex.join(args) + " --prompt-file PROMPT.txt"
+def wire(event, handler, page: Page, outputs: tuple[str, ...] = (), fixed: dict | None = None, around=None,
+         **listener):
+    """Connect ``handler`` to ``event`` (e.g. ``button.click``): the one adapter between gradio and a handler.
+
+    Every parameter of ``handler`` not in ``fixed`` (keyword-only ones must be there) is filled from the page:
+    one named in ``PACKS`` with that dataclass, built from the components named like its fields; any other
+    with the component of its name.  Gradio passes the components as keyword arguments (``inputs_kwargs``),
+    so the API's parameter names are the components' names.  The handler's frames (dicts keyed by name,
+    see ``Page.keyed``) go back keyed by component; ``outputs`` names every component a frame may set.
+    ``around`` wraps the adapter (e.g. ``RunBoard.wrap``); ``listener`` goes to ``event`` as it is.
+    """
+    fixed = fixed or {}
+    params = [p.name for p in inspect.signature(handler).parameters.values()
+              if p.name not in fixed and p.kind is not p.KEYWORD_ONLY]
+    packed = {name: [f.name for f in fields(PACKS[name])] for name in params if name in PACKS}
+    inputs = {field: page[field] for name in params for field in packed.get(name, [name])}
+
+    def call(values: dict):
+        args = {name: PACKS[name](**{f: values[f] for f in packed[name]}) if name in packed else values[name]
+                for name in params}
+        return handler(**args, **fixed)
+
+    if inspect.isgeneratorfunction(inspect.unwrap(handler)):
+        def adapter(**values):
+            for frame in call(values):
+                yield page.keyed(frame)
+    else:
+        def adapter(**values):
+            return page.keyed(call(values))
+    adapter.__name__ = handler.__name__  # gradio names the API endpoint's function after it
+    return event(around(adapter) if around else adapter, inputs=None, outputs=[page[n] for n in outputs],
+                 inputs_kwargs=inputs, **listener)
 
 
-FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
-
+# ---------------------------------------------------------------- what a frame shows
 
 def gt_words(gt_threshold, trace) -> str:
     """What the GT principle did, e.g. "GT: auto, n* = 12 of 60 nodes" or "c = 0.100" (c = 0: pruning off)."""
@@ -176,44 +214,42 @@ def gt_words(gt_threshold, trace) -> str:
         return f"GT: {gt_threshold}"
 
 
-def stats_line(summary, trace, gt_threshold, prompt_format: str | None = None) -> str:
+def stats_line(summary, trace, run: Run) -> str:
+    """The line above the tree: the run's numbers (tokens by source, from ``REGISTRY``) and the cycle's."""
     src = summary.accepted_by_source
+    by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
-    sent = f" · {FORMAT_NAMES[prompt_format]}" if prompt_format in FORMAT_NAMES else ""
+    sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
-            f"{summary.new_tokens} tokens — by source: PLD {src['pld']} · TR {src['tr']} · PTD {src['ptd']} · "
-            f"bonus {src['bonus']} · cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
+            f"{summary.new_tokens} tokens — by source: {by_source} · bonus {src.get('bonus', 0)} · "
+            f"cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
             f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
-            f"{gt_words(gt_threshold, trace)}{sent}")
+            f"{gt_words(run.config.get('gt_threshold'), trace)}{sent}")
 
 
-def token_text_of(run: dict, lm: LoadedModel):
-    """Token id -> text: the run's own table for an imported run, else the loaded tokenizer."""
-    if run.get("token_text") is not None:
-        table = run["token_text"]
-        return lambda i: table.get(i, f"<{i}>")
-    return lambda i: lm.tokenizer.decode([i])
+def token_text(run: Run, lm: LoadedModel | None):
+    """Token id -> text: an imported run's own table, else the loaded tokenizer."""
+    return run.text_of(None if lm is None else lambda i: lm.tokenizer.decode([i]))
 
 
-def views(run: dict, trace, lm: LoadedModel, show_ghosts: bool, summary_upto: int | None = None,
-          show_all: bool = False) -> tuple:
-    """(tree figure, big numbers, stats line, explanation, theory panel) of ``trace`` within ``run``; the
-    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle); ``show_all`` draws
-    every node of the tree (no folding)."""
-    text = token_text_of(run, lm)
+def views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing(),
+          summary_upto: int | None = None) -> dict:
+    """The tree, big numbers, stats line, explanation and theory panel of ``trace`` within ``run``; the
+    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle)."""
+    text = token_text(run, lm)
     upto = trace.index if summary_upto is None else summary_upto
-    summary = summarize(run["traces"][: upto + 1])  # traces[k].index == k
-    cfg = run["config"]
-    return (tree_figure(trace, text, show_ghosts=bool(show_ghosts), show_all=bool(show_all)), big_numbers(summary),
-            stats_line(summary, trace, cfg.get("gt_threshold"), run.get("prompt_format")),
-            explain_cycle(trace, text),
-            theory_panel(summary, trace, int(cfg.get("budget", 60)), int(cfg.get("max_depth", 6))))
+    summary = summarize(run.traces[: upto + 1])  # traces[k].index == k
+    return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
+                                     show_all=bool(drawing.show_all)),
+            "big": big_numbers(summary), "stats": stats_line(summary, trace, run),
+            "explain": explain_cycle(trace, text),
+            "theory": theory_panel(summary, trace, int(run.config.get("budget", INITIAL.budget)),
+                                   int(run.config.get("max_depth", INITIAL.depth)))}
 
 
-def marked_output(run: dict, shown: int | None) -> list[tuple[str, str]]:
+def marked_output(run: Run, shown: int | None) -> list[tuple[str, str]]:
     """The run's output segments, the tokens committed by cycle ``shown`` labelled ``SHOWN``."""
-    return [(text, SHOWN if cycle == shown else label)
-            for (text, label), cycle in zip(run["segments"], run["token_cycles"])]
+    return [(text, SHOWN if cycle == shown else label) for (text, label), cycle in zip(run.segments, run.token_cycles)]
 
 
 def session_curve(curve, lm: LoadedModel):
@@ -228,174 +264,202 @@ def _paused(seconds: float, control: dict) -> None:
         time.sleep(min(0.05, max(0.0, end - time.perf_counter())))
 
 
-@on_gpu
-def generate(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass, pace,
-             show_ghosts, run, sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree",
-             model_key=None, prompt_format="chat", control=None, curve=None, show_all=False, *, models: ModelRegistry):
-    """Stream (output, tree, speed, stats, run, scrubber, explanation, big numbers, theory, settings) while decoding.
+def _problem(message: str, where: str = "stats") -> dict:
+    """A frame that tells the visitor what is wrong (and a toast); nothing else changes."""
+    message = message[:1].upper() + message[1:]  # DecodeConfig's messages start in lower case
+    gr.Warning(message)
+    return {where: f"⚠️ {message}"}
 
-    ``control`` is the visitor's ``{"stop": bool}`` (the Stop button sets it; the run ends after the current
-    cycle and keeps its output); ``curve`` the visitor's own re-measured cost curve, if any; ``show_all`` draws
-    every node of each tree.  Drawing is
-    throttled (``LIGHT_EVERY_S``, ``HEAVY_EVERY_S``) and never counted as engine time.
+
+# ---------------------------------------------------------------- Generate
+
+GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command")
+
+
+class Throttle:
+    """When the next frame is drawn while decoding: light frames (text, numbers, scrubber) at most every
+    ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` and always at
+    the first cycles and the last; each kind's gap grows so that it takes at most ``DRAW_SHARE`` of wall time."""
+
+    def __init__(self) -> None:
+        self.last_light = self.last_heavy = 0.0  # when each kind of frame was last drawn ...
+        self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
+
+    def due(self, trace, now: float, paced: bool) -> bool | None:
+        """True: draw a heavy frame; False: a light one; None: none now."""
+        if trace.index <= 1 or trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
+            return True
+        return False if now - self.last_light >= self.light_gap else None
+
+    def drawn(self, heavy: bool, started: float) -> None:
+        """A frame begun at ``started`` is on the page now."""
+        self.last_light = time.perf_counter()
+        if heavy:
+            self.last_heavy = self.last_light
+            self.heavy_gap = max(HEAVY_EVERY_S, (self.last_light - started) / DRAW_SHARE)
+        else:
+            self.light_gap = max(LIGHT_EVERY_S, (self.last_light - started) / DRAW_SHARE)
+
+
+@on_gpu
+def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float = 0.0, session: Session = Session(),
+             *, models: ModelRegistry) -> Iterator[dict]:
+    """Generate: stream frames (``GENERATE_OUT``) while decoding; the last holds the whole ``run``.
+
+    ``pace`` pauses that many seconds after each cycle (slow motion); Stop (``session.control``) ends the
+    run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
+    Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
+    message in ``stats``.
     """
-    control = control if control is not None else {}
-    control["stop"] = False
-    lm = models.get(model_key)
-    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
-    if problem is None:
-        try:
-            config = make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens,
-                                 bypass, sources, temperature, top_p, top_k, seed, verifier)
-        except ConfigError as exc:
-            problem = str(exc)
-    if problem is not None:
-        gr.Warning(problem)
-        yield (gr.skip(),) * 3 + (f"⚠️ {problem}", run) + (gr.skip(),) * 5
-        return
-    last_light = last_heavy = 0.0  # when each kind of frame was last drawn ...
-    light_gap, heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
+    control = session.start()
+    lm = models.get(session.model_key)
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(curve, lm))
-        sent = used_format(lm, prompt_format)
-        new_run = {"model": lm.name, "prompt": prompt, "prompt_format": sent, "config": decoder.config.to_dict(),
-                   "traces": [], "token_cycles": [], "segments": [], "token_text": None}
-        # token_cycles: the cycle of every output token; segments: (text, source label) of every output token
-        text = token_text_of(new_run, lm)
-        command = settings_string(lm.name, decoder.config, sent, decoder.cost_curve)
-        trace = drawn = None  # drawn: the last cycle whose tree is on screen
+        ids, config = settings.prepare(lm)
+    except ConfigError as exc:
+        yield _problem(str(exc))
+        return
+    try:
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm))
+        run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
+                  config=decoder.config.to_dict())
+        text = token_text(run, lm)
+        command = command_line(decoder.config, model=lm.name, prompt_format=run.prompt_format,
+                               cost_curve=decoder.cost_curve)
+        throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
         for trace in decoder.generate(ids, should_stop=lambda: bool(control.get("stop"))):
-            new_run["traces"].append(trace)
-            new_run["segments"].extend(cycle_segments(trace, text))
-            new_run["token_cycles"].extend([trace.index] * len(trace.new_tokens))
-            now = time.perf_counter()
-            heavy = trace.index <= 1 or trace.finished or bool(pace) or now - last_heavy >= heavy_gap
-            if not heavy and now - last_light < light_gap:
+            run.record(trace, cycle_segments(trace, text))
+            started = time.perf_counter()
+            heavy = throttle.due(trace, started, bool(pace))
+            if heavy is None:
                 continue
-            yield _frame(new_run, trace, lm, (show_ghosts, show_all), command, heavy)
-            last_light = time.perf_counter()
-            if heavy:
-                last_heavy, drawn = last_light, trace
-                heavy_gap = max(HEAVY_EVERY_S, (last_light - now) / DRAW_SHARE)
-            else:
-                light_gap = max(LIGHT_EVERY_S, (last_light - now) / DRAW_SHARE)
+            yield _frame(run, trace, lm, drawing, command, heavy)
+            throttle.drawn(heavy, started)
+            drawn = trace if heavy else drawn
             if pace:
                 _paused(float(pace), control)
-        if trace is not None and drawn is not trace:
-            # stopped, or throttled: the last cycle drawn in full
-            yield _frame(new_run, trace, lm, (show_ghosts, show_all), command, True)
+        if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
+            yield _frame(run, trace, lm, drawing, command, True)
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
-        yield (gr.skip(),) * 3 + (f"⚠️ generation stopped: {type(exc).__name__}: {exc}", run) + (gr.skip(),) * 5
+        yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
 
 
-def _frame(run: dict, trace, lm: LoadedModel, shown: tuple[bool, bool], command: str, heavy: bool) -> tuple:
-    """One streamed update of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``;
-    ``shown``: (show ghosts, show every node)."""
-    skip = gr.skip()
-    tree, big, stats, explanation, theory = views(run, trace, lm, shown[0], show_all=shown[1]) if heavy else \
-        (skip, None, None, skip, skip)
-    if not heavy:
-        summary = summarize(run["traces"])
-        big, stats = big_numbers(summary), stats_line(summary, trace, run["config"].get("gt_threshold"),
-                                                      run.get("prompt_format"))
-    scrubber = gr.Slider(maximum=max(1, trace.index), value=trace.index)
-    return (list(run["segments"]), tree, speed_figure(run["traces"]) if heavy else skip, stats, run, scrubber,
-            explanation, big, theory, command)
+def _frame(run: Run, trace, lm: LoadedModel, drawing: Drawing, command: str, heavy: bool) -> dict:
+    """One streamed frame of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
+    frame = {"output": list(run.segments), "run": run, "command": command,
+             "scrubber": gr.Slider(maximum=max(1, trace.index), value=trace.index)}
+    if heavy:
+        return {**frame, **views(run, trace, lm, drawing), "speed_plot": speed_figure(run.traces)}
+    summary = summarize(run.traces)
+    return {**frame, "big": big_numbers(summary), "stats": stats_line(summary, trace, run)}
 
 
-def show_cycle(run, index, show_ghosts, step: int = 0, model_key=None, show_all=False, *, models: ModelRegistry):
-    """Scrubber: (cycle, tree, explanation, theory, output with that cycle's tokens marked) for recorded cycle
-    ``index + step``."""
-    if not run or not run["traces"]:
-        return (gr.skip(), gr.skip(), "Generate first: the scrubber steps through the cycles of the last run.",
-                gr.skip(), gr.skip())
-    k = max(0, min(int(index or 0) + int(step), len(run["traces"]) - 1))
-    tree, _, _, explanation, theory = views(run, run["traces"][k], models.get(model_key), show_ghosts,
-                                            show_all=show_all)
-    return k, tree, explanation, theory, marked_output(run, k)
+# ---------------------------------------------------------------- the recorded cycles
+
+CYCLE_OUT = ("scrubber", "tree_plot", "explain", "theory", "output")
 
 
-def step_through(run, index, show_ghosts, model_key=None, control=None, show_all=False, *, models: ModelRegistry,
-                 pause: float = STEP_PAUSE_S):
+def show_cycle(run: Run | None, scrubber, drawing: Drawing = Drawing(), model_key=None, step: int = 0, *,
+               models: ModelRegistry) -> dict:
+    """Scrubber: recorded cycle ``scrubber + step`` (clamped): its tree, explanation, theory and the output
+    with its tokens marked (``CYCLE_OUT``)."""
+    if not run or not run.traces:
+        return {"explain": "Generate first: the scrubber steps through the cycles of the last run."}
+    k = max(0, min(int(scrubber or 0) + int(step), len(run.traces) - 1))
+    shown = views(run, run.traces[k], models.get(model_key), drawing)
+    return {"scrubber": k, "tree_plot": shown["tree_plot"], "explain": shown["explain"], "theory": shown["theory"],
+            "output": marked_output(run, k)}
+
+
+def step_through(run: Run | None, scrubber, drawing: Drawing = Drawing(), session: Session = Session(), *,
+                 models: ModelRegistry, pause: float = STEP_PAUSE_S) -> Iterator[dict]:
     """Play one cycle in stages (``viz.lesson``): the drafts by source, the one forward that scores them, the
-    walk, the bonus.  Streams (cycle, tree, sentence, output with the cycle's tokens marked).  The cycle is
-    the scrubber's, or the first drafted cycle after it when it had no drafts (prefill, AR step)."""
-    if not run or not run["traces"]:
-        yield gr.skip(), gr.skip(), "Generate first: then **Step through** plays one of its cycles in stages.", \
-            gr.skip()
+    walk, the bonus.  Streams the cycle, its tree and sentence, and at the end the output with the cycle's
+    tokens marked.  The cycle is the scrubber's, or the first drafted cycle after it when it had no drafts
+    (prefill, AR step)."""
+    if not run or not run.traces:
+        yield {"explain": "Generate first: then **Step through** plays one of its cycles in stages."}
         return
-    control = control if control is not None else {}
-    control["stop"] = False
-    traces = run["traces"]
-    k = max(0, min(int(index or 0), len(traces) - 1))
+    control = session.start()
+    traces = run.traces
+    k = max(0, min(int(scrubber or 0), len(traces) - 1))
     drafted = [t.index for t in traces if t.mode in ("tree", "bypass")]
     if traces[k].mode not in ("tree", "bypass") and drafted:
         k = next((i for i in drafted if i >= k), drafted[-1])
-    trace, text = traces[k], token_text_of(run, models.get(model_key))
+    trace, text = traces[k], token_text(run, models.get(session.model_key))
     for stage in stages_of(trace):
         if control.get("stop"):
             return
-        last = stage == "bonus"
-        yield (k, tree_figure(trace, text, show_ghosts=bool(show_ghosts), stage=stage, show_all=bool(show_all)),
-               stage_sentence(trace, stage, text),
-               marked_output(run, k) if last else gr.skip())
-        if not last:
-            _paused(pause, control)
+        frame = {"scrubber": k, "explain": stage_sentence(trace, stage, text),
+                 "tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts), stage=stage,
+                                          show_all=bool(drawing.show_all))}
+        if stage == "bonus":
+            yield {**frame, "output": marked_output(run, k)}
+            return
+        yield frame
+        _paused(pause, control)
 
 
-def jump_to_token(run, show_ghosts, evt: gr.SelectData, model_key=None, show_all=False, *, models: ModelRegistry):
-    """Clicking an output token shows the cycle that produced it."""
-    if not run or not isinstance(evt.index, int) or not 0 <= evt.index < len(run.get("token_cycles", [])):
-        return (gr.skip(),) * 5
-    return show_cycle(run, run["token_cycles"][evt.index], show_ghosts, model_key=model_key, show_all=show_all,
-                      models=models)
+def jump_to_token(run: Run | None, index, drawing: Drawing = Drawing(), model_key=None, *,
+                  models: ModelRegistry) -> dict:
+    """Clicking output token ``index`` shows the cycle that produced it (``CYCLE_OUT``)."""
+    if not run or not isinstance(index, int) or not 0 <= index < len(run.token_cycles):
+        return {}
+    return show_cycle(run, run.token_cycles[index], drawing, model_key, models=models)
 
 
-def export_trace(run, model_key=None, *, models: ModelRegistry):
-    """Write the last run as a versioned JSON trace (docs/trace-schema.md); returns its path for download."""
-    if not run or not run["traces"]:
+def request_stop(control: dict) -> None:
+    """Stop: the visitor's running Generate, Race or step-through ends after its current cycle and keeps
+    what it has (no error, both race outputs kept)."""
+    control["stop"] = True
+
+
+# ---------------------------------------------------------------- trace files
+
+IMPORT_OUT = (*GENERATE_OUT, "import_file", "prompt", "prompt_format")
+
+
+def export_trace(run: Run | None, model_key=None, *, models: ModelRegistry) -> dict:
+    """Write the last run as a versioned JSON trace (docs/trace-schema.md) for download (``export_file``)."""
+    if not run or not run.traces:
         gr.Warning("Nothing to export yet: generate (or import) a run first.")
-        return None
-    doc = export_run(model=run["model"], prompt=run["prompt"], config=run["config"], traces=run["traces"],
-                     token_text=token_text_of(run, models.get(model_key)), prompt_format=run.get("prompt_format"))
+        return {"export_file": None}
+    doc = run.to_trace_file(token_text(run, models.get(model_key)))
     path = Path(tempfile.mkdtemp(prefix="goose-lens-")) / f"goose-lens-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(doc, encoding="utf-8")
-    return str(path)
+    return {"export_file": str(path)}
 
 
-def import_trace(file, run, show_ghosts, model_key=None, show_all=False, *, models: ModelRegistry):
-    """Replay an exported trace with no model run; a bad file leaves the current run untouched.
+def import_trace(import_file, drawing: Drawing = Drawing()) -> dict:
+    """Replay an exported trace with no model run (``IMPORT_OUT``); a bad file leaves the current run as it is.
 
     Shows the run's own numbers (every cycle summarised), its last cycle, its prompt, prompt format and the
-    settings string that reproduces it.  Streams (output, tree, speed, stats, run, scrubber, explanation, big
-    numbers, theory, import box, prompt, prompt format, settings)."""
-    if not file:
-        return (gr.skip(),) * 13
+    command that reproduces it; clears the import box."""
+    if not import_file:
+        return {}
     try:
-        if os.path.getsize(file) > MAX_BYTES:
+        if os.path.getsize(import_file) > MAX_BYTES:
             raise TraceFormatError(f"the file is larger than {MAX_BYTES // 2**20} MB")
-        loaded = load_run(Path(file).read_bytes())
+        run = Run.from_trace_file(Path(import_file).read_bytes())
     except (OSError, TraceFormatError) as exc:
-        message = f"Could not import the trace: {exc}"
-        gr.Warning(message)
-        return (gr.skip(),) * 3 + (f"⚠️ {message}", run) + (gr.skip(),) * 4 + (None,) + (gr.skip(),) * 3
-    new_run = {**loaded, "token_cycles": [t.index for t in loaded["traces"] for _ in t.new_tokens]}
-    text = token_text_of(new_run, None)
-    new_run["segments"] = [seg for t in new_run["traces"] for seg in cycle_segments(t, text)]
-    last = new_run["traces"][-1]
-    tree, big, stats, explanation, theory = views(new_run, last, None, show_ghosts, show_all=show_all)
-    stats = (f"Imported trace of `{new_run['model']}` ({len(new_run['traces'])} cycles), replayed with no model: "
-             + stats)
+        return {**_problem(f"Could not import the trace: {exc}"), "import_file": None}
+    text = token_text(run, None)
+    run.segments = [seg for t in run.traces for seg in cycle_segments(t, text)]
+    last = run.traces[-1]
+    frame = views(run, last, None, drawing)
+    frame["stats"] = f"Imported trace of `{run.model}` ({len(run.traces)} cycles), replayed with no model: " + \
+        frame["stats"]
     try:
-        command = settings_string(new_run["model"], config_of(new_run["config"]),
-                                  new_run.get("prompt_format") or "auto")
+        frame["command"] = command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto")
     except (ConfigError, TypeError, ValueError) as exc:
-        command = f"(the trace's settings do not make a valid config here: {exc})"
-    fmt = new_run.get("prompt_format") if new_run.get("prompt_format") in FORMAT_NAMES else gr.skip()
-    return (marked_output(new_run, last.index), tree, speed_figure(new_run["traces"]), stats, new_run,
-            gr.Slider(maximum=max(1, len(new_run["traces"]) - 1), value=last.index), explanation, big, theory, None,
-            new_run.get("prompt", ""), fmt, command)
+        frame["command"] = f"(the trace's settings do not make a valid config here: {exc})"
+    if run.prompt_format in FORMAT_NAMES:
+        frame["prompt_format"] = run.prompt_format
+    return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
+            "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index), "import_file": None,
+            "prompt": run.prompt}
 
+
+# ---------------------------------------------------------------- models and the server
 
 ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
 
@@ -438,19 +502,21 @@ class PageOptions:
         return None
 
 
-def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()):
-    """Model picker: yields progress lines (a named model's fetch and conversion step by step), then the new
-    model's key; on failure keeps the current model.  An empty name means the page's default model.
-    In public mode a model outside the allowlist is refused before anything is looked up."""
+def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegistry,
+                     options: PageOptions = PageOptions()) -> Iterator[dict]:
+    """Model picker: yields progress lines (``model_status``: a named model's fetch and conversion step by
+    step), then the new model's key (``model_key``); on failure keeps the current model.  An empty name means
+    the page's default model.  In public mode a model outside the allowlist is refused before anything is
+    looked up."""
     current = models.get(model_key)
-    name = (name or "").strip() or models.get(None).name
+    name = (model_name or "").strip() or models.get(None).name
     refusal = options.refusal(name)
     if refusal:
         gr.Warning(refusal)
-        yield f"⚠️ {refusal} Still using {current.describe()}.", model_key
+        yield {"model_status": f"⚠️ {refusal} Still using {current.describe()}."}
         return
     waiting = f"the current model {current.describe()} stays in use meanwhile"
-    yield f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}.", model_key
+    yield {"model_status": f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}."}
     t0, step, result = time.perf_counter(), [0.0, "starting"], {}
 
     def report(fraction: float, message: str) -> None:  # called from the loading thread
@@ -469,79 +535,76 @@ def load_other_model(name, device, dtype, model_key, *, models: ModelRegistry, o
         worker.join(0.5)
         if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
             shown = tuple(step)
-            yield f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}.", model_key
+            yield {"model_status": f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
     if "error" in result:
         gr.Warning(str(result["error"]))
-        yield f"⚠️ {result['error']}. Still using {current.describe()}.", model_key
+        yield {"model_status": f"⚠️ {result['error']}. Still using {current.describe()}."}
         return
     lm = result["lm"]
-    yield f"✅ Using {lm.describe()}, loaded in {time.perf_counter() - t0:.1f} s.", list(models.key_of(lm))
+    yield {"model_status": f"✅ Using {lm.describe()}, loaded in {time.perf_counter() - t0:.1f} s.",
+           "model_key": list(models.key_of(lm))}
+
+
+def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
+    """Re-measure the cost curve for this visitor only (``curve``): nobody else's runs change."""
+    fresh = measure_cost_curve(models.get(model_key).model)
+    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget))}
+
+
+def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
+    """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
+    lm = models.get(model_key)
+    return {"cost_plot": cost_figure(session_curve(curve, lm) or cached_cost_curve(lm.model), int(budget))}
+
+
+# ---------------------------------------------------------------- Race
+
+RACE_OUT = ("race_ar", "race_spec", "race_board")
 
 
 @on_gpu
-def race(prompt, method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
-         sources=("pld", "tr"), temperature=0.0, top_p=1.0, top_k=0, seed=0, verifier="tree", model_key=None,
-         prompt_format="chat", slow_motion=0.0, control=None, curve=None, *, models: ModelRegistry):
-    """AR vs the chosen method on one device and a shared clock: stream (AR text, method text, scoreboard).
+def race(settings: PageSettings, race_pace: float = 0.0, session: Session = Session(), *,
+         models: ModelRegistry) -> Iterator[dict]:
+    """AR vs the chosen method on one device and a shared clock (``engine.race``): stream both texts and the
+    scoreboard (``RACE_OUT``).
 
-    The two decoders run alternately, never at once: the one with less engine time so far runs its next
-    forward, so both outputs are always shown as of (nearly) the same engine time, and each run is
-    charged only for its own forwards.  ``slow_motion`` = k pauses k times each forward's engine time after
-    it, so the race plays k + 1 times slower than it ran, in the same proportions; the scoreboard counts
-    engine time only.  Stop (``control["stop"]``) ends both runs and keeps their outputs so far.
+    ``race_pace`` = k pauses k times each forward's engine time after it, so the race plays k + 1 times slower
+    than it ran, in the same proportions; the scoreboard counts engine time only.  Stop
+    (``session.control``) ends both runs and keeps their outputs so far.
     """
-    control = control if control is not None else {}
-    control["stop"] = False
-    lm = models.get(model_key)
-    ids, problem = check_inputs(lm, prompt, budget, max_new_tokens, prompt_format)
+    control = session.start()
+    lm = models.get(session.model_key)
     try:
-        spec_cfg = make_config(method, budget, auto_r, spine_ratio, depth, auto_c, gt_threshold, max_new_tokens, bypass,
-                               sources, temperature, top_p, top_k, seed, verifier) if problem is None else None
+        ids, config = settings.prepare(lm)
     except ConfigError as exc:
-        problem = str(exc)
-    if problem is not None:
-        gr.Warning(problem)
-        yield gr.skip(), gr.skip(), f"⚠️ {problem}"
+        yield _problem(str(exc), "race_board")
         return
     stop = lambda: bool(control.get("stop"))  # noqa: E731
-    cost = session_curve(curve, lm)
-    runners = {"AR": SpecDecoder(lm.model, spec_cfg.with_(method="ar"), lm.eos_token_ids).generate(ids, stop),
-               METHOD_LABELS[method]: SpecDecoder(lm.model, spec_cfg, lm.eos_token_ids, cost_curve=cost)
-               .generate(ids, stop)}
-    state = {name: {"tokens": [], "elapsed": 0.0, "forwards": 0, "done": False} for name in runners}
+    contest = Race({"AR": SpecDecoder(lm.model, config.with_(method="ar"), lm.eos_token_ids).generate(ids, stop),
+                    METHOD_LABELS.get(config.method, config.method):
+                    SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm))
+                    .generate(ids, stop)})
     last_draw = 0.0
-    while not all(s["done"] for s in state.values()):
-        name = min((n for n in runners if not state[n]["done"]), key=lambda n: state[n]["elapsed"])
-        s = state[name]
-        trace = next(runners[name], None)
-        if trace is None:  # stopped: the decoder ended before its last cycle
-            s["done"] = True
-            if all(x["done"] for x in state.values()):
-                yield _race_frame(lm, state, stopped=True)
-            continue
-        s["tokens"] += trace.new_tokens
-        forward_s = trace.elapsed_s - s["elapsed"]
-        s["elapsed"], s["forwards"], s["done"] = trace.elapsed_s, s["forwards"] + 1, trace.finished
-        if slow_motion:
-            _paused(float(slow_motion) * forward_s, control)
-        finished = all(x["done"] for x in state.values())
-        if time.perf_counter() - last_draw >= (0.05 if slow_motion else LIGHT_EVERY_S) or finished:
+    for lane in contest.steps():
+        if race_pace:
+            _paused(float(race_pace) * lane.last_forward_s, control)
+        if contest.over or time.perf_counter() - last_draw >= (0.05 if race_pace else LIGHT_EVERY_S):
             last_draw = time.perf_counter()
-            yield _race_frame(lm, state, stopped=finished and stop())
+            yield _race_frame(contest, lm, stopped=contest.over and stop())
 
 
-def _race_frame(lm: LoadedModel, state: dict, stopped: bool) -> tuple[str, str, str]:
-    """(AR text, method text, scoreboard) of ``race``; speeds in engine time."""
-    board = " · ".join(f"**{n}**: {len(x['tokens'])} tokens in {x['elapsed'] * 1000:.0f} ms engine time "
-                       f"({len(x['tokens']) / max(x['elapsed'], 1e-9):.0f} tok/s, τ "
-                       f"{len(x['tokens']) / max(1, x['forwards']):.2f}){' ✓' * (x['done'] and not stopped)}"
-                       for n, x in state.items())
-    ar, spec = state.values()
+def _race_frame(contest: Race, lm: LoadedModel, stopped: bool) -> dict:
+    """Both texts and the scoreboard of ``race``; speeds in engine time."""
+    board = " · ".join(f"**{x.name}**: {len(x.tokens)} tokens in {x.elapsed_s * 1000:.0f} ms engine time "
+                       f"({x.tok_per_s:.0f} tok/s, τ {x.tau:.2f}){' ✓' * (x.done and not stopped)}"
+                       for x in contest.lanes)
     if stopped:
         board += " — stopped: both outputs as of the same engine time"
-    elif ar["done"] and spec["done"]:
-        board += f" — speedup **{ar['elapsed'] / max(spec['elapsed'], 1e-9):.2f}×**"
-    return lm.tokenizer.decode(ar["tokens"]), lm.tokenizer.decode(spec["tokens"]), board
+    elif contest.over:
+        board += f" — speedup **{contest.speedup():.2f}×**"
+    ar, spec = contest.lanes
+    return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),
+            "race_board": board}
 
 
 def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
@@ -566,6 +629,12 @@ def start_preset(lm: LoadedModel) -> dict:
     with a chat template, else the first raw (code) preset."""
     want = "chat" if lm.has_chat_template else "raw"
     return next((p for p in PRESETS if p["format"] == want), PRESETS[0])
+
+
+def preset_fields(preset) -> dict:
+    """A preset's prompt and its format (code: raw completion; chat datasets: chat template)."""
+    chosen = next((p for p in PRESETS if p["label"] == preset), None)
+    return {"prompt": chosen["prompt"], "prompt_format": chosen["format"]} if chosen else {}
 
 
 class RunBoard:
@@ -596,170 +665,198 @@ class RunBoard:
                 "Yours starts as soon as it ends; runs are capped, so this is a short wait.")
 
 
+# ---------------------------------------------------------------- the page's layout
+
 def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptions()) -> gr.Blocks:
     """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
 
     First screen at 1280×800: prompt and Generate on the left, the tree, its sentence and the scrubber
     on the right; settings wait in closed accordions below the prompt."""
     models = lm if isinstance(lm, ModelRegistry) else ModelRegistry(lm)
-    first, notice = models.get(None), options.notice
-    board = RunBoard()
-    preset0 = start_preset(first)
+    first, page = models.get(None), Page()
     with gr.Blocks(title="goose-lens") as demo:
-        with gr.Row(equal_height=True):
-            gr.Markdown(f"**goose-lens** — speculative decoding, one draft tree per cycle · model "
-                        f"**{first.describe()}**" + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
-            dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
-        run = gr.State(None)
-        model_key = gr.State(None)  # None = the default model
-        control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
-        curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
+        _header(page, first, options.notice)
+        page.run = gr.State(None)  # the visitor's last run (engine.run.Run)
+        page.model_key = gr.State(None)  # None = the default model
+        page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
+        page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
-                prompt = gr.Textbox(preset0["prompt"], label="Prompt", lines=5, max_lines=8,
-                                    placeholder="Type a prompt or pick a preset")
-                with gr.Row():
-                    go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
-                    stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
-                preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset0["label"])
-                prompt_format = gr.Radio(PROMPT_FORMATS, value=preset0["format"], label="Prompt format (code presets "
-                                         "are raw completions; chat presets go through the chat template)",
-                                         elem_id="prompt-format")
-                with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
-                    gr.Markdown(WHAT_IS_IT)
-                with gr.Accordion("Method and tree shape", open=False):
-                    method = gr.Dropdown([(v, k) for k, v in METHOD_LABELS.items()], value="goose", label="Method")
-                    sources = gr.CheckboxGroup(SOURCE_CHOICES, value=["pld", "tr"], label="Draft sources (Goose, Iso)")
-                    budget = gr.Slider(1, 128, value=60, step=1, label="Node budget B (anchor included)")
-                    auto_r = gr.Checkbox(value=True, label="Adaptive spine ratio r (EMA tiers)")
-                    spine_ratio = gr.Slider(0.05, 0.95, value=0.5, step=0.05, interactive=False,
-                                            label="Spine ratio r (untick adaptive to set it)")
-                    depth = gr.Slider(1, 16, value=6, step=1, label="Max depth D of the TR branches (the PLD "
-                                      "spine and bypass chains are not bounded by D)")
-                    bypass = gr.Checkbox(value=True, label="Bypass: verify the bare PLD chain when the anchor has "
-                                         "no TR entry (chains are not bounded by D)")
-                    auto_c = gr.Checkbox(value=True, label="GT principle auto: the speedup-optimal tree size from "
-                                         "the measured cost curve")
-                    gt = gr.Slider(0.0, 0.5, value=0.0, step=0.01, interactive=False,
-                                   label="GT threshold c (untick auto to set it; 0 = no pruning)")
-                with gr.Accordion("Run and display", open=False):
-                    max_new = gr.Slider(1, options.max_new_tokens, value=128, step=1, label="Max new tokens")
-                    pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
-                    show_ghosts = gr.Checkbox(value=True, label="Show GT-pruned candidates as ghosts")
-                    show_all = gr.Checkbox(value=False, label="Draw every node (no +N / ⋯N folding; the tree "
-                                           "grows taller than the screen)")
-                with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
-                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                    top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)")
-                    seed = gr.Number(0, precision=0, label="Seed")
-                    verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value="tree",
-                                        label="Verifier")
-                settings = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
-                                      buttons=["copy"], interactive=False, elem_id="settings")
-                with gr.Accordion("Model", open=False):
-                    model_name = gr.Textbox(first.name, label=f"Model: one of {', '.join(options.allowed_models)}"
-                                            if options.public else "Model: smollm2, demo, a hub id, a local folder or "
-                                                                   ".gguf file")
-                    with gr.Row():
-                        device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
-                        dtype = gr.Dropdown(["auto", "fp32", "fp16", "bf16"], value="auto", label="Dtype")
-                    load_btn = gr.Button("Load model")
-                    model_status = gr.Markdown(f"Using {first.describe()}.", elem_id="model-status")
-                with gr.Accordion("Trace file: export the last run, or replay one", open=False):
-                    export_btn = gr.Button("Export trace (JSON)")
-                    export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
-                    import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
-                                          type="filepath", elem_id="import-trace")
-                with gr.Accordion("How to read this", open=False):
-                    gr.Markdown(HOW_TO_READ)
-                gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS),
-                            elem_classes=["small"])
+                _prompt_inputs(page, start_preset(first))
+                _settings_inputs(page, options)
+                _model_and_trace_files(page, first, options)
             with gr.Column(scale=3):
-                with gr.Row(equal_height=True):
-                    big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=250)
-                    stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
-                tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
-                                    elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
-                explain = gr.Markdown(elem_id="explain")
-                with gr.Row(equal_height=True):
-                    back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
-                    scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (drag, arrow keys, or type a number)",
-                                         elem_id="cycle-scrubber")
-                    fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
-                    step_btn = gr.Button("Step through", scale=0, min_width=110, elem_id="step-through")
-                    full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
-                output = gr.HighlightedText(label="Output so far, coloured by the source of each token "
-                                                  "(click a token to see its cycle)", color_map=COLOR_MAP,
-                                            show_legend=True, combine_adjacent=False, elem_id="output")
-                speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
-                with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
-                    theory = gr.Markdown(theory_panel(None, None, 60, 6), elem_id="theory")
-                with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
-                    with gr.Row():
-                        race_btn = gr.Button("Race", variant="primary")
-                        race_pace = gr.Slider(0, 20, value=4, step=1, label="Race slow motion: pause k × each "
-                                              "forward's engine time (0 = real time)", elem_id="race-pace")
-                    race_board = gr.Markdown(elem_id="race-board")
-                    with gr.Row():
-                        race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
-                        race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
-                with gr.Accordion("Verification cost curve and the GT principle", open=False):
-                    cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), 60), show_label=False,
-                                        elem_id="cost-curve")
-                    remeasure = gr.Button("Re-measure on this device (for your session only)")
-        settings_in = [budget, auto_r, spine_ratio, depth, auto_c, gt, max_new, bypass]
-        sampling_in = [sources, temperature, top_p, top_k, seed, verifier, model_key]
-        preset.input(preset_fields, preset, [prompt, prompt_format], api_visibility="private")
-        waiting = lambda: board.waiting_words()  # noqa: E731
-        go_btn.click(waiting, None, stats, queue=False, api_visibility="private")  # at once, beside the run:
-        go_btn.click(board.wrap(partial(generate, models=models)),  # its first frame replaces the message
-            [prompt, method, *settings_in, pace, show_ghosts, run, *sampling_in, prompt_format, control, curve,
-             show_all],
-            [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, settings],
-            api_name="generate", concurrency_limit=1, concurrency_id="model")
-        race_btn.click(waiting, None, race_board, queue=False, api_visibility="private")
-        race_btn.click(board.wrap(partial(race, models=models)),
-            [prompt, method, *settings_in, *sampling_in, prompt_format, race_pace, control, curve],
-            [race_ar, race_spec, race_board], api_name="race", concurrency_limit=1, concurrency_id="model")
-        cycle_out = [scrubber, tree_plot, explain, theory, output]
-
-        def on_token_select(run_state, ghosts, key, every, evt: gr.SelectData):  # gradio injects evt by annotation
-            return jump_to_token(run_state, ghosts, evt, key, every, models=models)
-
-        output.select(on_token_select, [run, show_ghosts, model_key, show_all], cycle_out, api_visibility="private")
-        for trigger, step in ((scrubber.input, 0), (back_btn.click, -1), (fwd_btn.click, 1), (show_ghosts.input, 0),
-                              (show_all.input, 0)):
-            trigger(lambda r, i, g, key, every, step=step: show_cycle(r, i, g, step, key, every, models=models),
-                    [run, scrubber, show_ghosts, model_key, show_all], cycle_out, api_visibility="private",
-                    trigger_mode="always_last")  # typed values and arrow keys fire input too; the output sets
-            # the slider without firing it again
-        step_btn.click(partial(step_through, models=models), [run, scrubber, show_ghosts, model_key, control, show_all],
-                       [scrubber, tree_plot, explain, output], api_name="step_through")
-        stop_btn.click(request_stop, control, None, queue=False, api_visibility="private")
-        auto_r.input(lambda a: gr.Slider(interactive=not a), auto_r, spine_ratio, api_visibility="private")
-        auto_c.input(lambda a: gr.Slider(interactive=not a), auto_c, gt, api_visibility="private")
-        export_btn.click(partial(export_trace, models=models), [run, model_key], export_file, api_visibility="private")
-        import_file.upload(partial(import_trace, models=models), [import_file, run, show_ghosts, model_key, show_all],
-                           [output, tree_plot, speed_plot, stats, run, scrubber, explain, big, theory, import_file,
-                            prompt, prompt_format, settings], api_name="import_trace")
-        load_btn.click(partial(load_other_model, models=models, options=options),
-                       [model_name, device, dtype, model_key],
-                       [model_status, model_key], api_name="load_model", concurrency_id="load",
-                       concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
-
-        def remeasure_curve(b, key):  # this visitor's own curve: nobody else's runs change
-            fresh = measure_cost_curve(models.get(key).model)
-            return fresh, cost_figure(fresh, int(b))
-
-        remeasure.click(remeasure_curve, [budget, model_key], [curve, cost_plot], api_visibility="private",
-                        concurrency_id="model", concurrency_limit=1)
-        budget.change(lambda b, key, own: cost_figure(session_curve(own, models.get(key)) or
-                                                      cached_cost_curve(models.get(key).model), int(b)),
-                      [budget, model_key, curve], cost_plot, api_visibility="private")
-        dark_btn.click(None, js=TOGGLE_DARK)
-        full_btn.click(None, js=FULLSCREEN)
+                _run_views(page)
+                _race_and_cost_views(page, first)
+        _wire_runs(page, models)
+        _wire_cycles(page, models)
+        _wire_settings_and_models(page, models, options)
     return demo
+
+
+def _header(page: Page, first: LoadedModel, notice: str | None) -> None:
+    with gr.Row(equal_height=True):
+        gr.Markdown(f"**goose-lens** — speculative decoding, one draft tree per cycle · model "
+                    f"**{first.describe()}**" + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
+        page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
+
+
+def _prompt_inputs(page: Page, preset: dict) -> None:
+    page.prompt = gr.Textbox(preset["prompt"], label="Prompt", lines=5, max_lines=8,
+                             placeholder="Type a prompt or pick a preset")
+    with gr.Row():
+        page.go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
+        page.stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
+    page.preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset["label"])
+    page.prompt_format = gr.Radio(PROMPT_FORMATS, value=preset["format"], elem_id="prompt-format",
+                                  label="Prompt format (code presets are raw completions; chat presets go through "
+                                        "the chat template)")
+    with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
+        gr.Markdown(WHAT_IS_IT)
+
+
+def _settings_inputs(page: Page, options: PageOptions) -> None:
+    """The accordions of ``PageSettings`` and ``Drawing`` (components named as their fields), and the command."""
+    s = INITIAL
+    with gr.Accordion("Method and tree shape", open=False):
+        page.method = gr.Dropdown(METHOD_CHOICES, value=s.method, label="Method")
+        page.sources = gr.CheckboxGroup(SOURCE_CHOICES, value=list(s.sources), label="Draft sources (Goose, Iso)")
+        page.budget = gr.Slider(1, 128, value=s.budget, step=1, label="Node budget B (anchor included)")
+        page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")
+        page.spine_ratio = gr.Slider(0.05, 0.95, value=s.spine_ratio, step=0.05, interactive=not s.auto_r,
+                                     label="Spine ratio r (untick adaptive to set it)")
+        page.depth = gr.Slider(1, 16, value=s.depth, step=1, label="Max depth D of the TR branches (the PLD spine "
+                               "and bypass chains are not bounded by D)")
+        page.bypass = gr.Checkbox(value=s.bypass, label="Bypass: verify the bare PLD chain when the anchor has no "
+                                  "TR entry (chains are not bounded by D)")
+        page.auto_c = gr.Checkbox(value=s.auto_c, label="GT principle auto: the speedup-optimal tree size from the "
+                                  "measured cost curve")
+        page.gt_threshold = gr.Slider(0.0, 0.5, value=s.gt_threshold, step=0.01, interactive=not s.auto_c,
+                                      label="GT threshold c (untick auto to set it; 0 = no pruning)")
+    with gr.Accordion("Run and display", open=False):
+        page.max_new_tokens = gr.Slider(1, options.max_new_tokens, value=s.max_new_tokens, step=1,
+                                        label="Max new tokens")
+        page.pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+        page.show_ghosts = gr.Checkbox(value=Drawing.show_ghosts, label="Show GT-pruned candidates as ghosts")
+        page.show_all = gr.Checkbox(value=Drawing.show_all, label="Draw every node (no +N / ⋯N folding; the tree "
+                                    "grows taller than the screen)")
+    with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
+        page.temperature = gr.Slider(0.0, 2.0, value=s.temperature, step=0.05, label="Temperature")
+        page.top_p = gr.Slider(0.05, 1.0, value=s.top_p, step=0.05, label="Top-p")
+        page.top_k = gr.Slider(0, 100, value=s.top_k, step=1, label="Top-k (0 = off)")
+        page.seed = gr.Number(s.seed, precision=0, label="Seed")
+        page.verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value=s.verifier,
+                                 label="Verifier")
+    page.command = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
+                              buttons=["copy"], interactive=False, elem_id="settings")
+
+
+def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions) -> None:
+    with gr.Accordion("Model", open=False):
+        page.model_name = gr.Textbox(first.name, label=f"Model: one of {', '.join(options.allowed_models)}"
+                                     if options.public else "Model: smollm2, demo, a hub id, a local folder or "
+                                                            ".gguf file")
+        with gr.Row():
+            page.device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
+            page.dtype = gr.Dropdown(["auto", "fp32", "fp16", "bf16"], value="auto", label="Dtype")
+        page.load_btn = gr.Button("Load model")
+        page.model_status = gr.Markdown(f"Using {first.describe()}.", elem_id="model-status")
+    with gr.Accordion("Trace file: export the last run, or replay one", open=False):
+        page.export_btn = gr.Button("Export trace (JSON)")
+        page.export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
+        page.import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
+                                   type="filepath", elem_id="import-trace")
+    with gr.Accordion("How to read this", open=False):
+        gr.Markdown(HOW_TO_READ)
+    gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS), elem_classes=["small"])
+
+
+def _run_views(page: Page) -> None:
+    """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
+    with gr.Row(equal_height=True):
+        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=250)
+        page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
+    page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
+                             elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
+    page.explain = gr.Markdown(elem_id="explain")
+    with gr.Row(equal_height=True):
+        page.back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
+        page.scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (drag, arrow keys, or type a number)",
+                                  elem_id="cycle-scrubber")
+        page.fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
+        page.step_btn = gr.Button("Step through", scale=0, min_width=110, elem_id="step-through")
+        page.full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
+    page.output = gr.HighlightedText(label="Output so far, coloured by the source of each token (click a token to "
+                                           "see its cycle)", color_map=COLOR_MAP, show_legend=True,
+                                     combine_adjacent=False, elem_id="output")
+    page.speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
+    with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
+        page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.depth), elem_id="theory")
+
+
+def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
+    with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
+        with gr.Row():
+            page.race_btn = gr.Button("Race", variant="primary")
+            page.race_pace = gr.Slider(0, 20, value=4, step=1, label="Race slow motion: pause k × each forward's "
+                                       "engine time (0 = real time)", elem_id="race-pace")
+        page.race_board = gr.Markdown(elem_id="race-board")
+        with gr.Row():
+            page.race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
+            page.race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
+    with gr.Accordion("Verification cost curve and the GT principle", open=False):
+        page.cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), INITIAL.budget), show_label=False,
+                                 elem_id="cost-curve")
+        page.remeasure = gr.Button("Re-measure on this device (for your session only)")
+
+
+# ---------------------------------------------------------------- the page's events
+
+def _wire_runs(page: Page, models: ModelRegistry) -> None:
+    """Generate, Race and Stop: the runs that hold the model (one at a time, counted by a ``RunBoard``)."""
+    board = RunBoard()
+    waiting = lambda: board.waiting_words()  # noqa: E731
+    model_bound = dict(fixed={"models": models}, around=board.wrap, concurrency_limit=1, concurrency_id="model")
+    page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
+    wire(page.go_btn.click, generate, page, GENERATE_OUT, api_name="generate", **model_bound)  # its first frame
+    page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")  # replaces it
+    wire(page.race_btn.click, race, page, RACE_OUT, api_name="race", **model_bound)
+    wire(page.stop_btn.click, request_stop, page, queue=False, api_visibility="private")
+
+
+def _wire_cycles(page: Page, models: ModelRegistry) -> None:
+    """The scrubber, its buttons, the drawing toggles, token clicks, step-through and trace files."""
+    for trigger, step in ((page.scrubber.input, 0), (page.back_btn.click, -1), (page.fwd_btn.click, 1),
+                          (page.show_ghosts.input, 0), (page.show_all.input, 0)):
+        wire(trigger, show_cycle, page, CYCLE_OUT, fixed={"step": step, "models": models}, api_visibility="private",
+             trigger_mode="always_last")  # typed values and arrow keys fire input too; the output sets the slider
+        # without firing it again
+
+    def token_clicked(run, show_ghosts, show_all, model_key, evt: gr.SelectData):  # gradio injects evt by type
+        return page.keyed(jump_to_token(run, evt.index, Drawing(show_ghosts, show_all), model_key, models=models))
+
+    page.output.select(token_clicked, [page.run, page.show_ghosts, page.show_all, page.model_key],
+                       [page[n] for n in CYCLE_OUT], api_visibility="private")
+    wire(page.step_btn.click, step_through, page, ("scrubber", "tree_plot", "explain", "output"),
+         fixed={"models": models}, api_name="step_through")
+    wire(page.export_btn.click, export_trace, page, ("export_file",), fixed={"models": models},
+         api_visibility="private")
+    wire(page.import_file.upload, import_trace, page, IMPORT_OUT, api_name="import_trace")
+
+
+def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOptions) -> None:
+    """Presets, the adaptive r / auto c switches, the model picker, the cost curve, dark mode, full screen."""
+    wire(page.preset.input, preset_fields, page, ("prompt", "prompt_format"), api_visibility="private")
+    page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
+    page.auto_c.input(lambda a: gr.Slider(interactive=not a), page.auto_c, page.gt_threshold, api_visibility="private")
+    wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key"),
+         fixed={"models": models, "options": options}, api_name="load_model", concurrency_id="load",
+         concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
+    wire(page.remeasure.click, remeasure_curve, page, ("curve", "cost_plot"), fixed={"models": models},
+         api_visibility="private", concurrency_id="model", concurrency_limit=1)
+    wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private")
+    page.dark_btn.click(None, js=TOGGLE_DARK)
+    page.full_btn.click(None, js=FULLSCREEN)
 
 
 def placeholder_figure():
@@ -771,18 +868,6 @@ def placeholder_figure():
     fig.update_layout(height=450, xaxis=dict(visible=False), yaxis=dict(visible=False),
                       paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", margin=dict(l=10, r=10, t=40, b=64))
     return fig
-
-
-def request_stop(control: dict) -> None:
-    """Stop: the visitor's running Generate, Race or step-through ends after its current cycle and keeps
-    what it has (no error, both race outputs kept)."""
-    control["stop"] = True
-
-
-def preset_fields(label):
-    """A preset's prompt and its format (code: raw completion; chat datasets: chat template)."""
-    preset = next((p for p in PRESETS if p["label"] == label), None)
-    return (preset["prompt"], preset["format"]) if preset else (gr.skip(), gr.skip())
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from engine.loading import ModelLoadError, load_model
+from engine.sources import REGISTRY
 
 ROOT = __import__("conftest").ROOT
 
@@ -30,9 +31,9 @@ def test_cli_json_with_lossless_check(tmp_path):
     for key in ("new_tokens", "cycles", "tau", "tok_per_s", "accepted_by_source", "lossless"):
         assert key in result
     assert result["lossless"] is True and 0 < result["new_tokens"] <= 48  # SmolLM2 may end its answer (EOS) earlier
-    assert set(result["accepted_by_source"]) == {"pld", "tr", "ptd", "bonus"}
+    assert set(result["accepted_by_source"]) == {info.name for info in REGISTRY} | {"bonus"}
     assert sum(result["accepted_by_source"].values()) == result["new_tokens"]
-    drafted = result["accepted_by_source"]["pld"] + result["accepted_by_source"]["tr"]
+    drafted = result["new_tokens"] - result["accepted_by_source"]["bonus"]
     assert drafted > 0, "no draft token accepted: inconclusive"
 
 
@@ -68,17 +69,6 @@ def test_chat_template_is_applied_when_the_tokenizer_has_one(demo_lm):
     assert demo_lm.tokenizer.decode(demo_lm.encode_prompt("hello")) == "hello"  # the demo model has no template
 
 
-def test_app_builds_and_checks_input(demo_lm):
-    import app
-
-    demo = app.build_demo(demo_lm)
-    assert demo is not None
-    assert app.check_inputs(demo_lm, "  ", 60, 10)[1].startswith("The prompt is empty")
-    assert "at least 1" in app.check_inputs(demo_lm, "x", 60, 0)[1]
-    assert "node budget" in app.check_inputs(demo_lm, "x", 0, 10)[1]
-    assert "context" in app.check_inputs(demo_lm, "x " * 3000, 60, 10)[1]
-
-
 def test_launched_app_streams_cycles_through_the_api(demo_lm):
     from gradio_client import Client
 
@@ -109,33 +99,105 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         demo.close()
 
 
-def test_scrubber_steps_through_recorded_cycles(demo_lm):
-    import app
-    from engine.loading import ModelRegistry
 
-    models = ModelRegistry(demo_lm)
-    outputs = list(app.generate("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6,
-                                True, 0.0, 24, True, 0.0, True, None, models=models))
-    run = outputs[-1][4]
-    assert len(run["traces"]) >= 3
-    k, fig, text, theory, marked = app.show_cycle(run, 2, True, step=-1, models=models)
-    assert k == 1 and fig.layout.title.text.startswith("cycle 1") and text and "τ" in theory
-    # the output marks the tokens the shown cycle committed
-    assert [t for (t, label) in marked if label == app.SHOWN] == [t for (t, _), c in zip(run["segments"], run[
-        "token_cycles"]) if c == 1]
-    k, *_ = app.show_cycle(run, len(run["traces"]) - 1, True, step=1, models=models)
-    assert k == len(run["traces"]) - 1  # clamped at the last cycle
-    assert "Generate first" in app.show_cycle(None, 0, True, models=models)[2]
-    # clicking an output token shows the cycle that produced it
+CODE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+
+
+def frames_of(handler, *args, **kwargs) -> list[dict]:
+    """Every frame a streaming handler yields; each is a dict keyed by component name."""
+    frames = list(handler(*args, **kwargs))
+    assert frames and all(isinstance(f, dict) for f in frames)
+    return frames
+
+
+def test_page_settings_check_input_once(demo_lm):
+    import app
+    from engine.config import ConfigError
+    from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
+
+    assert app.build_demo(demo_lm) is not None
+    for settings, message in ((PageSettings(prompt="  "), "The prompt is empty"),
+                              (PageSettings(prompt="x", max_new_tokens=0), "ax new tokens must be at least 1"),  # DecodeConfig's message
+                              (PageSettings(prompt="x", budget=0), "ode budget B must be in"),
+                              (PageSettings(prompt="x", budget=None), "ode budget B must be a number"),
+                              (PageSettings(prompt="x " * 3000, max_new_tokens=10), "context")):
+        with pytest.raises(ConfigError, match=message):
+            settings.prepare(demo_lm)
+        frames = frames_of(app.generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
+        assert len(frames) == 1 and set(frames[0]) == {"stats"} and message in frames[0]["stats"]
+    ids, config = PageSettings(prompt="x", budget=24.0, auto_c=False, gt_threshold=0.1).prepare(demo_lm)
+    assert ids and config.budget == 24 and config.gt_threshold == 0.1 and config.spine_ratio is None
+
+
+def test_handlers_take_at_most_six_named_parameters():
+    import inspect
+
+    import app
+
+    for handler in (app.generate, app.race, app.show_cycle, app.step_through, app.jump_to_token, app.export_trace,
+                    app.import_trace, app.load_other_model, app.remeasure_curve, app.cost_plot_for, app.preset_fields,
+                    app.request_stop):
+        params = inspect.signature(handler).parameters
+        assert len(params) <= 6, (handler.__name__, list(params))
+
+
+def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
+    """settings -> command -> the CLI's own parser -> the same DecodeConfig, for the page's every setting."""
+    import shlex
+
+    from engine.config import DecodeConfig
+    from engine.cost import CostCurve
+    from engine.generate import build_parser, command_line, config_from_args
+    from engine.page_settings import PageSettings
+
+    variants = [PageSettings(), PageSettings(method="tr", budget=8, depth=3, auto_c=False, gt_threshold=0.123456789,
+                                             max_new_tokens=4, bypass=False, auto_r=False, spine_ratio=0.35),
+                PageSettings(sources=["pld", "tr", "ptd"], temperature=0.7, top_p=0.9, top_k=5, seed=3,
+                             verifier="hsd"),
+                PageSettings(sources=[], method="iso3")]
+    curve = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key="m")
+    for settings in variants:
+        config = settings.to_config()
+        command = command_line(config, model="demo", prompt_format="raw", cost_curve=curve)
+        words = shlex.split(command)
+        assert words[:3] == ["python", "-m", "engine.generate"] and "#" not in command
+        args = build_parser().parse_args(words[3:])
+        assert config_from_args(args) == config, command
+        assert (args.cost_curve == curve.spec()) == (config.gt_threshold == "auto")  # the curve a GT-auto run read
+    paper = DecodeConfig.preset("paper", budget=30)
+    command = command_line(paper, model="demo")
+    assert "--preset paper" in command
+    assert config_from_args(build_parser().parse_args(shlex.split(command)[3:])) == paper
+    assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig(ptd_rows=8), model="demo")
+
+
+def test_scrubber_steps_through_recorded_cycles(demo_lm):
     from types import SimpleNamespace
 
-    assert len(run["token_cycles"]) == 24
-    index = len(run["token_cycles"]) - 1
-    k, fig, *_ = app.jump_to_token(run, True, SimpleNamespace(index=index), models=models)
-    assert k == run["token_cycles"][index] == run["traces"][-1].index
-    segments = outputs[-1][0]
-    assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)
+    import app
+    from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
 
+    models = ModelRegistry(demo_lm)
+    frames = frames_of(app.generate, PageSettings(prompt=CODE, max_new_tokens=24), models=models)
+    run = frames[-1]["run"]
+    assert len(run.traces) >= 3 and set(frames[-1]) >= {"output", "tree_plot", "stats", "scrubber", "command"}
+    shown = app.show_cycle(run, 2, step=-1, models=models)
+    assert shown["scrubber"] == 1 and shown["tree_plot"].layout.title.text.startswith("cycle 1")
+    assert shown["explain"] and "τ" in shown["theory"]
+    # the output marks the tokens the shown cycle committed
+    assert [t for (t, label) in shown["output"] if label == app.SHOWN] == [
+        t for (t, _), c in zip(run.segments, run.token_cycles) if c == 1]
+    assert app.show_cycle(run, len(run.traces) - 1, step=1, models=models)["scrubber"] == len(run.traces) - 1  # clamped
+    assert "Generate first" in app.show_cycle(None, 0, models=models)["explain"]
+    # clicking an output token shows the cycle that produced it
+    assert len(run.token_cycles) == 24
+    index = len(run.token_cycles) - 1
+    assert app.jump_to_token(run, index, models=models)["scrubber"] == run.token_cycles[index] == run.traces[-1].index
+    assert app.jump_to_token(run, SimpleNamespace(), models=models) == {}  # a click that is not a token
+    segments = frames[-1]["output"]
+    assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)
 
 
 def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
@@ -144,44 +206,66 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 
     import app
     from engine import generate as cli
-    from engine.loading import ModelRegistry
-
-    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
     from engine.cost import CostCurve, curve_key
+    from engine.loading import ModelRegistry
     from engine.metrics import summarize
+    from engine.page_settings import PageSettings
 
     own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
-    outputs = list(app.generate(prompt, "goose", 24, False, 0.5, 4, True, 0.0, 20, False, 0.0, True, None,
-                                ("pld", "tr", "ptd"), curve=own, models=ModelRegistry(demo_lm)))
-    run, command = outputs[-1][4], outputs[-1][9]
-    (tmp_path / "PROMPT.txt").write_text(prompt, encoding="utf-8")
+    settings = PageSettings(prompt=CODE, budget=24, auto_r=False, depth=4, max_new_tokens=20, bypass=False,
+                            sources=("pld", "tr", "ptd"))
+    last = frames_of(app.generate, settings, session=app.Session(curve=own), models=ModelRegistry(demo_lm))[-1]
+    run, command = last["run"], last["command"]
+    (tmp_path / "PROMPT.txt").write_text(CODE, encoding="utf-8")
     args = shlex.split(command)[3:]
     args[args.index("PROMPT.txt")] = str(tmp_path / "PROMPT.txt")
     assert cli.main([*args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["token_ids"] == [t for tr in run["traces"] for t in tr.new_tokens]
-    assert result["config"] == json.loads(json.dumps(run["config"]))  # same c, sources, B, D, r …
+    assert result["token_ids"] == [t for tr in run.traces for t in tr.new_tokens]
+    assert result["config"] == json.loads(json.dumps(run.config))  # same c, sources, B, D, r …
     assert own.spec() in command  # GT auto: the curve the run read travels with the command ...
-    assert result["cycles"] == summarize(run["traces"]).cycles  # ... so the CLI builds the same trees
+    assert result["cycles"] == summarize(run.traces).cycles  # ... so the CLI builds the same trees
 
 
 def test_race_and_model_picker(demo_lm):
     import app
     from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
 
     models = ModelRegistry(demo_lm)
-    updates = list(app.race("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6, True,
-                            0.0, 32, True, models=models))
-    ar_text, spec_text, board = updates[-1]
-    assert ar_text == spec_text  # greedy: both decoders commit the same tokens
-    assert "speedup" in board and board.count("32 tokens") == 2
-    assert "prompt is empty" in list(app.race("", "goose", 60, True, 0.5, 6, True, 0.0, 8, True, models=models))[-1][2]
+    last = frames_of(app.race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
+    assert last["race_ar"] == last["race_spec"]  # greedy: both decoders commit the same tokens
+    assert "speedup" in last["race_board"] and last["race_board"].count("32 tokens") == 2
+    assert "prompt is empty" in frames_of(app.race, PageSettings(prompt=""), models=models)[-1]["race_board"]
     # a model that cannot be loaded: the message names it and the current model stays
-    steps = list(app.load_other_model("./no/such/model", "cpu", "fp32", None, models=models))
-    assert "Loading" in steps[0][0] and "no/such/model" in steps[-1][0] and steps[-1][1] is None
-    assert models.get(None) is demo_lm
-    steps = list(app.load_other_model("", "cpu", "fp32", None, models=models))  # the embedded model: reused
-    assert steps[-1][0].startswith("✅") and models.get(steps[-1][1]) is demo_lm
+    steps = frames_of(app.load_other_model, model_name="./no/such/model", device="cpu", dtype="fp32", model_key=None,
+                      models=models)
+    assert "Loading" in steps[0]["model_status"] and "no/such/model" in steps[-1]["model_status"]
+    assert all("model_key" not in s for s in steps) and models.get(None) is demo_lm
+    steps = frames_of(app.load_other_model, model_name="", device="cpu", dtype="fp32", model_key=None,
+                      models=models)  # the embedded model: reused
+    assert steps[-1]["model_status"].startswith("✅") and models.get(steps[-1]["model_key"]) is demo_lm
+
+
+def test_race_runs_the_lane_with_less_engine_time():
+    from engine.race import Race
+
+    def lane(step_s, cycles):  # a decoder whose forwards each take step_s engine seconds
+        for k in range(cycles):
+            yield SimpleTrace(new_tokens=(k,), elapsed_s=step_s * (k + 1), finished=k == cycles - 1)
+
+    contest = Race({"slow": lane(3.0, 2), "fast": lane(1.0, 4)})
+    order = [(x.name, x.elapsed_s) for x in contest.steps()]
+    assert order == [("slow", 3.0), ("fast", 1.0), ("fast", 2.0), ("fast", 3.0), ("slow", 6.0), ("fast", 4.0)]
+    slow, fast = contest.lanes
+    assert contest.over and slow.finished and fast.tau == 1.0 and contest.speedup() == 1.5
+    stopped = Race({"a": iter(())})  # a decoder that ends with no cycle (stopped before its first)
+    assert [x.done and not x.finished for x in stopped.steps()] == [True]
+
+
+class SimpleTrace:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
 
 
 def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
@@ -195,9 +279,10 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     assert options.max_new_tokens == 512
     models = ModelRegistry(demo_lm)
     for name in ("/etc", "./assets/demo-model", "gpt2", "~/.cache/goose-lens/models/x"):  # paths, other hub ids
-        steps = list(app.load_other_model(name, "cpu", "fp32", None, models=models, options=options))
-        assert len(steps) == 1 and "loads only these models: demo, smollm2-135m-instruct" in steps[0][0]
-        assert steps[0][1] is None and models.get(None) is demo_lm
+        steps = frames_of(app.load_other_model, model_name=name, device="cpu", dtype="fp32", model_key=None,
+                          models=models, options=options)
+        assert len(steps) == 1 and "loads only these models: demo, smollm2-135m-instruct" in steps[0]["model_status"]
+        assert "model_key" not in steps[0] and models.get(None) is demo_lm
     assert options.refusal("SmolLM2") is None and options.refusal("demo") is None
     monkeypatch.delenv("SPACE_ID")
     assert not app.PageOptions.from_env().public and app.PageOptions.from_env().refusal("/etc") is None
@@ -208,49 +293,58 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
 def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
     import app
     from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
+    from engine.run import Run
 
     models = ModelRegistry(demo_lm)
-    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
-    outputs = list(app.generate(prompt, "goose", 24, True, 0.5, 4, False, 0.0, 24, False, 0.0, True, None,
-                                prompt_format="raw", models=models))
-    run, stats = outputs[-1][4], outputs[-1][3]
-    path = app.export_trace(run, models=models)
-    out = app.import_trace(path, None, True, models=models)
-    imported, new_stats, new_prompt, new_command = out[4], out[3], out[10], out[12]
-    assert stats.startswith(new_stats.split(":", 1)[1].strip())  # every cycle summarised, the last one shown
-    # (a trace file does not record the prompt format, so the imported line ends before it)
-    assert out[5].value == len(run["traces"]) - 1 and new_prompt == prompt
-    assert new_command.startswith("python -m engine.generate") and "--budget 24" in new_command
-    assert len(imported["segments"]) == 24
+    settings = PageSettings(prompt=CODE, budget=24, depth=4, auto_c=False, max_new_tokens=24, bypass=False,
+                            prompt_format="raw")
+    last = frames_of(app.generate, settings, models=models)[-1]
+    run, stats = last["run"], last["stats"]
+    path = app.export_trace(run, models=models)["export_file"]
+    out = app.import_trace(path)
+    imported = out["run"]
+    assert isinstance(imported, Run) and imported.token_cycles == run.token_cycles
+    assert imported.decode_config() == run.decode_config()  # JSON lists back as tuples
+    assert stats.startswith(out["stats"].split(":", 1)[1].strip())  # every cycle summarised, the last one shown
+    assert out["scrubber"].value == len(run.traces) - 1 and out["prompt"] == CODE and out["prompt_format"] == "raw"
+    assert out["command"].startswith("python -m engine.generate") and "--budget 24" in out["command"]
+    assert len(imported.segments) == 24 and out["import_file"] is None
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "goose-lens-trace", "version": 99}')
+    refused = app.import_trace(str(bad))  # a bad file: a message, the current run kept (no "run" key)
+    assert set(refused) == {"stats", "import_file"} and "version 99" in refused["stats"]
 
 
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     import app
     from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
 
     control = {"stop": False}
-    updates = []
-    for update in app.race("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "goose", 60, True, 0.5, 6,
-                           True, 0.0, 64, True, slow_motion=1, control=control, models=ModelRegistry(demo_lm)):
-        updates.append(update)
-        if len(updates) == 3:
+    frames = []
+    for frame in app.race(PageSettings(prompt=CODE, max_new_tokens=64), race_pace=1,
+                          session=app.Session(control=control), models=ModelRegistry(demo_lm)):
+        frames.append(frame)
+        if len(frames) == 3:
             control["stop"] = True
-    ar_text, spec_text, board = updates[-1]
-    assert ar_text and spec_text and "stopped" in board and "64 tokens" not in board
+    last = frames[-1]
+    assert last["race_ar"] and last["race_spec"] and "stopped" in last["race_board"]
+    assert "64 tokens" not in last["race_board"]
 
 
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     import app
     from engine.cost import CostCurve, curve_key
     from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
 
     models = ModelRegistry(demo_lm)
-    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+    settings = PageSettings(prompt=CODE, budget=40, max_new_tokens=24, prompt_format="raw")
 
     def last_cycles(curve):
-        out = list(app.generate(prompt, "goose", 40, True, 0.5, 6, True, 0.0, 24, True, 0.0, True, None,
-                                prompt_format="raw", curve=curve, models=models))
-        cycles = [t for t in out[-1][4]["traces"] if t.gt_candidates]
+        run = frames_of(app.generate, settings, session=app.Session(curve=curve), models=models)[-1]["run"]
+        cycles = [t for t in run.traces if t.gt_candidates]
         assert cycles, "no cycle built a tree: inconclusive"
         return cycles
 
