@@ -47,7 +47,7 @@ from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.page_settings import PageSettings
 from engine.race import Race
 from engine.run import Run
-from engine.sources import REGISTRY
+from engine.sources import REGISTRY, SourceMemory
 from engine.trace_io import MAX_BYTES, TraceFormatError
 from viz.charts import cost_figure, speed_figure
 from viz.explain import TOKEN_COLORS, big_numbers, cycle_segments, explain_cycle, theory_panel
@@ -104,10 +104,10 @@ COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#c4b5fd"}
 INITIAL = PageSettings()  # the settings components' initial values
 
 HOW_TO_READ = f"""
-* **The tree** is one verification forward. The root is the *anchor* (the last committed token); each node
-  is a draft token, coloured by its source: {", ".join(f"**{i.label}** ({i.blurb})" for i in REGISTRY)}.
-  Depth grows to the right. Hover a node for its token, score, estimated acceptance and, for a rejected
-  node, the token the model wanted in its place.
+* **The tree** is one verification forward. The root is the *anchor* (the last committed token) and depth
+  grows to the right. Hover a node for its token, score, estimated acceptance and, for a rejected node, the
+  token the model wanted in its place. Each other node is a draft token, coloured by its source:
+{chr(10).join(f"  * **{i.label}**: {i.blurb}" for i in REGISTRY)}
 * **The thick violet path** is what the model accepted; the **star** is the bonus token the model adds itself.
   Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
   **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
@@ -135,12 +135,14 @@ class Drawing:
 @dataclass(frozen=True)
 class Session:
     """One visitor's handles (each a ``gr.State``): the model (``model_key``, None = the page's default), the
-    Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it) and their own
-    re-measured cost curve (``curve``, None = the shared one)."""
+    Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it), their own re-measured
+    cost curve (``curve``, None = the shared one) and what draft sources keep across their requests
+    (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept)."""
 
     model_key: Any = None
     control: dict | None = None
     curve: Any = None
+    memory: SourceMemory | None = None
 
     def start(self) -> dict:
         """The Stop request of a run starting now, cleared (a fresh one when the caller has none)."""
@@ -319,7 +321,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         yield _problem(str(exc))
         return
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm))
+        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
+                              memory=session.memory)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict())
         text = token_text(run, lm)
@@ -582,8 +585,8 @@ def race(settings: PageSettings, race_pace: float = 0.0, session: Session = Sess
     stop = lambda: bool(control.get("stop"))  # noqa: E731
     contest = Race({"AR": SpecDecoder(lm.model, config.with_(method="ar"), lm.eos_token_ids).generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method):
-                    SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm))
-                    .generate(ids, stop)})
+                    SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
+                                memory=session.memory).generate(ids, stop)})
     last_draw = 0.0
     for lane in contest.steps():
         if race_pace:
@@ -680,6 +683,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         page.model_key = gr.State(None)  # None = the default model
         page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
         page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
+        page.memory = gr.State(SourceMemory())  # what draft sources keep across this visitor's runs (deep-copied
+        # per session: never shared between visitors)
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
                 _prompt_inputs(page, start_preset(first))

@@ -118,11 +118,11 @@ def test_page_settings_check_input_once(demo_lm):
 
     assert app.build_demo(demo_lm) is not None
     for settings, message in ((PageSettings(prompt="  "), "The prompt is empty"),
-                              (PageSettings(prompt="x", max_new_tokens=0), "ax new tokens must be at least 1"),  # DecodeConfig's message
-                              (PageSettings(prompt="x", budget=0), "ode budget B must be in"),
-                              (PageSettings(prompt="x", budget=None), "ode budget B must be a number"),
+                              (PageSettings(prompt="x", max_new_tokens=0), "Max new tokens must be at least 1"),
+                              (PageSettings(prompt="x", budget=0), "Node budget B must be in"),
+                              (PageSettings(prompt="x", budget=None), "Node budget B must be a number"),
                               (PageSettings(prompt="x " * 3000, max_new_tokens=10), "context")):
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError, match="(?i)" + message):  # the page capitalises the first letter
             settings.prepare(demo_lm)
         frames = frames_of(app.generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
         assert len(frames) == 1 and set(frames[0]) == {"stats"} and message in frames[0]["stats"]
@@ -354,3 +354,20 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     assert all(t.gt_nodes == 1 for t in last_cycles(steep))
     other = CostCurve((1, 128), (5.0, 5000.0), key="another model|cpu|fp32|torch")
     assert app.session_curve(other, demo_lm) is None and app.session_curve(flat, demo_lm) is flat
+
+
+def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
+    import app
+    from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
+    from engine.sources import SourceMemory
+
+    models = ModelRegistry(demo_lm)
+    mine, theirs = SourceMemory(), SourceMemory()
+    settings = PageSettings(prompt=CODE, method="suffix", max_new_tokens=24)
+    for _ in range(2):  # the second run drafts from the first one's output too
+        last = frames_of(app.generate, settings, session=app.Session(memory=mine), models=models)[-1]
+        assert "run" in last, last.get("stats")
+    assert "suffix" in mine.slots and not theirs.slots
+    states = [b.value for b in app.build_demo(demo_lm).blocks.values() if isinstance(b.value, SourceMemory)]
+    assert len(states) == 1 and not states[0].slots  # the page's initial value, copied for every visitor
