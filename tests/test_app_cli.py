@@ -359,15 +359,20 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     import app
     from engine.loading import ModelRegistry
+    from engine.metrics import summarize
     from engine.page_settings import PageSettings
     from engine.sources import SourceMemory
 
     models = ModelRegistry(demo_lm)
     mine, theirs = SourceMemory(), SourceMemory()
     settings = PageSettings(prompt=CODE, method="suffix", max_new_tokens=24)
+    accepted = []
     for _ in range(2):  # the second run drafts from the first one's output too
         last = frames_of(app.generate, settings, session=app.Session(memory=mine), models=models)[-1]
         assert "run" in last, last.get("stats")
+        accepted.append(summarize(last["run"].traces).accepted_by_source["suffix"])
     assert "suffix" in mine.slots and not theirs.slots
-    states = [b.value for b in app.build_demo(demo_lm).blocks.values() if isinstance(b.value, SourceMemory)]
+    assert 0 < accepted[0] < accepted[1], accepted  # the same prompt again: the earlier output is matched
+    states = [b.value for b in app.build_demo(demo_lm).blocks.values()
+              if isinstance(getattr(b, "value", None), SourceMemory)]
     assert len(states) == 1 and not states[0].slots  # the page's initial value, copied for every visitor

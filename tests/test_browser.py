@@ -215,8 +215,12 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
 
 
 def test_tree_labels_large_and_apart_at_b128(page_url, browser):
+    from engine.sources import REGISTRY
+
     page = open_page(browser, page_url)
     open_accordion(page, "Method and tree shape")
+    for info in REGISTRY:  # one toggle per registered draft source
+        expect(page.get_by_role("checkbox", name=info.label, exact=True)).to_be_visible()
     set_number(page, "Node budget B (anchor included)", 128)
     page.get_by_label("Bypass:", exact=False).uncheck()
     page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
