@@ -40,6 +40,7 @@ from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
 from .loading import load_model
 from .metrics import summarize
+from .sources import SourceMemory
 from .trace import TIMING_KEYS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -48,6 +49,8 @@ DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt 
     "mbpp": ("mbpp/mbpp.jsonl", lambda r: r["text"], "chat"),  # instructions ("Write a function ...")
     "gsm8k": ("gsm8k/test.jsonl", lambda r: r["question"], "chat"),
     "mt_bench": ("mt_bench/question.jsonl", lambda r: r["turns"][0], "chat"),
+    # MT-Bench second turns, the model's own (greedy) first answer in context: where suffix drafting copies
+    "mt_bench2": ("mt_bench/question.jsonl", lambda r: r["turns"][:2], "chat"),
 }
 HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}
 #: Engine method variants: "goose+ptd" = goose with PTD added to its sources; a trailing "@pld>tr>ptd"
@@ -127,6 +130,11 @@ class Runner:
     def __init__(self, lm, args, draft=None, curve: CostCurve | None = None) -> None:
         self.lm, self.args, self.draft = lm, args, draft
         self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
+        self.sessions: dict[str, SourceMemory] = {}  # --same-session: each method's memory across a dataset
+
+    def new_session(self) -> None:
+        """Forget what sources kept across requests (a new dataset starts a new session)."""
+        self.sessions = {}
 
     def __call__(self, method: str, prompt_ids: list[int]) -> dict:
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
@@ -134,7 +142,8 @@ class Runner:
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
         fields = {"gt_threshold": self.args.gt_threshold, **method_config(method)}  # a "/c=" variant wins
         config = DecodeConfig(**fields, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
-        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve)
+        memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
+        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory)
         self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
@@ -194,7 +203,7 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
         return row
     sums = [r["summary"] for r in runs]
     add = lambda dicts: {k: sum(d.get(k, 0) for d in dicts) for k in sorted({k for d in dicts for k in d})}  # noqa: E731
-    drafted = {src: [sum(s.drafted[src][i] for s in sums) for i in (0, 1)] for src in sums[0].drafted}
+    spine, branch = ([sum(getattr(s, f)[i] for s in sums) for i in (0, 1)] for f in ("spine_drafted", "branch_drafted"))
     stage_ms = add([s.stage_ms for s in sums])
     row.update(
         gt_threshold=runs[0]["gt_threshold"],
@@ -202,8 +211,8 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
         accepted_by_source=add([s.accepted_by_source for s in sums]),
         accepted_by_path=add([s.tokens_by_path for s in sums]),
         cycles_by_path=add([s.paths for s in sums]), cycles_by_mode=add([s.modes for s in sums]),
-        p_s=drafted["pld"][0] / drafted["pld"][1] if drafted["pld"][1] else None,
-        p_t=drafted["tr"][0] / drafted["tr"][1] if drafted["tr"][1] else None,
+        p_s=spine[0] / spine[1] if spine[1] else None,
+        p_t=branch[0] / branch[1] if branch[1] else None,
         median_overhead_ms=statistics.median(s.median_overhead_ms for s in sums),
         median_forward_ms=statistics.median(s.median_forward_ms for s in sums),
         mean_tree_nodes=statistics.fmean(s.mean_tree_nodes for s in sums),
@@ -291,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="cost curve to use: a spec 'past=128;1:5.1,...' or a JSON file (default: this machine's "
                          "cached curve)")
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
+    ap.add_argument("--same-session", action="store_true",
+                    help="run each dataset's prompts as one user's session: what sources keep across requests "
+                         "(the suffix tree of earlier outputs) carries over from prompt to prompt")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
     try:
@@ -308,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, profile = [], []
     for dataset, texts in prompts.items():
         runs = {m: [] for m in methods}
+        run.new_session()
         for k, text in enumerate(tqdm(texts, desc=dataset)):
-            ids = lm.encode_prompt(text, chat=DATASETS[dataset][2] == "chat")
+            ids = encode(lm, text, DATASETS[dataset][2], args.max_new_tokens)
             for m in methods[k % len(methods):] + methods[: k % len(methods)]:  # rotate: no method always first
                 runs[m].append(run(m, ids))
                 profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
@@ -328,12 +341,30 @@ def main(argv: list[str] | None = None) -> int:
             "date": dt.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
-            "gt_threshold": args.gt_threshold,
+            "gt_threshold": args.gt_threshold, "same_session": args.same_session,
             "cost_curve": run.curve.to_dict() if run.curve is not None else None,
             "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
     write_outputs(args.out, meta, rows, profile)
     print(to_markdown(rows, meta))
     return 0 if all(r["lossless"] for r in rows) else 1
+
+
+@torch.no_grad()
+def encode(lm, text: str | list[str], prompt_format: str, max_new_tokens: int) -> list[int]:
+    """A dataset record's prompt ids.  A list of turns (``mt_bench2``) becomes a chat whose earlier turns are
+    answered by the model itself (greedy, ``max_new_tokens``), ending with the last turn."""
+    if isinstance(text, str):
+        return lm.encode_prompt(text, chat=prompt_format == "chat")
+    messages: list[dict] = []
+    for turn in text[:-1]:
+        messages.append({"role": "user", "content": turn})
+        ids = torch.tensor([lm.encode_messages(messages)], device=lm.model.device)
+        eos = list(lm.eos_token_ids) or None
+        out = lm.model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                pad_token_id=eos[0] if eos else None)
+        messages.append({"role": "assistant",
+                         "content": lm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)})
+    return lm.encode_messages([*messages, {"role": "user", "content": text[-1]}])
 
 
 def write_outputs(out: Path, meta: dict, rows: list[dict], profile: list[dict]) -> None:

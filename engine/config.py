@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 #: Draft methods the engine runs with the one decoding loop (the source switches below select them).
-METHODS = ("goose", "pld", "tr", "ptd", "iso3", "iso5", "ar")
+METHODS = ("goose", "pld", "tr", "ptd", "suffix", "iso3", "iso5", "ar")
 
 #: Draft sources a tree may mix; ``DecodeConfig.sources`` picks among them for goose / iso(k).
-SOURCES = ("pld", "tr", "ptd")
+SOURCES = ("pld", "tr", "ptd", "suffix")
 
 #: Verifiers for sampling mode: "tree" = SpecInfer-style recursive rejection over the tree (PTD
 #: Appendix B-C); "hsd" = hierarchical speculative decoding on linear chains (bypass / PLD cycles),
@@ -70,7 +70,8 @@ class DecodeConfig:
     authors' implementation", has the A/B behind every default).
     """
 
-    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd (PTD alone) | iso3 / iso5 | ar
+    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd / suffix (that source's tree alone) |
+    # iso3 / iso5 | ar
     max_new_tokens: int = 128  # tokens generated after the prompt, bonus tokens included
     budget: int = 60  # node budget B, root included (Table 5)
     spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
@@ -125,8 +126,15 @@ class DecodeConfig:
     ptd_width: int = 4  # children per node of the PTD tree and of pool tries (PTD §4 setup: 4)
     ptd_depth: int = 6  # depth cap of the PTD tree before stepping (PTD §4 setup: 6)
     ptd_share: float = 0.5  # share of the non-spine budget PTD candidates may take in a goose tree
-    walk_priority: tuple[str, ...] = ("pld", "ptd", "tr")  # order children are tried in (Goose Alg. 3);
-    # greedy tau does not depend on it (children of a node carry distinct tokens); sampling tau does
+    suffix_max_depth: int = 24  # SuffixDecoding: deepest speculation below the matched node, and the longest
+    # suffix matched (vLLM's suffix_decoding_max_tree_depth default, 24)
+    suffix_spec_factor: float = 1.0  # adaptive size: at most factor x (match length) candidates (vLLM default 1.0)
+    suffix_min_prob: float = 0.1  # candidates whose estimated path probability is below this are not proposed
+    # (vLLM's suffix_decoding_min_token_prob default, 0.1)
+    suffix_memory_tokens: int = 16384  # earlier outputs one user's suffix tree keeps (oldest outputs evicted);
+    # bounds the memory a visitor holds on a shared server (~30 MB at depth 24)
+    walk_priority: tuple[str, ...] = ("pld", "suffix", "ptd", "tr")  # order children are tried in (Goose Alg.
+    # 3); greedy tau does not depend on it (children of a node carry distinct tokens); sampling tau does
     temperature: float = 0.0  # 0 = greedy (lossless = token-identical); > 0 = sampling mode
     top_p: float = 1.0  # nucleus sampling mass (1 = off), as transformers' TopPLogitsWarper
     sample_top_k: int = 0  # keep the k most likely tokens when sampling (0 = off), as TopKLogitsWarper
@@ -153,8 +161,11 @@ class DecodeConfig:
             (self.ptd_rows >= 2 and self.ptd_width >= 1 and self.ptd_depth >= 1,
              "PTD rows must be >= 2, PTD width and depth >= 1"),
             (0.0 <= self.ptd_share <= 1.0, f"PTD share must be in [0, 1] (got {self.ptd_share})"),
-            (sorted(self.walk_priority) == sorted(SOURCES),
-             f"walk priority must order exactly {', '.join(SOURCES)} (got {self.walk_priority})"),
+            (set(self.walk_priority) <= set(SOURCES) and len(set(self.walk_priority)) == len(self.walk_priority),
+             f"walk priority must order sources among {', '.join(SOURCES)}, each once (got {self.walk_priority})"),
+            (self.suffix_max_depth >= 1 and self.suffix_spec_factor > 0 and 0.0 <= self.suffix_min_prob < 1.0
+             and self.suffix_memory_tokens >= 0, "suffix depth must be >= 1, spec factor > 0, min probability in "
+             "[0, 1), memory >= 0 tokens"),
             (0.0 <= self.temperature <= 100.0, f"temperature must be in [0, 100] (got {self.temperature})"),
             (0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1] (got {self.top_p})"),
             (self.sample_top_k >= 0, f"sampling top-k must be >= 0 (got {self.sample_top_k})"),
@@ -178,7 +189,9 @@ class DecodeConfig:
                 raise ConfigError(message)
         object.__setattr__(self, "ngram_sizes", tuple(sorted(self.ngram_sizes, reverse=True)))
         object.__setattr__(self, "sources", tuple(s for s in SOURCES if s in self.sources))
-        object.__setattr__(self, "walk_priority", tuple(self.walk_priority))
+        # a priority that omits sources (a run recorded before they existed) tries them last
+        priority = tuple(self.walk_priority)
+        object.__setattr__(self, "walk_priority", priority + tuple(s for s in SOURCES if s not in priority))
 
     def _uses(self, source: str) -> bool:
         if self.method in SOURCES:
@@ -186,16 +199,14 @@ class DecodeConfig:
         return self.method != "ar" and source in self.sources
 
     @property
-    def use_pld(self) -> bool:
-        return self._uses("pld")
+    def active_sources(self) -> tuple[str, ...]:
+        """The sources this run drafts with: the method's own, or ``sources`` for goose / iso(k); () for AR."""
+        return tuple(s for s in SOURCES if self._uses(s))
 
     @property
-    def use_tr(self) -> bool:
-        return self._uses("tr")
-
-    @property
-    def use_ptd(self) -> bool:
-        return self._uses("ptd")
+    def extra_rows(self) -> int:
+        """Rows every verification forward carries besides the draft tree: PTD's drafting rows when PTD is on."""
+        return self.ptd_rows if self._uses("ptd") else 0
 
     @property
     def sampling(self) -> bool:

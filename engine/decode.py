@@ -14,30 +14,45 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import kv_cache
-from .adjacency import AdjacencyTable
 from .config import DecodeConfig
-from .context_match import NgramIndex, PldMatch, match_confidence
 from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
-from .ptd import CandidatePool, ProgressiveTree, Trie
 from .sampling import make_warper, new_generator
-from .spine_tree import Built, build_chain, build_isotropic_tree, build_ptd_tree, build_spine_tree
+from .sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
+from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
 from .tree import DraftTree, Source
 from .verify import ReadBack, forward_tree, greedy_walk, hsd_chain_walk, read_back, sample_walk
 
 
-@dataclass
+@dataclass(frozen=True)
 class Drafts:
-    """Output of stage 1: what the draft sources propose for the current anchor."""
+    """Output of stage 1: every active source's candidates for the anchor, and which source lays the spine."""
 
-    pld: PldMatch  # PLD context match (empty when PLD is off)
-    ptd: Trie | None = None  # PTD candidate tree for the anchor (None when PTD is off or has none)
-    confidence: float = 0.0  # Goose §4.3 confidence of the match in [0, 1] (context_match.match_confidence)
+    proposals: tuple[tuple[DraftSource, Candidates], ...]
+    spine: DraftSource | None = None  # the spine source offering the longest chain (ties: ``REGISTRY`` order)
+
+    @property
+    def spine_candidates(self) -> Candidates:
+        """The spine source's candidates at the anchor (empty without a spine)."""
+        return next((c for src, c in self.proposals if src is self.spine), Candidates())
+
+    @property
+    def chain(self) -> Candidates:
+        """The spine's chain: the main path of the spine source's candidates."""
+        return _main_chain(self.spine_candidates)
+
+    @property
+    def confidence(self) -> float:
+        """Goose §4.3 confidence of the spine's match in [0, 1] (0 without a spine)."""
+        return self.spine_candidates.confidence
+
+    def any(self) -> bool:
+        return any(len(c) for _, c in self.proposals)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """What one cycle verifies (output of stages 1-2)."""
 
@@ -45,10 +60,26 @@ class Plan:
     tree: DraftTree  # the draft tree the walk verifies
     ghosts: tuple
     spine_ratio: float | None = None
-    forward: DraftTree | None = None  # ``tree`` plus PTD drafting rows when PTD is on (what the forward sees)
+    forward: DraftTree | None = None  # ``tree`` plus the rows sources ride along (what the forward sees)
     budget: int | None = None  # node budget the tree was built with (None: bypass chain or AR step)
-    chain_tokens: int = 0  # PLD chain offered to the tree: the match, extended on a confident cycle
+    chain_tokens: int = 0  # spine chain offered to the tree: the match, extended on a confident cycle
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Output of stage 4: the accepted path and the bonus token."""
+
+    accepted: tuple[int, ...]  # accepted node indices, root excluded, in path order
+    bonus: int  # the target's token after the last accepted node
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Output of stage 5: what the cycle appended to the output."""
+
+    tokens: tuple[int, ...]  # accepted tokens + bonus, cut at EOS and at max new tokens
+    finished: bool
 
 
 @dataclass
@@ -56,11 +87,9 @@ class Session:
     """Mutable state of one generation; never shared between generations or users."""
 
     cache: object  # transformers DynamicCache (see kv_cache)
-    index: NgramIndex  # prompt + generated tokens, n-gram indexed
-    table: AdjacencyTable | None
+    tokens: list[int]  # prompt + generated tokens: the context sources are asked about
+    sources: tuple[DraftSource, ...]  # this generation's draft sources (engine/sources)
     stats: AcceptanceStats
-    ptd: ProgressiveTree | None = None  # PTD drafting tree T (PTD §3.2), when PTD is on
-    pool: CandidatePool | None = None  # PTD candidate pool, when PTD is on
     generator: torch.Generator | None = None  # sampling mode: every random draw of this generation
     output: list[int] = field(default_factory=list)
     past_len: int = 0
@@ -69,11 +98,28 @@ class Session:
 
     @property
     def anchor(self) -> int:
-        return self.index.tokens[-1]
+        return self.tokens[-1]
 
     @property
     def prev(self) -> int | None:
-        return self.index.tokens[-2] if len(self.index.tokens) > 1 else None
+        return self.tokens[-2] if len(self.tokens) > 1 else None
+
+
+class Stopwatch:
+    """Stage timings of one cycle, in ms: ``lap(stage)`` charges the time since the previous lap to ``stage``."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.ms[stage] = self.ms.get(stage, 0.0) + (now - self.last) * 1000.0
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        """The laps plus ``total`` (ms since the stopwatch started)."""
+        return {**self.ms, "total": (time.perf_counter() - self.start) * 1000.0}
 
 
 class SpecDecoder:
@@ -92,18 +138,21 @@ class SpecDecoder:
             re-measured curve, or ``cost.load_cost_curve`` to reproduce a run); default: the model's
             shared curve (measured once per model, device, dtype and torch version, cached on disk).
             ``self.cost_curve`` is the curve in use (None when c is a number and none was given).
+        memory: what draft sources keep across this user's requests (the suffix source's tree of earlier
+            outputs); default: a fresh one, so nothing carries over.  Never share one between users.
     """
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
-                 cost_curve: CostCurve | None = None) -> None:
+                 cost_curve: CostCurve | None = None, memory: SourceMemory | None = None) -> None:
         self.model = model
-        self.extra_rows = config.ptd_rows if config.use_ptd else 0  # PTD rows ride along in every forward
+        self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
         if cost_curve is None and config.gt_threshold in ("auto", "chord"):
             cost_curve = cached_cost_curve(model)
         self.cost_curve = cost_curve
         if config.gt_threshold == "chord":  # one c from the curve's chord at B (GT §3.1, Eq. 9)
             config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows))
         self.config = config  # gt_threshold: "auto" or the number c in use
+        self.memory = memory if memory is not None else SourceMemory()
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.priority = tuple(Source(s) for s in config.walk_priority)
         self.warp = make_warper(config) if config.sampling else None
@@ -120,48 +169,31 @@ class SpecDecoder:
         session, trace = self._prefill(list(prompt_ids))
         yield trace
         while not trace.finished and not (should_stop and should_stop()):
-            t = {}
-            t_start = time.perf_counter()
-            drafts = self._draft(session)  # 1. draft: PLD context match, PTD candidate tree
-            t["draft"] = _ms(t_start)
-            plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ PTD rows)
-            t["build"] = _ms(t_start) - t["draft"]
+            clock = Stopwatch()
+            drafts = self._draft(session)  # 1. draft: every source's candidates for the anchor
+            clock.lap("draft")
+            plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
+            clock.lap("build")
             logits = forward_tree(self.model, session.cache, plan.forward, session.past_len)  # 3. verify
-            back = read_back(logits, self.config.top_k if session.table is not None else 0)  # the one host sync
-            greedy = back.greedy[: len(plan.tree)]  # (n,) target greedy token at the draft tree's rows
-            t["forward"] = _ms(t_start) - t["draft"] - t["build"]
-            accepted, bonus = self._accept(session, plan, logits, greedy)  # 4. accept
-            t["walk"] = _ms(t_start) - sum(t.values())
-            new_tokens, finished = self._commit(session, plan, back, accepted, bonus, t)  # 5. commit
-            t["total"] = _ms(t_start)
-            session.cycles += 1
-            session.busy_s += t["total"] / 1000
-            trace = CycleTrace(
-                index=session.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts, greedy=tuple(greedy),
-                accepted=accepted, bonus=bonus, new_tokens=new_tokens, spine_ratio=plan.spine_ratio,
-                p_s_ema=session.stats.p_s_ema, timings_ms=t, elapsed_s=session.busy_s,
-                total_tokens=len(session.output), finished=finished, ptd_rows=len(plan.forward) - len(plan.tree),
-                confidence=drafts.confidence, match_tokens=len(drafts.pld.draft), chain_tokens=plan.chain_tokens,
-                budget=plan.budget, **_gt_fields(plan.gt))
+            back = read_back(logits, self._read_k(session))  # the cycle's one host sync
+            clock.lap("forward")
+            walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)])  # 4. accept
+            clock.lap("walk")
+            done = self._commit(session, plan, back, walk, clock)  # 5. commit
+            trace = self._trace(session, drafts, plan, back, walk, done, clock.total())
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
 
     @torch.no_grad()
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
-        """Alg. 2 lines 1-3: index the prompt, one forward, harvest its logits, first token = argmax."""
-        cfg, t_start = self.config, time.perf_counter()
-        # the most rows one forward adds: the largest tree or chain, plus the PTD drafting rows
-        rows = max(cfg.max_budget, cfg.max_spine + 1) + (cfg.ptd_rows if cfg.use_ptd else 0)
-        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows)
-        session = Session(cache=cache, index=NgramIndex(cfg.ngram_sizes, cfg.occurrence), table=None,
-                          stats=AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
-                                                calibrate_tr=cfg.tr_calibration,
-                                                pooled_pld_prior=cfg.pooled_pld_prior))
-        if cfg.use_ptd:
-            session.ptd = ProgressiveTree(prompt, width=cfg.ptd_width, max_depth=cfg.ptd_depth,
-                                          max_rows=cfg.ptd_rows, seed=cfg.seed)
-            session.pool = CandidatePool(width=cfg.ptd_width, max_depth=cfg.ptd_depth)
+        """Alg. 2 lines 1-3: one forward over the prompt, its rows read back for the sources, first token = argmax."""
+        cfg, clock = self.config, Stopwatch()
+        # the most rows one forward adds: the largest tree or chain, plus the ride-along rows
+        rows = max(cfg.max_budget, cfg.max_spine + 1) + self.extra_rows
+        stats = AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init)
+        session = Session(cache=kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows),
+                          tokens=list(prompt), sources=make_sources(cfg, stats, self.memory), stats=stats)
         if cfg.sampling:
             session.generator = new_generator(cfg.seed)
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
@@ -170,78 +202,107 @@ class SpecDecoder:
             first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=session.generator))
         else:
             first = int(logits[-1].argmax())
-        t_forward = _ms(t_start)
-        if cfg.use_tr:
-            session.table = AdjacencyTable(logits.shape[-1], cfg.top_k, cfg.bigram_capacity,
-                                           renormalise=cfg.adjacency_scores == "top-k")
-            session.table.harvest([None, *prompt[:-1]], ids[0], logits)
+        clock.lap("forward")
+        back = read_back(logits, self._read_k(session))  # (L rows): every prompt row's successors
+        for src in session.sources:
+            src.prefill(prompt, back)
         session.past_len = len(prompt)
-        session.index.extend(prompt)
-        new_tokens, finished = self._append(session, [first])
-        root = DraftTree.root_only(prompt[-1])
-        timings = {"forward": t_forward, "harvest": _ms(t_start) - t_forward, "total": _ms(t_start)}
+        done = self._append(session, [first])
+        clock.lap("harvest")
+        timings = clock.total()
         session.busy_s = timings["total"] / 1000
         return session, CycleTrace(
-            index=0, mode="prefill", tree=root, ghosts=(), greedy=(first,), accepted=(), bonus=first,
-            new_tokens=new_tokens, spine_ratio=None, p_s_ema=session.stats.p_s_ema, timings_ms=timings,
-            elapsed_s=session.busy_s, total_tokens=len(session.output), finished=finished)
+            index=0, mode="prefill", tree=DraftTree.root_only(prompt[-1]), ghosts=(), greedy=(first,), accepted=(),
+            bonus=first, new_tokens=done.tokens, spine_ratio=None, p_s_ema=stats.p_s_ema, timings_ms=timings,
+            elapsed_s=session.busy_s, total_tokens=len(session.output), finished=done.finished)
 
     def _draft(self, s: Session) -> Drafts:
-        """Alg. 2 line 5: context match (with its §4.3 confidence) and the PTD pool's candidates."""
+        """Alg. 2 line 5: every source's candidates for the anchor; the spine goes to the spine source offering the
+        longest chain (its candidates' main path; ties: ``REGISTRY`` order, PLD first).  Measured against "the
+        longest match" (the suffix match is nearly always longer than PLD's n-gram): docs/results.md, "Suffix"."""
         cfg = self.config
-        chain = cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine
-        pld = s.index.match(chain) if cfg.use_pld else PldMatch()
-        confidence = match_confidence(len(pld.draft), pld.unanimous, cfg.bypass_threshold, cfg.max_spine)
-        return Drafts(pld, s.pool.get(s.anchor) if s.pool is not None else None, confidence)
+        request = Request(s.tokens, (), budget=max(cfg.max_budget - 1, cfg.max_spine, cfg.pld_chain_tokens))
+        proposals = tuple((src, src.propose(request)) for src in s.sources)
+        spines = [(len(c.main_path), -i, src) for i, (src, c) in enumerate(proposals)
+                  if src.info.role is Role.SPINE and len(c)]
+        return Drafts(proposals, max(spines, key=lambda x: x[:2])[2] if spines else None)
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
-        """Draft tree for this cycle, then the PTD drafting rows grafted under its root (PTD §3.2)."""
+        """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2)."""
         plan = self._choose_size(self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
-        plan.forward = plan.tree.graft(*s.ptd.rows(), Source.PTD_ROW) if s.ptd is not None else plan.tree
-        return plan
+        forward = plan.tree
+        for _, cands in drafts.proposals:
+            forward = forward.graft(list(cands.rows[0]), list(cands.rows[1]), Source.PTD_ROW)
+        return replace(plan, forward=forward)
 
     def _route(self, s: Session, drafts: Drafts) -> Plan:
-        """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR."""
-        cfg, match = self.config, drafts.pld
-        has_adjacency = s.table is not None and s.table.has_successors(s.prev, s.anchor)
+        """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR.
+        The ptd and suffix methods verify their source's candidate tree alone."""
+        cfg, chain = self.config, drafts.chain
         built: Built | None = None
-        mode, r, budget, chain = "ar", None, None, match.draft
-        if cfg.method == "ptd":
-            mode, built = "tree", build_ptd_tree(s.anchor, drafts.ptd, cfg, s.stats)
-        elif match.draft and (cfg.method == "pld" or self._bypass(match, has_adjacency)):
-            mode, built = "bypass", build_chain(s.anchor, match.draft, s.stats, cfg.gt_threshold)
-        elif match.draft or drafts.ptd is not None or has_adjacency or cfg.iso_k is not None:
+        mode, r, budget = "ar", None, None
+        if cfg.method in ("ptd", "suffix"):
+            src, cands = drafts.proposals[0]
+            mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
+        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts, self._proposals(s, drafts, chain))):
+            mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt_threshold)
+        elif drafts.any() or cfg.iso_k is not None:
             budget, r, chain = self._shape(s, drafts)
+            proposals = self._proposals(s, drafts, chain)
             if cfg.iso_k is not None:
-                r, spine = None, chain if cfg.iso_spine else ()
-                built = build_isotropic_tree(s.anchor, s.prev, spine, s.table, cfg, cfg.iso_k, s.stats, budget)
+                r = None
+                if not cfg.iso_spine:
+                    proposals = replace(proposals, spine=Candidates())
+                built = build_isotropic_tree(proposals, cfg, cfg.iso_k, budget)
             else:
-                built = build_spine_tree(s.anchor, s.prev, chain, s.table, cfg, r, s.stats, drafts.ptd, budget)
+                built = build_spine_tree(proposals, cfg, r, budget)
             mode = "tree"
-        if built is None or len(built[0]) == 1:  # nothing to verify beyond the anchor: plain AR step
-            return Plan("ar", DraftTree.root_only(s.anchor), built[1] if built else ())
-        return Plan(mode, built[0], built[1], r, budget=budget, chain_tokens=len(chain))
+        if built is None or len(built.tree) == 1:  # nothing to verify beyond the anchor: plain AR step
+            return Plan("ar", DraftTree.root_only(s.anchor), built.ghosts if built else ())
+        return Plan(mode, built.tree, built.ghosts, r, budget=budget, chain_tokens=len(chain))
 
-    def _bypass(self, match: PldMatch, has_adjacency: bool) -> bool:
-        """Whether this cycle verifies the bare PLD chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``."""
+    def _proposals(self, s: Session, drafts: Drafts, chain: Candidates) -> Proposals:
+        """Alg. 1's inputs: the spine's ``chain``; the anchor candidates of pool sources and what spine sources
+        offer off the spine (the losing spine sources' whole candidates); the branch sources."""
+        pool = []
+        for src, cands in drafts.proposals:
+            if src.info.role is Role.POOL or (src.info.role is Role.SPINE and src is not drafts.spine and len(cands)):
+                pool.append((src.info.source, cands))
+            elif src is drafts.spine and len(cands) > len(cands.main_path):
+                pool.append((src.info.source, cands))  # its branches off the main path (merged into the spine)
+        branch = tuple(src for src, _ in drafts.proposals if src.info.role is Role.BRANCH)
+        return Proposals(s.tokens, chain, drafts.spine.info.source if drafts.spine else None, tuple(pool), branch)
+
+    def _bypass(self, drafts: Drafts, proposals: Proposals) -> bool:
+        """Whether this cycle verifies the bare spine chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``."""
         cfg = self.config
         if not cfg.bypass:
             return False
         if cfg.bypass_rule == "no-adjacency":
-            return not has_adjacency
-        return cfg.iso_k is None and (len(match.draft) >= cfg.bypass_threshold or match.consensus)
+            return not proposals.has_branches()
+        return cfg.iso_k is None and (len(drafts.chain) >= cfg.bypass_threshold or drafts.spine_candidates.consensus)
 
-    def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, tuple[int, ...]]:
+    def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, Candidates]:
         """§4.3 confidence schedule, as the authors' code applies it: budget ``B + int(m * budget_extension)``,
         spine ratio ``r + m (1 - r)`` (r from the EMA tier, or fixed), and, when m > ``extend_above``, the
-        chain grown by re-matching to ``int(max_extended_chain * m)`` tokens.  Returns (budget, r, chain);
+        chain grown by asking the spine source again below it, to ``int(max_extended_chain * m)`` tokens (a
+        saturated match, m = 1, only while each further match is saturated too).  Returns (budget, r, chain);
         with the schedule off, m = 0: (B, r, the match)."""
         cfg = self.config
         m = drafts.confidence if cfg.confidence_schedule else 0.0
         r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
-        chain = drafts.pld.draft
-        if chain and m > cfg.extend_above:
-            chain = s.index.extend_chain(chain, int(cfg.max_extended_chain * m), cfg.max_spine, saturated=m >= 1.0)
+        chain = drafts.chain
+        if len(chain) and m > cfg.extend_above:
+            tokens, p = list(chain.tokens), list(chain.p)
+            while len(tokens) < int(cfg.max_extended_chain * m):
+                more = _main_chain(drafts.spine.propose(Request(s.tokens, tuple(tokens), budget=cfg.max_budget)))
+                if not len(more):
+                    break
+                tokens += more.tokens
+                p += more.p
+                if m >= 1.0 and more.confidence < 1.0:
+                    break
+            chain = Candidates.chain(tokens, p, match=chain.match, confidence=chain.confidence)
         return cfg.budget + int(m * cfg.budget_extension), r + m * (1.0 - r), chain
 
     def _choose_size(self, plan: Plan) -> Plan:
@@ -254,10 +315,10 @@ class SpecDecoder:
             return replace(plan, mode="ar", tree=tree, ghosts=plan.ghosts + ghosts, spine_ratio=None, gt=choice)
         return replace(plan, tree=tree, ghosts=plan.ghosts + ghosts, gt=choice)
 
-    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> tuple[tuple[int, ...], int]:
+    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> Walk:
         """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
         if not self.config.sampling:
-            return greedy_walk(plan.tree, greedy, self.priority)
+            return Walk(*greedy_walk(plan.tree, greedy, self.priority))
         rows: dict[int, torch.Tensor] = {}
 
         def dist(node: int) -> torch.Tensor:  # (|V|,) float64 warped target distribution, computed once
@@ -266,28 +327,25 @@ class SpecDecoder:
             return rows[node]
 
         if self.config.verifier == "hsd" and plan.mode == "bypass":
-            return hsd_chain_walk(plan.tree, dist, s.generator)
-        return sample_walk(plan.tree, dist, s.generator, self.priority)
+            return Walk(*hsd_chain_walk(plan.tree, dist, s.generator))
+        return Walk(*sample_walk(plan.tree, dist, s.generator, self.priority))
 
-    def _commit(self, s: Session, plan: Plan, back: ReadBack, accepted: tuple[int, ...],
-                bonus: int, timings: dict) -> tuple[tuple[int, ...], bool]:
-        """Alg. 2 lines 15-16: compact the KV cache, harvest every logit row, grow PTD, update estimates, append."""
-        t_start = time.perf_counter()
-        tree, rows = plan.tree, plan.forward
-        kv_cache.keep_path(s.cache, s.past_len, [0, *accepted])
-        s.past_len += 1 + len(accepted)
-        timings["cache"] = _ms(t_start)
-        if s.table is not None:  # every row, rejected branches and PTD rows included (C.1)
-            prev_tokens = [s.prev, *(rows.tokens[p] for p in rows.parents[1:])]
-            s.table.store(prev_tokens, list(rows.tokens), back.successor_ids, back.successor_scores)
-        if s.ptd is not None:  # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge into the pool
-            s.ptd.grow(back.greedy[len(tree):], s.pool)
-        s.stats.update(tree, accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
-        result = self._append(s, [*(tree.tokens[i] for i in accepted), bonus])
-        timings["harvest"] = _ms(t_start) - timings["cache"]
-        return result
+    def _commit(self, s: Session, plan: Plan, back: ReadBack, walk: Walk, clock: Stopwatch) -> Committed:
+        """Alg. 2 lines 15-16: compact the KV cache, append, let every source observe the forward, update estimates."""
+        kv_cache.keep_path(s.cache, s.past_len, [0, *walk.accepted])
+        s.past_len += 1 + len(walk.accepted)
+        clock.lap("cache")
+        prev = s.prev
+        done = self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
+        verified = Verified(plan.forward, len(plan.tree), prev, back, walk.accepted, done.tokens, s.output,
+                            done.finished)
+        for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
+            src.observe(verified)
+        s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
+        clock.lap("harvest")
+        return done
 
-    def _append(self, s: Session, tokens: list[int]) -> tuple[tuple[int, ...], bool]:
+    def _append(self, s: Session, tokens: list[int]) -> Committed:
         """Append tokens to the output, cut at the first EOS and at ``max_new_tokens``."""
         room = self.config.max_new_tokens - len(s.output)
         kept = tokens[:room]
@@ -295,9 +353,34 @@ class SpecDecoder:
         if eos_at is not None:
             kept = kept[: eos_at + 1]
         s.output.extend(kept)
-        s.index.extend(kept)
-        finished = eos_at is not None or len(s.output) >= self.config.max_new_tokens
-        return tuple(kept), finished
+        s.tokens.extend(kept)
+        return Committed(tuple(kept), eos_at is not None or len(s.output) >= self.config.max_new_tokens)
+
+    def _read_k(self, s: Session) -> int:
+        """Successors per row the cycle's read-back carries: the most any source needs."""
+        return max((src.top_k for src in s.sources), default=0)
+
+    def _trace(self, s: Session, drafts: Drafts, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
+               timings: dict[str, float]) -> CycleTrace:
+        """Close the cycle's books and freeze its record."""
+        s.cycles += 1
+        s.busy_s += timings["total"] / 1000
+        return CycleTrace(
+            index=s.cycles, mode=plan.mode, tree=plan.tree, ghosts=plan.ghosts,
+            greedy=tuple(back.greedy[: len(plan.tree)]), accepted=walk.accepted, bonus=walk.bonus,
+            new_tokens=done.tokens, spine_ratio=plan.spine_ratio, p_s_ema=s.stats.p_s_ema, timings_ms=timings,
+            elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
+            ptd_rows=len(plan.forward) - len(plan.tree), confidence=drafts.confidence,
+            match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens, budget=plan.budget, **_gt_fields(plan.gt))
+
+
+def _main_chain(cands: Candidates) -> Candidates:
+    """The main path of a proposal as a chain (its candidates' own estimates), keeping its match facts."""
+    path = cands.main_path
+    if len(path) == len(cands):
+        return cands
+    return Candidates.chain([cands.tokens[i] for i in path], [cands.p[i] for i in path], match=cands.match,
+                            confidence=cands.confidence, consensus=cands.consensus)
 
 
 def _gt_fields(choice: GtChoice | None) -> dict:
@@ -306,7 +389,3 @@ def _gt_fields(choice: GtChoice | None) -> dict:
         return {}
     return {"gt_nodes": choice.nodes, "gt_candidates": choice.candidates, "gt_expected": choice.expected,
             "gt_cost_ms": choice.cost_ms}
-
-
-def _ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1000.0

@@ -99,10 +99,15 @@ class LoadedModel:
                 tokenizer has none); False = raw completion prompt; None = chat when a template exists.
         """
         if (chat is None or chat) and self.has_chat_template:
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            return self.encode_messages([{"role": "user", "content": text}])
         return self.tokenizer(text, add_special_tokens=True).input_ids
+
+    def encode_messages(self, messages: list[dict]) -> list[int]:
+        """Token ids of a chat (``[{"role": ..., "content": ...}, ...]``) through the tokenizer's chat template,
+        ready for the assistant's next turn.  Raises ValueError when the tokenizer has no chat template."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 def resolve_device(device: str) -> str:

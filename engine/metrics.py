@@ -9,12 +9,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from .sources import REGISTRY, Role
 from .trace import TIMING_KEYS, CycleTrace
-from .tree import Source
 
 
 def committed_sources(trace: CycleTrace) -> list[str]:
-    """Source label of each committed token of a cycle: 'pld' / 'tr' / 'ptd' / 'bonus'."""
+    """Source name of each committed token of a cycle ('pld', 'tr', ... of ``REGISTRY``) or 'bonus'."""
     labels = [s.value for s in trace.accepted_sources] + ["bonus"]
     return labels[: len(trace.new_tokens)]
 
@@ -27,10 +27,12 @@ class RunSummary:
     tau: float  # tokens per forward, bonus included
     seconds: float  # wall time, prefill included (s)
     tok_per_s: float  # new_tokens / seconds
-    accepted_by_source: dict  # {"pld": n, "tr": n, "ptd": n, "bonus": n}; sums to new_tokens
-    p_s: float  # accepted / proposed PLD (spine) draft tokens
-    p_t: float  # accepted / proposed TR (branch) draft tokens
-    drafted: dict  # {"pld": [accepted, proposed], "tr": [...], "ptd": [...]} draft-token counts
+    accepted_by_source: dict  # {source name: n, ..., "bonus": n} over ``REGISTRY``; sums to new_tokens
+    p_s: float  # accepted / proposed spine draft tokens (``DraftTree.spine``)
+    p_t: float  # accepted / proposed branch draft tokens (sources of ``Role.BRANCH``: TR)
+    drafted: dict  # {source name: [accepted, proposed], ...} draft-token counts
+    spine_drafted: list  # [accepted, proposed] spine draft tokens (p_s's counts)
+    branch_drafted: list  # [accepted, proposed] branch draft tokens (p_t's counts)
     modes: dict  # cycles per mode
     paths: dict  # cycles per path category (pure PLD / spine continuation / pure TR / none)
     tokens_by_path: dict  # committed draft tokens per path category (bonus tokens excluded)
@@ -48,8 +50,10 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
     if not traces:
         raise ValueError("no cycles to summarise")
     cycles = [t for t in traces if t.mode != "prefill"]
-    by_source = {"pld": 0, "tr": 0, "ptd": 0, "bonus": 0}
-    drafted = {s.value: [0, 0] for s in (Source.PLD, Source.TR, Source.PTD)}  # [accepted, proposed]
+    by_source = {**{i.name: 0 for i in REGISTRY}, "bonus": 0}
+    drafted = {i.name: [0, 0] for i in REGISTRY}  # [accepted, proposed]
+    spine, branch = [0, 0], [0, 0]  # [accepted, proposed] spine / branch tokens
+    branch_sources = {i.source for i in REGISTRY if i.role is Role.BRANCH}
     modes: dict[str, int] = {}
     paths: dict[str, int] = {}
     tokens_by_path: dict[str, int] = {}
@@ -66,18 +70,22 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         paths[t.path_category] = paths.get(t.path_category, 0) + 1
         drafted_here = sum(label != "bonus" for label in labels)
         tokens_by_path[t.path_category] = tokens_by_path.get(t.path_category, 0) + drafted_here
-        on_path = set(t.accepted)
+        on_path, on_spine = set(t.accepted), set(t.tree.spine)
         for i, src in enumerate(t.tree.sources):
             if src.value in drafted:
                 drafted[src.value][0] += i in on_path
                 drafted[src.value][1] += 1
+            for counts, member in ((spine, i in on_spine), (branch, src in branch_sources)):
+                if member:
+                    counts[0] += i in on_path
+                    counts[1] += 1
     new_tokens = sum(len(t.new_tokens) for t in traces)
     seconds = traces[-1].elapsed_s
     overhead = [t.timings_ms["total"] - t.timings_ms["forward"] for t in cycles]
     return RunSummary(
         new_tokens=new_tokens, cycles=len(cycles), forwards=len(traces), tau=new_tokens / len(traces),
         seconds=seconds, tok_per_s=new_tokens / seconds if seconds > 0 else 0.0, accepted_by_source=by_source,
-        p_s=_rate(drafted["pld"]), p_t=_rate(drafted["tr"]), drafted=drafted,
+        p_s=_rate(spine), p_t=_rate(branch), drafted=drafted, spine_drafted=spine, branch_drafted=branch,
         modes=modes, paths=paths, tokens_by_path=tokens_by_path, stage_ms=stage_ms,
         median_overhead_ms=statistics.median(overhead) if overhead else 0.0,
         median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,

@@ -6,7 +6,7 @@ Yields are in tokens per verification forward (the bonus token included), compar
 """
 from __future__ import annotations
 
-from .tree import DraftTree, Source
+from .tree import DraftTree
 
 
 def spine_yield_bound(p_s: float, p_t: float, spine_len: int, widths: list[int], max_depth: int) -> float:
@@ -46,13 +46,10 @@ def isotropic_yield(p: float, budget: int, k: int = 3, max_depth: int = 6) -> fl
 
 
 def tree_shape(tree: DraftTree) -> tuple[int, list[int]]:
-    """(m, [w_0 .. w_{m-1}]): the PLD spine's length and the non-spine children at each spine node."""
-    spine = [0]
-    while True:
-        nxt = next((c for c in tree.children[spine[-1]] if tree.sources[c] is Source.PLD), None)
-        if nxt is None:
-            break
-        spine.append(nxt)
-    m = len(spine) - 1
-    widths = [sum(tree.sources[c] is not Source.PLD for c in tree.children[node]) for node in spine[:max(m, 1)]]
+    """(m, [w_0 .. w_{m-1}]): the spine's length (``DraftTree.spine``) and the non-spine children at the anchor
+    and at each spine node but the last."""
+    on_spine = set(tree.spine)
+    nodes = [0, *tree.spine]
+    m = len(nodes) - 1
+    widths = [sum(c not in on_spine for c in tree.children[node]) for node in nodes[:max(m, 1)]]
     return m, widths

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from .sources import info
 from .tree import DraftTree, GhostNode, Source
 
 #: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear PLD
@@ -88,12 +89,13 @@ class CycleTrace:
 
     @property
     def path_category(self) -> str:
-        """Goose §4.2 outcome: 'pure PLD', 'spine continuation', 'pure TR', or 'none' (bonus only)."""
-        srcs = self.accepted_sources
-        if not srcs:
+        """Goose §4.2 outcome: 'pure PLD' (every accepted token on the spine; 'pure Suffix' for a suffix spine),
+        'spine continuation' (the spine, then a branch), 'pure TR' (one source off the spine: 'pure PTD', ...),
+        'mixed', or 'none' (bonus only)."""
+        accepted, spine = self.accepted, self.tree.spine
+        if not accepted:
             return "none"
-        if all(s is Source.PLD for s in srcs):
-            return "pure PLD"
-        if srcs[0] is Source.PLD:
-            return "spine continuation"
-        return "pure TR" if all(s is Source.TR for s in srcs) else "mixed"
+        srcs = self.accepted_sources
+        if accepted[0] in spine:
+            return f"pure {info(srcs[0]).short}" if set(accepted) <= set(spine) else "spine continuation"
+        return f"pure {info(srcs[0]).short}" if len(set(srcs)) == 1 else "mixed"

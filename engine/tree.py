@@ -23,12 +23,17 @@ class Source(str, enum.Enum):
     TR = "tr"  # TR branch: Token Recycling adjacency table (Goose §4.1, C.1)
     PTD = "ptd"  # PTD perturbation: a candidate from the PTD pool (PTD paper §3.2-3.3)
     PTD_ROW = "ptd-row"  # a PTD drafting row: rides along in the forward, never verified (engine/ptd.py)
+    SUFFIX = "suffix"  # suffix tree: frequent continuations of the longest suffix match (SuffixDecoding)
+
+
+#: Sources whose chains can be a tree's spine (``engine.sources.Role.SPINE``; the registry checks this).
+SPINE_SOURCES = frozenset({Source.PLD, Source.SUFFIX})
 
 
 #: Greedy-walk priority (Goose Alg. 3 / B.3): spine children are tried before branch children; PTD
 #: candidates sit between them (measured: docs/results.md, "PTD walk priority").  Sources absent
 #: from a priority (PTD drafting rows) are never accepted.
-WALK_PRIORITY = (Source.PLD, Source.PTD, Source.TR)
+WALK_PRIORITY = (Source.PLD, Source.SUFFIX, Source.PTD, Source.TR)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,20 @@ class DraftTree:
         for i in range(1, len(self)):
             depths[i] = depths[self.parents[i]] + 1
         return tuple(depths)
+
+    @cached_property
+    def spine(self) -> tuple[int, ...]:
+        """The spine's nodes, root excluded: from the root, the first child of a spine source (``SPINE_SOURCES``),
+        then each node's first child of that same source (builders lay the spine before anything else, so its
+        nodes are their parents' first children of that source).  () when the tree has no spine."""
+        first = next((c for c in self.children[0] if self.sources[c] in SPINE_SOURCES), None)
+        if first is None:
+            return ()
+        spine = [first]
+        while (nxt := next((c for c in self.children[spine[-1]] if self.sources[c] is self.sources[first]),
+                           None)) is not None:
+            spine.append(nxt)
+        return tuple(spine)
 
     @cached_property
     def children(self) -> tuple[tuple[int, ...], ...]:
@@ -245,11 +264,27 @@ class TreeBuilder:
     def child_tokens(self, parent: int) -> set[int]:
         return {t for t, p in zip(self.tokens, self.parents) if p == parent}
 
+    def path_tokens(self, node: int) -> tuple[int, ...]:
+        """Tokens from the root's child down to ``node`` (() for the root)."""
+        path = []
+        while node:
+            path.append(self.tokens[node])
+            node = self.parents[node]
+        return tuple(path[::-1])
+
     def child_with(self, parent: int, token: int) -> int | None:
         """Index of ``parent``'s child carrying ``token``, or None."""
         return next((i for i, (t, p) in enumerate(zip(self.tokens, self.parents)) if p == parent and t == token), None)
 
-    def freeze(self) -> tuple[DraftTree, tuple[GhostNode, ...]]:
+    def freeze(self) -> Built:
         tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),
                          tuple(self.est))
-        return tree, tuple(self.ghosts)
+        return Built(tree, tuple(self.ghosts))
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built draft tree and the candidates the GT threshold kept out of it."""
+
+    tree: DraftTree
+    ghosts: tuple[GhostNode, ...]

@@ -14,6 +14,7 @@ from engine.decode import SpecDecoder
 from engine.kv_cache import UnsupportedCacheError
 from engine.metrics import summarize
 from engine.reference import greedy_reference
+from engine.sources import SourceMemory
 
 MAX_NEW = 128
 CONFIGS = {
@@ -40,6 +41,14 @@ CONFIGS = {
     "goose+ptd-bypass-off-c0-ptd-first": {"sources": ("pld", "tr", "ptd"), "bypass": False, "gt_threshold": 0.0,
                                           "walk_priority": ("ptd", "pld", "tr")},
     "goose-ptd-only-source": {"sources": ("ptd",), "ptd_rows": 4},
+    # the suffix source (SuffixDecoding): alone, beside PLD and TR, as the only spine source, every source
+    "method-suffix": {"method": "suffix"},
+    "method-suffix-c0": {"method": "suffix", "gt_threshold": 0.0},
+    "goose+suffix": {"sources": ("pld", "tr", "suffix")},
+    "goose+suffix-c0-bypass-off": {"sources": ("pld", "tr", "suffix"), "gt_threshold": 0.0, "bypass": False},
+    "goose-suffix-spine": {"sources": ("suffix", "tr"), "gt_threshold": 0.0},
+    "goose-every-source": {"sources": ("pld", "tr", "ptd", "suffix"), "gt_threshold": 0.0},
+    "paper+suffix": {**PRESETS["paper"], "sources": ("pld", "tr", "suffix")},
     # the authors' implementation (PRESETS["paper"]): extended chains, raised budgets, spines past D
     "paper": PRESETS["paper"],
     "paper-method-pld": {**PRESETS["paper"], "method": "pld"},
@@ -77,10 +86,28 @@ def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
     accepted = sum(run_and_compare(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p), config)
                    for p in lossless_prompts)
     assert accepted > 0, f"inconclusive: config {name} never accepted a draft token"
-    if config.use_ptd:  # PTD's own tokens must have been accepted too, or its part of the test is void
-        ptd = sum(run_and_compare(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p), config, "ptd")
+    for source in set(config.active_sources) - {"pld", "tr"}:  # a source's own tokens must have been accepted
+        own = sum(run_and_compare(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p), config, source)
                   for p in lossless_prompts[:4])
-        assert ptd > 0, f"inconclusive: config {name} never accepted a PTD token"
+        assert own > 0, f"inconclusive: config {name} never accepted a {source} token"
+
+
+@pytest.mark.parametrize("sources", [("suffix",), ("pld", "tr", "suffix")])
+def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossless_prompts, sources):
+    """One user's requests share a ``SourceMemory``: a prompt asked again is drafted from the first answer."""
+    method = "suffix" if sources == ("suffix",) else "goose"
+    config = DecodeConfig(max_new_tokens=MAX_NEW, method=method, sources=sources, gt_threshold=0.0)
+    memory, ids = SourceMemory(), demo_lm.encode_prompt(lossless_prompts[0])
+    want = greedy_reference(demo_lm.model, ids, MAX_NEW, demo_lm.eos_token_ids)
+    taus = []
+    for _ in range(2):
+        traces = list(SpecDecoder(demo_lm.model, config, demo_lm.eos_token_ids, memory=memory).generate(ids))
+        assert [t for tr in traces for t in tr.new_tokens] == want
+        taus.append(summarize(traces).tau)
+    assert summarize(traces).accepted_by_source["suffix"] > 0
+    assert taus[1] > taus[0], f"the second request did not gain from the first one's output: {taus}"
+    fresh = list(SpecDecoder(demo_lm.model, config, demo_lm.eos_token_ids).generate(ids))
+    assert summarize(fresh).tau == pytest.approx(taus[0])  # no memory given: nothing carries over
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

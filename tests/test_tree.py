@@ -10,7 +10,9 @@ import torch
 from engine.adjacency import AdjacencyTable
 from engine.config import DecodeConfig
 from engine.estimates import AcceptanceStats, spine_ratio_tier
-from engine.spine_tree import build_chain, build_isotropic_tree, build_spine_tree
+from engine.sources import Candidates, SourceMemory
+from engine.sources.tr import TrSource
+from engine.spine_tree import Proposals, build_chain, build_isotropic_tree, build_spine_tree
 from engine.tree import DraftTree, Source
 from engine.verify import greedy_walk
 
@@ -26,6 +28,19 @@ def random_table(seed: int, top_k: int = 10, scale: float = 3.0) -> AdjacencyTab
     prev = torch.randint(0, VOCAB, (VOCAB,), generator=gen).tolist()
     table.harvest(prev, tokens, torch.randn(VOCAB, VOCAB, generator=gen) * scale)
     return table
+
+
+def drafts(anchor: int, prev: int, spine: tuple[int, ...], table: AdjacencyTable | None,
+           cfg: DecodeConfig = DecodeConfig()) -> Proposals:
+    """Alg. 1's inputs without a model: a PLD spine (estimate 0.5 per token, a fresh session's) and the real TR
+    source reading ``table``."""
+    branches = ()
+    if table is not None:
+        tr = TrSource(cfg, AcceptanceStats(), SourceMemory())
+        tr.table = table
+        branches = (tr,)
+    chain = Candidates.chain(spine, [0.5] * len(spine))
+    return Proposals((prev, anchor), chain, Source.PLD if spine else None, (), branches)
 
 
 def ancestors(tree: DraftTree, i: int) -> set[int]:
@@ -45,8 +60,9 @@ def test_spine_tree_invariants(seed):
     spine = tuple(rng.randrange(VOCAB) for _ in range(rng.choice([0, 1, 3, 7, 20, 90])))
     r = rng.choice([0.15, 0.3, 0.5, 0.95])
     budget = rng.choice([None, cfg.budget + 30])
-    tree, ghosts = build_spine_tree(rng.randrange(VOCAB), rng.randrange(VOCAB), spine, random_table(seed), cfg, r,
-                                    AcceptanceStats(), budget=budget)
+    built = build_spine_tree(drafts(rng.randrange(VOCAB), rng.randrange(VOCAB), spine, random_table(seed), cfg), cfg, r,
+                             budget=budget)
+    tree, ghosts = built.tree, built.ghosts
     n, B = len(tree), budget or cfg.budget
     assert 1 <= n <= B
     assert all(e >= cfg.gt_threshold for e in tree.est_accept)
@@ -79,9 +95,9 @@ def test_spine_tree_invariants(seed):
 def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
     cfg = DecodeConfig(budget=60, gt_threshold=0.0)
     table = random_table(3)
-    tr_only, _ = build_spine_tree(1, 2, (), table, cfg, 0.5, AcceptanceStats())
+    tr_only = build_spine_tree(drafts(1, 2, (), table, cfg), cfg, 0.5).tree
     assert len(tr_only) == 60 and set(tr_only.sources[1:]) == {Source.TR}
-    tree, _ = build_spine_tree(1, 2, (5, 6, 7, 8, 9, 10), table, cfg.with_(top_k=10), 0.3, AcceptanceStats())
+    tree = build_spine_tree(drafts(1, 2, (5, 6, 7, 8, 9, 10), table, cfg), cfg, 0.3).tree
     spine = [i for i in range(len(tree)) if tree.sources[i] is Source.PLD]
     assert len(spine) == 6
     widths = [sum(tree.sources[c] is Source.TR for c in tree.children[i]) for i in spine]
@@ -92,13 +108,14 @@ def test_spine_runs_past_depth_when_depth_bounds_branches_only():
     """Authors' reading of D: the spine is bounded by floor(B r) alone; branches still stop at depth D."""
     table, spine = random_table(5), tuple(range(1, 31))
     cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
-    tree, _ = build_spine_tree(40, 41, spine, table, cfg, 0.5, AcceptanceStats())
+    tree = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.5).tree
     assert sum(s is Source.PLD for s in tree.sources) == 30  # floor(60 * 0.5) = 30 spine nodes, depth 30
     assert all(d <= 6 for d, s, p in zip(tree.depths, tree.sources, tree.parents)
                if s is Source.TR and tree.sources[p] is not Source.PLD)
-    capped, _ = build_spine_tree(40, 41, spine, table, cfg.with_(depth_bounds_spine=True), 0.5, AcceptanceStats())
+    capped_cfg = cfg.with_(depth_bounds_spine=True)
+    capped = build_spine_tree(drafts(40, 41, spine, table, capped_cfg), capped_cfg, 0.5).tree
     assert sum(s is Source.PLD for s in capped.sources) == 6 and max(capped.depths) <= 6
-    raised, _ = build_spine_tree(40, 41, spine, table, cfg, 0.9, AcceptanceStats(), budget=96)
+    raised = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.9, budget=96).tree
     assert len(raised) <= 96 and sum(s is Source.PLD for s in raised.sources) == 30  # the whole chain fits
 
 
@@ -107,16 +124,17 @@ def test_every_spine_node_gets_a_branch_while_the_share_lasts():
     cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
     widths = lambda tree: [sum(tree.sources[c] is Source.TR for c in tree.children[i])  # noqa: E731
                            for i in range(len(tree)) if tree.sources[i] is Source.PLD]
-    harmonic, _ = build_spine_tree(40, 41, spine, table, cfg.with_(branch_growth="score-width"), 0.5, AcceptanceStats())
+    width_cfg = cfg.with_(branch_growth="score-width")
+    harmonic = build_spine_tree(drafts(40, 41, spine, table, width_cfg), width_cfg, 0.5).tree
     assert 0 in widths(harmonic)  # floor(b_sp / (i H)) is 0 deep down
-    floor1, _ = build_spine_tree(40, 41, spine, table, cfg.with_(spine_branch_min=1, branch_growth="score-width"),
-                                 0.5, AcceptanceStats())
+    floor_cfg = cfg.with_(spine_branch_min=1, branch_growth="score-width")
+    floor1 = build_spine_tree(drafts(40, 41, spine, table, floor_cfg), floor_cfg, 0.5).tree
     assert min(widths(floor1)) >= 1 and widths(floor1)[0] >= widths(floor1)[-1]
 
 
 def test_score_width_growth_is_breadth_first_and_narrows_with_depth():
     cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, branch_growth="score-width", top_k=10)
-    tree, _ = build_spine_tree(1, 2, (), random_table(7, scale=0.3), cfg, 0.5, AcceptanceStats())
+    tree = build_spine_tree(drafts(1, 2, (), random_table(7, scale=0.3), cfg), cfg, 0.5).tree
     assert len(tree) == 60 and max(tree.depths) <= 6
     for i in range(1, len(tree)):  # a node of depth d has at most max(1, K // d) children
         assert len(tree.children[i]) <= max(1, 10 // tree.depths[i])
@@ -126,18 +144,18 @@ def test_ema_skips_chains_when_asked():
     chain = DraftTree((0, 1, 2), (None, 0, 1), (Source.ROOT, Source.PLD, Source.PLD), (1, .5, .5), (1, .5, .25))
     stats = AcceptanceStats(p_s_ema=0.5)
     stats.update(chain, (1, 2), ema=False)
-    assert stats.p_s_ema == 0.5 and stats.pld_accepted == {1: 1, 2: 1}  # per-depth rates still learn
+    assert stats.p_s_ema == 0.5 and stats.counter(Source.PLD).accepted == {1: 1, 2: 1}  # per-depth rates learn
     stats.update(chain, (1, 2))
     assert stats.p_s_ema == pytest.approx(0.7 * 0.5 + 0.3 * 1.0)
 
 
 def test_chain_and_gt_threshold_cut_the_chain():
-    stats = AcceptanceStats()  # PLD rate 0.5 per depth before any observation
-    chain, _ = build_chain(9, (1, 2, 3, 4), stats)
-    assert chain.tokens == (9, 1, 2, 3, 4) and chain.depths == (0, 1, 2, 3, 4)
-    cut, ghosts = build_chain(9, (1, 2, 3, 4), stats, gt_threshold=0.2)
-    assert cut.tokens == (9, 1, 2)  # 0.5, 0.25 kept; 0.125 < 0.2 removed
-    assert [g.token for g in ghosts] == [3]
+    draft = Candidates.chain((1, 2, 3, 4), [0.5] * 4)  # PLD rate 0.5 per depth before any observation
+    chain = build_chain(9, draft, Source.PLD).tree
+    assert chain.tokens == (9, 1, 2, 3, 4) and chain.depths == (0, 1, 2, 3, 4) and chain.spine == (1, 2, 3, 4)
+    cut = build_chain(9, draft, Source.PLD, gt_threshold=0.2)
+    assert cut.tree.tokens == (9, 1, 2)  # 0.5, 0.25 kept; 0.125 < 0.2 removed
+    assert [g.token for g in cut.ghosts] == [3]
 
 
 def test_walk_prefers_pld_child_over_tr_child_with_same_token():
@@ -180,7 +198,7 @@ def test_ancestor_matrix_is_boolean_reachability():
 @pytest.mark.parametrize("k", [3, 5])
 def test_isotropic_tree_is_balanced_k_ary(k):
     cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0)
-    tree, _ = build_isotropic_tree(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg, k, AcceptanceStats())
+    tree = build_isotropic_tree(drafts(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg), cfg, k).tree
     assert len(tree) == 60 and max(tree.depths) <= cfg.max_depth
     assert all(len(kids) <= k for kids in tree.children)
     # breadth first: every level but the last is full
@@ -189,20 +207,21 @@ def test_isotropic_tree_is_balanced_k_ary(k):
     # the PLD continuation is the first child along the spine
     assert [tree.tokens[i] for i in range(len(tree)) if tree.sources[i] is Source.PLD] == [5, 6, 7]
     # the authors' control: adjacency only, and a larger budget on a confident cycle
-    bare, _ = build_isotropic_tree(1, 2, (), random_table(k, scale=0.3), cfg, k, AcceptanceStats(), budget=80)
+    bare = build_isotropic_tree(drafts(1, 2, (), random_table(k, scale=0.3), cfg), cfg, k, budget=80).tree
     assert len(bare) == 80 and Source.PLD not in bare.sources
 
 
 def test_tr_estimates_are_calibrated_online_per_depth():
-    assert AcceptanceStats().tr_rate(1, 0.4) == 0.4  # calibration off (the default): the adjacency score
-    stats = AcceptanceStats(calibrate_tr=True)
-    assert stats.tr_rate(1, 0.4) == pytest.approx(0.4)  # no evidence yet: the score as it is
+    assert TrSource(DecodeConfig(), AcceptanceStats(), SourceMemory()).rate(1, 0.4) == 0.4  # off: the score
+    stats = AcceptanceStats()
+    tr = TrSource(DecodeConfig(tr_calibration=True), stats, SourceMemory())
+    assert tr.rate(1, 0.4) == pytest.approx(0.4)  # no evidence yet: the score as it is
     # depth-1 TR nodes scored 0.5 each, reached 10 times, never accepted
     tree = DraftTree((0, 1), (None, 0), (Source.ROOT, Source.TR), (1.0, 0.5), (1.0, 0.5))
     for _ in range(10):
         stats.update(tree, ())
-    assert stats.tr_rate(1, 0.5) == pytest.approx(0.5 * 1 / 6)  # (0 + 1) / (5 + 1)
-    assert stats.tr_rate(2, 0.5) == pytest.approx(0.5)  # other depths unaffected
+    assert tr.rate(1, 0.5) == pytest.approx(0.5 * 1 / 6)  # (0 + 1) / (5 + 1)
+    assert tr.rate(2, 0.5) == pytest.approx(0.5)  # other depths unaffected
     for _ in range(40):
         stats.update(tree, (1,))  # now accepted every time
-    assert stats.tr_rate(1, 0.9) == 1.0  # clamped
+    assert tr.rate(1, 0.9) == 1.0  # clamped

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from engine.sources import REGISTRY, info
 from engine.trace import CycleTrace
-from engine.tree import Source
 from viz.tree_figure import visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
@@ -17,11 +17,8 @@ def _q(token_text: Callable[[int], str], token: int) -> str:
 
 
 def spine_length(trace: CycleTrace) -> int:
-    """PLD nodes on the spine: the chain of PLD children from the root."""
-    tree, node, n = trace.tree, 0, 0
-    while (node := next((c for c in tree.children[node] if tree.sources[c] is Source.PLD), None)) is not None:
-        n += 1
-    return n
+    """Nodes on the spine (``DraftTree.spine``)."""
+    return len(trace.tree.spine)
 
 
 def confidence_note(trace: CycleTrace) -> str | None:
@@ -46,19 +43,20 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
         return f"no draft source had a candidate: plain AR step, token {q(trace.bonus)}"
     tree, accepted = trace.tree, trace.accepted
     note = confidence_note(trace)
+    spine = tree.spine
     n_spine = 0
-    while n_spine < len(accepted) and tree.sources[accepted[n_spine]] is Source.PLD:
+    while n_spine < len(accepted) and n_spine < len(spine) and accepted[n_spine] == spine[n_spine]:
         n_spine += 1
     parts = [note] if note else []
     last_spine = accepted[n_spine - 1] if n_spine else 0
-    next_spine = next((c for c in tree.children[last_spine] if tree.sources[c] is Source.PLD), None)
+    next_spine = spine[n_spine] if n_spine < len(spine) else None
     if n_spine or next_spine is not None:
         broke = (f" and broke at {q(tree.tokens[next_spine])} (the target wanted {q(trace.greedy[last_spine])})"
                  if next_spine is not None else " to its end")
         parts.append(f"spine matched {n_spine} token{'s' * (n_spine != 1)}{broke}")
     rest = accepted[n_spine:]
     if rest:
-        src = "TR branch" if tree.sources[rest[0]] is Source.TR else f"{tree.sources[rest[0]].value} branch"
+        src = info(tree.sources[rest[0]]).label
         more = f" and continued for {len(rest) - 1} more" if len(rest) > 1 else ""
         parts.append(f"{src} {q(tree.tokens[rest[0]])} was accepted{more}")
     elif not n_spine:
@@ -69,7 +67,7 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
 
 
 #: Output-token colours by the source that produced each token (the page's coloured output).
-TOKEN_COLORS = {"PLD": "#93c5fd", "TR": "#fcd34d", "PTD": "#6ee7b7", "bonus": "#fca5a5", "AR": "#e5e7eb"}
+TOKEN_COLORS = {**{i.short: i.colour + "66" for i in REGISTRY}, "bonus": "#fca5a5", "AR": "#e5e7eb"}  # 40 % alpha
 
 
 def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[tuple[str, str]]:
@@ -80,7 +78,7 @@ def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[
     """
     if trace.mode in ("prefill", "ar"):
         return [(token_text(t), "AR") for t in trace.new_tokens]
-    labels = [s.value.upper() for s in trace.accepted_sources] + ["bonus"]
+    labels = [info(s).short for s in trace.accepted_sources] + ["bonus"]
     return [(token_text(t), label) for t, label in zip(trace.new_tokens, labels)]
 
 

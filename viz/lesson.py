@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.sources import REGISTRY
 from engine.trace import CycleTrace
 from engine.tree import Source
 from viz.explain import _q
@@ -26,7 +27,9 @@ The output is exactly what plain decoding would write; only faster, by **τ** to
 Press **Generate**, then **Step through** to watch one cycle in four stages.
 """
 
-STAGE_TITLES = {"pld": "1a · drafts: PLD spine", "tr": "1b · drafts: TR branches", "ptd": "1c · drafts: PTD",
+#: The source stages: each source's drafts, in ``REGISTRY`` order.
+SOURCE_STAGES = {i.name: i for i in REGISTRY}
+STAGE_TITLES = {**{i.name: f"1{'abcdefgh'[k]} · drafts: {i.label}" for k, i in enumerate(REGISTRY)},
                 "scored": "2 · one forward scores them all", "walk": "3 · the walk accepts the longest match",
                 "bonus": "4 · the bonus token"}
 
@@ -36,7 +39,7 @@ def stages_of(trace: CycleTrace) -> list[str]:
     if trace.mode in ("prefill", "ar"):
         return ["bonus"]
     have = set(trace.tree.sources) | {g.source for g in trace.ghosts}
-    out = [s for s, src in (("pld", Source.PLD), ("tr", Source.TR), ("ptd", Source.PTD)) if src in have]
+    out = [i.name for i in REGISTRY if i.source in have]
     return out + ["scored", "walk", "bonus"]
 
 
@@ -48,15 +51,11 @@ def stage_sentence(trace: CycleTrace, stage: str, token_text: Callable[[int], st
     if trace.mode in ("prefill", "ar"):
         return (f"**{STAGE_TITLES.get(stage, stage)}** — this cycle had no drafts: one forward gave the next "
                 f"token {q(trace.bonus)}.")
-    if stage == "pld":
-        return (f"**{STAGE_TITLES[stage]}** — the last words appeared earlier, so PLD copies what followed them: "
-                f"a spine of {count[Source.PLD]} token{'s' * (count[Source.PLD] != 1)} (blue).")
-    if stage == "tr":
-        return (f"**{STAGE_TITLES[stage]}** — Token Recycling adds {count[Source.TR]} guesses (orange) from the "
-                f"model's own earlier predictions after each token.")
-    if stage == "ptd":
-        return (f"**{STAGE_TITLES[stage]}** — progressive tree drafting adds {count[Source.PTD]} guesses (green) "
-                f"refined from rows that rode along in earlier forwards.")
+    if stage in SOURCE_STAGES:
+        src = SOURCE_STAGES[stage]
+        n = count[src.source]
+        role = " — the spine" if tree.spine and tree.sources[tree.spine[0]] is src.source else ""
+        return f"**{STAGE_TITLES[stage]}** — {n} guess{'es' * (n != 1)}{role}: {src.blurb}."
     if stage == "scored":
         return (f"**{STAGE_TITLES[stage]}** — one forward over all {len(tree)} nodes gives the model's own next "
                 f"token at every node at once; ✓ marks a guess equal to what the model wanted at its place.")

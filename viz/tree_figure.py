@@ -22,16 +22,12 @@ from collections.abc import Callable
 import networkx as nx
 import plotly.graph_objects as go
 
+from engine.sources import REGISTRY
 from engine.trace import CycleTrace
 from engine.tree import WALK_PRIORITY, Source
 
-#: Node colours by source; the legend always names all three draft sources.
-SOURCE_STYLE = {
-    Source.ROOT: ("#6b7280", "anchor"),
-    Source.PLD: ("#2563eb", "PLD spine"),
-    Source.TR: ("#f59e0b", "TR branch"),
-    Source.PTD: ("#10b981", "PTD perturbation"),
-}
+#: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.
+SOURCE_STYLE = {Source.ROOT: ("#6b7280", "anchor"), **{i.source: (i.colour, i.label) for i in REGISTRY}}
 BONUS_COLOR = "#dc2626"
 ACCEPT_COLOR = "#7c3aed"  # the accepted path: violet reads on a light and on a dark page
 EDGE_COLOR = "#9ca3af"
@@ -50,7 +46,7 @@ MAX_COLUMNS = 10  # deeper trees fold the middle of straight chains, so a label 
 MAX_LABEL_CHARS = 12
 
 #: Step-through stages of one cycle (``viz.lesson`` has one sentence for each).
-STAGES = ("pld", "tr", "ptd", "scored", "walk", "bonus")
+STAGES = (*(i.name for i in REGISTRY), "scored", "walk", "bonus")
 
 
 def visible_token(text: str, limit: int = 24) -> str:
@@ -253,7 +249,8 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
         show_ghosts: draw GT-pruned candidates as faint ghosts.
         title: figure title (default: ``default_title``).
         stage: one of ``STAGES`` to draw the cycle part way (step-through); None draws it whole.
-            'pld' / 'tr' / 'ptd': the drafts of the sources so far, unverified; 'scored': every node
+            a source's name ('pld', 'tr', ...): the drafts of the sources so far (``REGISTRY`` order),
+            unverified; 'scored': every node
             marked ✓ where it equals the target's token at its place, ✗ where not; 'walk': the accepted
             path; 'bonus': the whole cycle (as None).
         show_all: draw every node (no folding); the figure grows to fit.
@@ -311,7 +308,8 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     then everything; the bonus only at the last stage."""
     if stage is None or stage == "bonus":
         return set(g)
-    shown = {"pld": {Source.PLD}, "tr": {Source.PLD, Source.TR}}.get(stage, set(Source))
+    names = [i.name for i in REGISTRY]
+    shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(Source)
     keep = {0}
     for u, v in nx.bfs_edges(g, 0):
         d = g.nodes[v]

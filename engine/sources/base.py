@@ -1,0 +1,203 @@
+"""The draft-source protocol: set up on prefill, propose candidates under a budget, observe what was verified.
+
+A source is one object per generation (``make_sources`` in ``engine/sources/__init__.py`` builds them);
+what it keeps across requests of one user lives in that user's ``SourceMemory``.  The decoding loop
+calls the three methods on its own schedule and never asks what a source can do; where a source's
+candidates go in the draft tree is the tree builder's business (Goose Alg. 1, ``spine_tree.py``),
+decided by the source's ``Role``.  The Goose authors' code splits the same job into ``SpineSource`` /
+``BranchSource`` protocols; HF's ``CandidateGenerator`` is the one-interface precedent.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from ..tree import DraftTree, Source
+
+if TYPE_CHECKING:
+    from ..verify import ReadBack
+
+
+class Role(enum.Enum):
+    """The part a source plays in the spine tree (Goose Alg. 1); Goose names the first two."""
+
+    SPINE = "spine"  # step 1: the main path of its anchor proposal may become the spine (the longest chain
+    # wins); whatever it proposes off that path joins the candidate pool
+    POOL = "pool"  # step 1b: its candidate tree for the anchor takes a share of what the spine left
+    BRANCH = "branch"  # steps 2-4: successors of any node (the root, spine nodes, branch leaves)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the page, the figures, the tables and the tree builder know of a source.
+
+    ``short`` names its tokens in the coloured output and in tables ("PLD"); ``label`` names its nodes in
+    the legend and the page's toggles ("PLD spine"); ``blurb`` says where its tokens come from.
+    """
+
+    source: Source
+    label: str
+    short: str
+    colour: str  # node colour (CSS hex)
+    role: Role
+    blurb: str
+
+    @property
+    def name(self) -> str:
+        """The source's name in configs, traces, CLI flags and ``accepted_by_source`` ("pld")."""
+        return self.source.value
+
+
+@dataclass(frozen=True)
+class Request:
+    """Where candidates are wanted: below the anchor, or below a node of the tree being built.
+
+    Attributes:
+        context: the committed tokens (prompt + output), ending with the anchor; read-only.
+        path: draft tokens from the anchor's child down to the node asked about (() = the anchor).
+        budget: most candidates wanted (a source may return fewer; a candidate tree may return more,
+            the builder then keeps its best).
+    """
+
+    context: Sequence[int]
+    path: tuple[int, ...] = ()
+    budget: int = 1
+
+    @property
+    def depth(self) -> int:
+        """Tree depth of the node asked about (anchor = 0)."""
+        return len(self.path)
+
+    @property
+    def token(self) -> int:
+        return self.path[-1] if self.path else self.context[-1]
+
+    @property
+    def prev(self) -> int | None:
+        """The token before ``token`` on its path (None at the start of the sequence)."""
+        if len(self.path) >= 2:
+            return self.path[-2]
+        if self.path:
+            return self.context[-1]
+        return self.context[-2] if len(self.context) > 1 else None
+
+    def tail(self, n: int) -> list[int]:
+        """The last ``n`` tokens of context + path (what a suffix matcher looks up)."""
+        need = max(0, n - len(self.path))
+        return [*self.context[len(self.context) - need:], *self.path][-n:] if n > 0 else []
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A source's proposal: a small tree of candidates hanging below the node asked about.
+
+    Attributes (length m each, in topological order):
+        tokens: candidate token ids.
+        parents: index of each candidate's parent among these candidates, None = the node asked about.
+        scores: the score shown for the node (TR: adjacency probability; PLD: per-depth acceptance rate;
+            suffix: continuation frequency; PTD: per-depth rate).
+        p: estimated acceptance of the candidate given its parent was accepted (the GT estimates multiply
+            these along a path).
+        match: context tokens matched to find them (0 = not a context match), shown in traces and tables.
+        confidence: Goose §4.3 confidence in [0, 1] of a context match (0 otherwise).
+        consensus: several match lengths agree on the first token (Goose B.2), for the bypass rule.
+        rows: (tokens, parents) of rows to ride along in the verification forward under the anchor, never
+            verified (PTD's drafting rows, PTD §3.2); parents index these rows, None = the anchor.
+    """
+
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int | None, ...] = ()
+    scores: tuple[float, ...] = ()
+    p: tuple[float, ...] = ()
+    match: int = 0
+    confidence: float = 0.0
+    consensus: bool = False
+    rows: tuple[tuple[int, ...], tuple[int | None, ...]] = ((), ())
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def main_path(self) -> tuple[int, ...]:
+        """Indices of the first-proposed path: the first candidate, its first child, and so on."""
+        if not self.tokens:
+            return ()
+        path, node = [0], 0
+        while (child := next((i for i in range(node + 1, len(self)) if self.parents[i] == node), None)) is not None:
+            path.append(child)
+            node = child
+        return tuple(path)
+
+    @classmethod
+    def chain(cls, tokens: Sequence[int], p: Sequence[float], **kw) -> Candidates:
+        """A chain: candidate i is the child of candidate i - 1; scores are the estimates."""
+        return cls(tuple(tokens), (None, *range(len(tokens) - 1))[: len(tokens)], tuple(p), tuple(p), **kw)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What one verification forward showed, as every source observes it.
+
+    Attributes:
+        forward: every row of the forward: the draft tree, then the rows sources asked to ride along.
+        tree_rows: rows of ``forward`` that are the verified draft tree.
+        prev: the token before the anchor (None at the start of the sequence).
+        back: each row's greedy token and top-k successors (``verify.read_back``).
+        accepted: accepted tree nodes, root excluded, in path order.
+        committed: tokens appended to the output this cycle (accepted + bonus, cut at EOS / max tokens).
+        output: every token generated so far, this cycle's included.
+        finished: the generation ends with this cycle.
+    """
+
+    forward: DraftTree
+    tree_rows: int
+    prev: int | None
+    back: ReadBack
+    accepted: tuple[int, ...]
+    committed: tuple[int, ...]
+    output: Sequence[int]
+    finished: bool
+
+    def row_prev_tokens(self) -> list[int | None]:
+        """Per forward row, the token before the row's input token on its path."""
+        f = self.forward
+        return [self.prev, *(f.tokens[p] for p in f.parents[1:])]
+
+    def greedy_of(self, source: Source) -> list[int]:
+        """The greedy token after each forward row tagged ``source``, in row order."""
+        return [g for g, s in zip(self.back.greedy, self.forward.sources) if s is source]
+
+
+@dataclass
+class SourceMemory:
+    """What draft sources keep across the requests of one user (or one bench session); never shared.
+
+    Sources store under their own name (``slot``).  The page keeps one per visitor in ``gr.State``.
+    """
+
+    slots: dict[str, object] = field(default_factory=dict)
+
+    def slot(self, name: str, make):
+        """The object stored under ``name``, made by ``make()`` the first time."""
+        if name not in self.slots:
+            self.slots[name] = make()
+        return self.slots[name]
+
+
+class DraftSource(Protocol):
+    """A draft source: three calls with fixed signatures, the same for every source."""
+
+    info: SourceInfo
+    #: successors per forward row the source needs read back for ``observe`` (0 = none)
+    top_k: int
+
+    def prefill(self, prompt: Sequence[int], back: ReadBack) -> None:
+        """Set up for a request: the prompt and its rows' greedy tokens and top-k successors."""
+
+    def propose(self, request: Request) -> Candidates:
+        """Candidates below ``request``'s node, at most about ``request.budget`` of them."""
+
+    def observe(self, verified: Verified) -> None:
+        """Learn from a verified forward: its rows, their logits' read-back, the accepted path."""

@@ -1,0 +1,227 @@
+"""Suffix source: frequency-counted suffix trees over this request and over the user's earlier outputs.
+
+Source: SuffixDecoding (Oliaro et al., arXiv 2411.04975), as in Snowflake's ArcticInference and vLLM's
+``method: suffix``: a per-request tree over the prompt and the output so far, a global tree over earlier
+outputs; the longest suffix of the context found in a tree is its match, and the speculation tree grows
+best-first from the matched node by continuation frequency, up to ``factor x match length`` nodes (the
+adaptive size), stopping at candidates less likely than ``min_prob``.
+
+The trees are counted suffix tries cut at ``depth`` (``SuffixTrie``): every substring of up to ``depth``
+tokens is a path, each node counting the occurrences of its substring, so a continuation's probability
+is its count over its siblings'.  No maintained Python suffix-tree library keeps counts and removes
+sequences (ArcticInference's C++ tree ships inside its vLLM plugin), so this is ~150 lines of our own.
+
+The global tree belongs to one user (the page keeps it in ``gr.State`` through ``SourceMemory``) and
+holds at most ``suffix_memory_tokens`` tokens of earlier outputs, oldest evicted; it is never shared.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections import deque
+from collections.abc import Sequence
+
+from ..config import DecodeConfig
+from ..estimates import AcceptanceStats
+from .base import Candidates, Request, SourceMemory, Verified
+
+
+class SuffixTrie:
+    """Counted suffix trie of one or more token sequences, cut at ``depth``.
+
+    A node is ``[count, children]`` (``children``: token -> node); ``count`` is how many times the path's
+    substring occurs.  ``append`` extends the last sequence incrementally (O(depth) per token);
+    ``remove`` takes a whole sequence back out.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.root: list = [0, {}]
+        self._open: list[list] = []  # nodes of the suffixes of the open sequence that can still grow
+
+    def start(self) -> None:
+        """Begin a new sequence: no substring spans two sequences."""
+        self._open = []
+
+    def append(self, tokens: Sequence[int]) -> None:
+        for tok in tokens:
+            grown = []
+            for node in [*self._open, self.root]:
+                child = node[1].get(tok)
+                if child is None:
+                    child = node[1][tok] = [0, {}]
+                child[0] += 1
+                grown.append(child)
+            self._open = grown[-(self.depth - 1):] if self.depth > 1 else []
+
+    def remove(self, tokens: Sequence[int]) -> None:
+        """Take one earlier-added sequence back out (counts decremented, empty nodes dropped)."""
+        for start in range(len(tokens)):
+            node = self.root
+            for tok in tokens[start:start + self.depth]:
+                child = node[1][tok]
+                child[0] -= 1
+                if child[0] == 0:
+                    del node[1][tok]
+                    break
+                node = child
+
+    def find(self, pattern: Sequence[int]) -> list | None:
+        """The node of ``pattern``, or None when it never occurred."""
+        node = self.root
+        for tok in pattern:
+            node = node[1].get(tok)
+            if node is None:
+                return None
+        return node
+
+    def longest_match(self, context: Sequence[int]) -> tuple[int, list | None]:
+        """(m, node): the longest suffix of ``context`` (m < depth, so one more token fits below it) that
+        occurs in the trie with a continuation, and its node; (0, None) when none does."""
+        for m in range(min(self.depth - 1, len(context)), 0, -1):
+            node = self.find(context[len(context) - m:])
+            if node is not None and node[1]:
+                return m, node
+        return 0, None
+
+
+def speculate(node: list, room: int, limit: int, min_prob: float) -> tuple[list[int], list[int | None], list[float]]:
+    """Best-first speculation tree below a matched node: (tokens, parents, conditional probabilities).
+
+    Candidates are expanded by path probability (the product of count / sibling-count along the path)
+    until ``limit`` nodes, ``room`` levels, or a path probability below ``min_prob``.
+    """
+    tokens: list[int] = []
+    parents: list[int | None] = []
+    probs: list[float] = []
+    order = itertools.count()
+    heap: list = []  # (-path probability, tie, parent index, depth, token, conditional probability, its node)
+
+    def push(at: list, index: int | None, path_p: float, depth: int) -> None:
+        if depth >= room:
+            return
+        total = sum(child[0] for child in at[1].values())
+        for tok, child in at[1].items():
+            q = child[0] / total
+            if path_p * q >= min_prob:
+                heapq.heappush(heap, (-path_p * q, next(order), index, depth, tok, q, child))
+
+    push(node, None, 1.0, 0)
+    while heap and len(tokens) < limit:
+        neg_p, _, parent, depth, tok, q, child = heapq.heappop(heap)
+        tokens.append(tok)
+        parents.append(parent)
+        probs.append(q)
+        push(child, len(tokens) - 1, -neg_p, depth + 1)
+    return tokens, parents, probs
+
+
+class SuffixMemory:
+    """One user's global suffix tree over their earlier outputs, bounded to ``max_tokens`` tokens.
+
+    A request's output is folded in when the user's next request starts (so a stopped run counts too);
+    the oldest outputs are removed to stay within the bound.  Thread-safe: one user's race runs two
+    generations at once.
+    """
+
+    def __init__(self, depth: int, max_tokens: int) -> None:
+        self.trie = SuffixTrie(depth)
+        self.max_tokens = max_tokens
+        self.outputs: deque[tuple[int, ...]] = deque()
+        self.tokens = 0
+        self.pending: list[Sequence[int]] = []  # outputs of running or finished requests, not yet folded in
+        self.lock = threading.Lock()
+
+    def fold(self) -> None:
+        """A new request starts: fold the outputs of earlier ones into the tree."""
+        with self.lock:
+            for out in self.pending:
+                self._add(tuple(out))
+            self.pending = []
+
+    def hold(self, output: Sequence[int]) -> None:
+        """Keep a running request's ``output`` (the live list the decoder appends to) for the next ``fold``."""
+        with self.lock:
+            self.pending.append(output)
+
+    def _add(self, output: tuple[int, ...]) -> None:
+        if not output or len(output) > self.max_tokens:
+            return
+        self.outputs.append(output)
+        self.tokens += len(output)
+        self.trie.start()
+        self.trie.append(output)
+        while self.tokens > self.max_tokens:
+            old = self.outputs.popleft()
+            self.tokens -= len(old)
+            self.trie.remove(old)
+
+    def speculate(self, context: Sequence[int], limit_of, min_prob: float) -> tuple[int, tuple]:
+        with self.lock:
+            m, node = self.trie.longest_match(context)
+            return m, (speculate(node, self.trie.depth - m, limit_of(m), min_prob) if node is not None else None)
+
+
+class SuffixSource:
+    """Proposes the better of the two trees' speculations (more expected accepted tokens), below any node.
+
+    ``match`` is the matched suffix length; the main path (the most frequent continuation) competes with PLD's
+    chain for the spine (the longer chain wins, ``SpecDecoder._draft``); a candidate's estimate and score are
+    its continuation frequency.
+    ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not for frequencies.
+    """
+
+    top_k = 0
+
+    def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+        from . import SUFFIX
+        self.info = SUFFIX
+        self.depth, self.factor, self.min_prob = cfg.suffix_max_depth, cfg.suffix_spec_factor, cfg.suffix_min_prob
+        self.local = SuffixTrie(self.depth)
+        self.seen = 0  # context tokens already in ``local``
+        self.memory: SuffixMemory = memory.slot("suffix", lambda: SuffixMemory(self.depth, cfg.suffix_memory_tokens))
+        self.output: Sequence[int] = ()
+
+    def prefill(self, prompt: Sequence[int], back) -> None:
+        self.memory.fold()
+
+    def propose(self, request: Request) -> Candidates:
+        self._catch_up(request.context)
+        query = request.tail(self.depth - 1)
+        best, best_m, best_score = None, 0, 0.0
+
+        def limit_of(m: int) -> int:  # the adaptive size: factor x match length, within the budget
+            return min(request.budget, max(1, int(self.factor * m)))
+
+        m, node = self.local.longest_match(query)
+        options = [(m, speculate(node, self.depth - m, limit_of(m), self.min_prob) if node else None),
+                   self.memory.speculate(query, limit_of, self.min_prob)]
+        for m, spec in options:
+            if spec is None or not spec[0]:
+                continue
+            score = _expected(spec[1], spec[2])
+            if score > best_score:
+                best, best_m, best_score = spec, m, score
+        if best is None:
+            return Candidates()
+        tokens, parents, probs = best
+        return Candidates(tuple(tokens), tuple(parents), tuple(probs), tuple(probs), match=best_m)
+
+    def observe(self, verified: Verified) -> None:
+        if self.output is not verified.output:  # the first cycle: hold this request's output for the next one
+            self.output = verified.output
+            self.memory.hold(verified.output)
+
+    def _catch_up(self, context: Sequence[int]) -> None:
+        """Add the context tokens the local tree has not seen (the prompt at first, then each cycle's output)."""
+        self.local.append(context[self.seen:])
+        self.seen = len(context)
+
+
+def _expected(parents: list[int | None], probs: list[float]) -> float:
+    """Expected accepted tokens of a speculation tree: the sum of its path probabilities."""
+    path: list[float] = []
+    for parent, q in zip(parents, probs):
+        path.append(q * (1.0 if parent is None else path[parent]))
+    return sum(path)
