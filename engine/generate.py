@@ -2,8 +2,8 @@
 
     python -m engine.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
         [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C] [--cost-curve SPEC|FILE]
-        [--method goose|pld|tr|ptd|iso3|iso5|ar]
-        [--sources pld,tr,ptd] [--walk-priority pld,ptd,tr]
+        [--method goose|pld|tr|ptd|suffix|iso3|iso5|ar]
+        [--sources pld,tr,ptd,suffix] [--walk-priority pld,suffix,ptd,tr]
         [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
         [--check-lossless] [--json]
 
