@@ -86,7 +86,8 @@ def _source(x: Any, where: str) -> Source:
     try:
         return Source(x)
     except ValueError:
-        raise TraceFormatError(f"{where}: unknown source {x!r}") from None
+        known = ", ".join(s.value for s in Source)
+        raise TraceFormatError(f"{where}: unknown source {x!r} (known: {known})") from None
 
 
 def _trace_from_dict(c: Any, k: int) -> CycleTrace:

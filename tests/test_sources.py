@@ -185,3 +185,65 @@ def test_ptd_rows_ride_along_under_the_anchor():
     from engine.verify import greedy_walk
 
     assert greedy_walk(full, [3, 0, 4, 5, 0]) == ((), 3)  # drafting rows are never accepted
+
+
+# -- suffix source (SuffixDecoding) -----------------------------------------------------------------
+
+
+def test_suffix_trie_counts_every_substring_up_to_its_depth_and_removes_them_again():
+    from engine.sources.suffix import SuffixTrie
+
+    trie = SuffixTrie(depth=3)
+    trie.start()
+    trie.append([1, 2, 1, 2, 3])
+    assert trie.find([1, 2])[0] == 2 and trie.find([2, 1])[0] == 1 and trie.find([1, 2, 3])[0] == 1
+    assert trie.find([1, 2, 1, 2]) is None  # longer than the depth
+    trie.start()
+    trie.append([2, 3])  # a second sequence: no substring spans the two
+    assert trie.find([2, 3])[0] == 2 and trie.find([3, 2]) is None
+    trie.remove([1, 2, 1, 2, 3])
+    assert trie.find([1]) is None and trie.find([2, 3])[0] == 1
+
+
+def test_suffix_match_and_speculation_adapt_to_the_match_length():
+    from engine.sources.suffix import SuffixTrie, speculate
+
+    trie = SuffixTrie(depth=8)
+    trie.start()
+    trie.append([5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 11])
+    m, node = trie.longest_match([0, 6, 7, 8])  # "6 7 8" occurs, "0 6 7 8" does not
+    assert m == 3 and node[0] == 2
+    tokens, parents, probs = speculate(node, room=8 - m, limit=3, min_prob=0.1)
+    assert tokens == [9, 10, 11] and parents == [None, 0, 0] and probs == [1.0, 0.5, 0.5]
+    assert speculate(node, room=8 - m, limit=3, min_prob=0.6)[0] == [9]  # the halves fall below min_prob
+    assert speculate(node, room=1, limit=9, min_prob=0.0)[0] == [9]  # the trie's depth bounds the speculation
+
+
+def test_suffix_memory_is_bounded_and_folds_a_request_in_when_the_next_starts():
+    from engine.sources.suffix import SuffixMemory
+
+    memory = SuffixMemory(depth=4, max_tokens=6)
+    first = [1, 2, 3]
+    memory.fold()
+    memory.hold(first)
+    first.append(4)  # the live output grows after it is held
+    assert memory.trie.find([1]) is None  # not folded in while its request runs
+    memory.fold()
+    assert memory.trie.find([1, 2, 3, 4])[0] == 1
+    memory.hold([7, 8, 9])
+    memory.fold()  # 4 + 3 tokens > 6: the oldest output goes
+    assert memory.tokens == 3 and memory.trie.find([1]) is None and memory.trie.find([7, 8])[0] == 1
+
+
+def test_sources_follow_one_protocol_and_the_registry_names_them():
+    from engine.config import SOURCES, DecodeConfig
+    from engine.estimates import AcceptanceStats
+    from engine.sources import REGISTRY, SourceMemory, make_sources
+    from engine.tree import Source
+
+    assert tuple(i.name for i in REGISTRY) == SOURCES
+    made = make_sources(DecodeConfig(sources=SOURCES), AcceptanceStats(), SourceMemory())
+    assert [s.info for s in made] == list(REGISTRY)
+    for src in made:
+        assert {"prefill", "propose", "observe"} <= set(dir(src)) and isinstance(src.top_k, int)
+        assert isinstance(src.info.source, Source)
