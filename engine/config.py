@@ -38,6 +38,11 @@ BRANCH_GROWTH = ("best-first", "score-width")
 ADJACENCY_SCORES = ("softmax", "top-k")
 
 
+#: Which spine source lays the spine when several offer one (``spine_rule``): "longest-chain" = the one whose
+#: candidates' main path is longest; "longest-match" = the one that matched the most context tokens.
+SPINE_RULES = ("longest-chain", "longest-match")
+
+
 #: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/gt.py);
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
 GT_RULES = ("auto", "chord")
@@ -131,6 +136,9 @@ class DecodeConfig:
     suffix_spec_factor: float = 1.0  # adaptive size: at most factor x (match length) candidates (vLLM default 1.0)
     suffix_min_prob: float = 0.1  # candidates whose estimated path probability is below this are not proposed
     # (vLLM's suffix_decoding_min_token_prob default, 0.1)
+    spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
+    # is nearly always longer than PLD's n-gram (3-5), so "longest-match" hands the spine to the suffix tree's
+    # shorter chains (A/B: docs/results.md, "Suffix source")
     suffix_memory_tokens: int = 16384  # earlier outputs one user's suffix tree keeps (oldest outputs evicted);
     # bounds the memory a visitor holds on a shared server (~30 MB at depth 24)
     walk_priority: tuple[str, ...] = ("pld", "suffix", "ptd", "tr")  # order children are tried in (Goose Alg.
@@ -163,6 +171,8 @@ class DecodeConfig:
             (0.0 <= self.ptd_share <= 1.0, f"PTD share must be in [0, 1] (got {self.ptd_share})"),
             (set(self.walk_priority) <= set(SOURCES) and len(set(self.walk_priority)) == len(self.walk_priority),
              f"walk priority must order sources among {', '.join(SOURCES)}, each once (got {self.walk_priority})"),
+            (self.spine_rule in SPINE_RULES,
+             f"spine rule must be one of {', '.join(SPINE_RULES)} (got {self.spine_rule!r})"),
             (self.suffix_max_depth >= 1 and self.suffix_spec_factor > 0 and 0.0 <= self.suffix_min_prob < 1.0
              and self.suffix_memory_tokens >= 0, "suffix depth must be >= 1, spec factor > 0, min probability in "
              "[0, 1), memory >= 0 tokens"),

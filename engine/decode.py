@@ -218,12 +218,13 @@ class SpecDecoder:
 
     def _draft(self, s: Session) -> Drafts:
         """Alg. 2 line 5: every source's candidates for the anchor; the spine goes to the spine source offering the
-        longest chain (its candidates' main path; ties: ``REGISTRY`` order, PLD first).  Measured against "the
-        longest match" (the suffix match is nearly always longer than PLD's n-gram): docs/results.md, "Suffix"."""
+        longest chain (its candidates' main path), or the longest match (``DecodeConfig.spine_rule``); ties go to
+        ``REGISTRY`` order, PLD first."""
         cfg = self.config
         request = Request(s.tokens, (), budget=max(cfg.max_budget - 1, cfg.max_spine, cfg.pld_chain_tokens))
         proposals = tuple((src, src.propose(request)) for src in s.sources)
-        spines = [(len(c.main_path), -i, src) for i, (src, c) in enumerate(proposals)
+        by_chain = cfg.spine_rule == "longest-chain"
+        spines = [(len(c.main_path) if by_chain else c.match, -i, src) for i, (src, c) in enumerate(proposals)
                   if src.info.role is Role.SPINE and len(c)]
         return Drafts(proposals, max(spines, key=lambda x: x[:2])[2] if spines else None)
 
