@@ -86,6 +86,7 @@ VERIFIERS = {
     "goose tree, T=1": dict(method="goose", bypass=False),  # spine + TR branches, SpecInfer walk
     "pld chain, HSD, T=0.8 top-k 5": dict(method="pld", verifier="hsd", temperature=0.8, sample_top_k=5),
     "pld chain, tree walk, T=1 top-p 0.9": dict(method="pld", verifier="tree", top_p=0.9),
+    "suffix tree, T=1": dict(method="suffix"),  # frequency-ranked candidate tree, SpecInfer walk
 }
 
 
