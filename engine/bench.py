@@ -355,16 +355,28 @@ def encode(lm, text: str | list[str], prompt_format: str, max_new_tokens: int) -
     answered by the model itself (greedy, ``max_new_tokens``), ending with the last turn."""
     if isinstance(text, str):
         return lm.encode_prompt(text, chat=prompt_format == "chat")
+    if not lm.has_chat_template:  # e.g. the demo model: the turns and answers as one raw text
+        raw = ""
+        for turn in text[:-1]:
+            raw += turn + "\n\n"
+            raw += lm.tokenizer.decode(_greedy(lm, lm.encode_prompt(raw, chat=False), max_new_tokens)) + "\n\n"
+        return lm.encode_prompt(raw + text[-1], chat=False)
     messages: list[dict] = []
     for turn in text[:-1]:
         messages.append({"role": "user", "content": turn})
-        ids = torch.tensor([lm.encode_messages(messages)], device=lm.model.device)
-        eos = list(lm.eos_token_ids) or None
-        out = lm.model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                pad_token_id=eos[0] if eos else None)
-        messages.append({"role": "assistant",
-                         "content": lm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)})
+        answer = _greedy(lm, lm.encode_messages(messages), max_new_tokens)
+        messages.append({"role": "assistant", "content": lm.tokenizer.decode(answer, skip_special_tokens=True)})
     return lm.encode_messages([*messages, {"role": "user", "content": text[-1]}])
+
+
+@torch.no_grad()
+def _greedy(lm, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """The model's greedy continuation of ``prompt_ids`` (transformers' ``generate``)."""
+    ids = torch.tensor([prompt_ids], device=lm.model.device)
+    eos = list(lm.eos_token_ids) or None
+    out = lm.model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                            pad_token_id=eos[0] if eos else None)
+    return out[0, ids.shape[1]:].tolist()
 
 
 def write_outputs(out: Path, meta: dict, rows: list[dict], profile: list[dict]) -> None:
