@@ -152,7 +152,8 @@ class SpecDecoder:
         if config.gt_threshold == "chord":  # one c from the curve's chord at B (GT §3.1, Eq. 9)
             config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows))
         self.config = config  # gt_threshold: "auto" or the number c in use
-        self.memory = memory if memory is not None else SourceMemory()
+        # what sources keep across requests, per model (the page's model picker may switch models)
+        self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.priority = tuple(Source(s) for s in config.walk_priority)
         self.warp = make_warper(config) if config.sampling else None

@@ -185,6 +185,10 @@ class SourceMemory:
             self.slots[name] = make()
         return self.slots[name]
 
+    def scope(self, key: str) -> SourceMemory:
+        """The memory kept for ``key`` (a model: token ids of one tokenizer mean nothing to another)."""
+        return self.slot(f"scope:{key}", SourceMemory)
+
 
 class DraftSource(Protocol):
     """A draft source: three calls with fixed signatures, the same for every source."""
