@@ -13,6 +13,9 @@ METHODS = ("goose", "pld", "tr", "ptd", "suffix", "iso3", "iso5", "ar")
 #: Draft sources a tree may mix; ``DecodeConfig.sources`` picks among them for goose / iso(k).
 SOURCES = ("pld", "tr", "ptd", "suffix")
 
+#: Single-source methods that verify their source's candidate tree alone (PTD §3.3; SuffixDecoding).
+CANDIDATE_TREE_METHODS = ("ptd", "suffix")
+
 #: Verifiers for sampling mode: "tree" = SpecInfer-style recursive rejection over the tree (PTD
 #: Appendix B-C); "hsd" = hierarchical speculative decoding on linear chains (bypass / PLD cycles),
 #: trees still use "tree".
@@ -126,21 +129,21 @@ class DecodeConfig:
     # HF's default 10: tau 2.35 vs 2.48, and slower, on the demo model)
     sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (the page's per-source toggles); PTD
     # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
-    # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd ignore this field
+    # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd / suffix ignore this field
     ptd_rows: int = 16  # PTD drafting rows per forward (not counted in B: engine/ptd.py says why)
     ptd_width: int = 4  # children per node of the PTD tree and of pool tries (PTD §4 setup: 4)
     ptd_depth: int = 6  # depth cap of the PTD tree before stepping (PTD §4 setup: 6)
     ptd_share: float = 0.5  # share of the non-spine budget PTD candidates may take in a goose tree
-    suffix_max_depth: int = 24  # SuffixDecoding: deepest speculation below the matched node, and the longest
-    # suffix matched (vLLM's suffix_decoding_max_tree_depth default, 24)
+    suffix_max_depth: int = 24  # SuffixDecoding: depth of the suffix tries, which bounds the matched suffix plus
+    # the speculation below it (vLLM's suffix_decoding_max_tree_depth default, 24)
     suffix_spec_factor: float = 1.0  # adaptive size: at most factor x (match length) candidates (vLLM default 1.0)
     suffix_min_prob: float = 0.1  # candidates whose estimated path probability is below this are not proposed
     # (vLLM's suffix_decoding_min_token_prob default, 0.1)
     spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
     # is nearly always longer than PLD's n-gram (3-5), so "longest-match" hands the spine to the suffix tree's
     # shorter chains (A/B: docs/results.md, "Suffix source")
-    suffix_memory_tokens: int = 16384  # earlier outputs one user's suffix tree keeps (oldest outputs evicted);
-    # bounds the memory a visitor holds on a shared server (~30 MB at depth 24)
+    suffix_memory_tokens: int = 4096  # earlier output tokens one user's suffix tree keeps (oldest outputs
+    # evicted); bounds what a visitor holds on a shared server (~6.7 KB per token at depth 24: ~27 MB)
     walk_priority: tuple[str, ...] = ("pld", "suffix", "ptd", "tr")  # order children are tried in (Goose Alg.
     # 3); greedy tau does not depend on it (children of a node carry distinct tokens); sampling tau does
     temperature: float = 0.0  # 0 = greedy (lossless = token-identical); > 0 = sampling mode

@@ -9,7 +9,8 @@ settles, and this module follows it where the benchmark measured it better (docs
 - which earlier occurrence is copied: the earliest one, whose continuation is the longest (the most
   recent one is often cut off by the end of the stream);
 - how confidence is computed from its two indicators (``match_confidence``);
-- how a confident match is grown past one lookup (``NgramIndex.extend_chain``).
+- how a confident match is grown past one lookup (``engine.sources.base.extend_chain``, asking again below
+  the chain: ``NgramIndex.match`` with a ``suffix`` that runs past the indexed tokens).
 """
 from __future__ import annotations
 
@@ -113,25 +114,3 @@ class NgramIndex:
                 unanimous = len(ends) >= 2 and len({self.tokens[e + 1] for e in ends}) == 1
         consensus = bool(draft) and first_tokens.count(draft[0]) >= 2
         return PldMatch(draft=draft, n=best_n, consensus=consensus, unanimous=unanimous)
-
-    def extend_chain(self, chain: tuple[int, ...], limit: int, max_len: int, saturated: bool) -> tuple[int, ...]:
-        """Grow a confident match by further lookups from the end of the drafted chain (Goose §4.3).
-
-        A confident cycle is usually inside a passage the target is reproducing, where one lookup only
-        reaches ``max_len`` tokens.  The index is queried again with the sequence plus the chain so far,
-        and each continuation is appended, while the chain is shorter than ``limit`` (the last lookup may
-        overshoot it by up to ``max_len - 1``; the tree budget bounds what is verified).  A ``saturated``
-        cycle (confidence 1.0) keeps growing only while each further lookup is itself unanimous; the
-        first that is not is still appended, then growth stops.  As in the authors' code.
-        """
-        out = list(chain)
-        width = self.ngram_sizes[0]
-        while len(out) < limit:
-            tail = (self.tokens[-width:] + out)[-width:]
-            more = self.match(max_len, tail)
-            if not more.draft:
-                break
-            out.extend(more.draft)
-            if saturated and not more.unanimous:
-                break
-        return tuple(out)

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import kv_cache
-from .config import DecodeConfig
+from .config import CANDIDATE_TREE_METHODS, DecodeConfig
 from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
 from .sampling import make_warper, new_generator
 from .sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
+from .sources.base import extend_chain
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
 from .tree import DraftTree, Source
@@ -32,21 +33,12 @@ class Drafts:
 
     proposals: tuple[tuple[DraftSource, Candidates], ...]
     spine: DraftSource | None = None  # the spine source offering the longest chain (ties: ``REGISTRY`` order)
-
-    @property
-    def spine_candidates(self) -> Candidates:
-        """The spine source's candidates at the anchor (empty without a spine)."""
-        return next((c for src, c in self.proposals if src is self.spine), Candidates())
-
-    @property
-    def chain(self) -> Candidates:
-        """The spine's chain: the main path of the spine source's candidates."""
-        return _main_chain(self.spine_candidates)
+    chain: Candidates = Candidates()  # the spine's chain: the main path of the spine source's candidates
 
     @property
     def confidence(self) -> float:
         """Goose §4.3 confidence of the spine's match in [0, 1] (0 without a spine)."""
-        return self.spine_candidates.confidence
+        return self.chain.confidence
 
     def any(self) -> bool:
         return any(len(c) for _, c in self.proposals)
@@ -139,7 +131,8 @@ class SpecDecoder:
             shared curve (measured once per model, device, dtype and torch version, cached on disk).
             ``self.cost_curve`` is the curve in use (None when c is a number and none was given).
         memory: what draft sources keep across this user's requests (the suffix source's tree of earlier
-            outputs); default: a fresh one, so nothing carries over.  Never share one between users.
+            outputs), per model; default: one of this decoder's own, so only its own ``generate`` calls share
+            it.  Never share one between users.
     """
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
@@ -156,6 +149,8 @@ class SpecDecoder:
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.priority = tuple(Source(s) for s in config.walk_priority)
+        # candidates asked of a source at once: the largest tree, or the longest chain a lookup copies
+        self._draft_budget = max(config.max_budget - 1, config.max_spine, config.pld_chain_tokens)
         self.warp = make_warper(config) if config.sampling else None
 
     def generate(self, prompt_ids: list[int], should_stop: Callable[[], bool] | None = None) -> Iterator[CycleTrace]:
@@ -204,7 +199,8 @@ class SpecDecoder:
         else:
             first = int(logits[-1].argmax())
         clock.lap("forward")
-        back = read_back(logits, self._read_k(session))  # (L rows): every prompt row's successors
+        k = self._read_k(session)
+        back = read_back(logits, k) if k else None  # (L rows): every prompt row's successors, when a source reads them
         for src in session.sources:
             src.prefill(prompt, back)
         session.past_len = len(prompt)
@@ -222,19 +218,20 @@ class SpecDecoder:
         longest chain (its candidates' main path), or the longest match (``DecodeConfig.spine_rule``); ties go to
         ``REGISTRY`` order, PLD first."""
         cfg = self.config
-        request = Request(s.tokens, (), budget=max(cfg.max_budget - 1, cfg.max_spine, cfg.pld_chain_tokens))
-        proposals = tuple((src, src.propose(request)) for src in s.sources)
+        proposals = tuple((src, src.propose(Request(s.tokens, (), self._draft_budget))) for src in s.sources)
+        chains = [(src, _main_chain(c)) for src, c in proposals if src.info.role is Role.SPINE and len(c)]
+        if not chains:
+            return Drafts(proposals)
         by_chain = cfg.spine_rule == "longest-chain"
-        spines = [(len(c.main_path) if by_chain else c.match, -i, src) for i, (src, c) in enumerate(proposals)
-                  if src.info.role is Role.SPINE and len(c)]
-        return Drafts(proposals, max(spines, key=lambda x: x[:2])[2] if spines else None)
+        spine, chain = max(chains, key=lambda pair: len(pair[1]) if by_chain else pair[1].match)  # ties: the first
+        return Drafts(proposals, spine, chain)
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2)."""
         plan = self._choose_size(self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
         forward = plan.tree
         for _, cands in drafts.proposals:
-            forward = forward.graft(list(cands.rows[0]), list(cands.rows[1]), Source.PTD_ROW)
+            forward = forward.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
         return replace(plan, forward=forward)
 
     def _route(self, s: Session, drafts: Drafts) -> Plan:
@@ -243,14 +240,16 @@ class SpecDecoder:
         cfg, chain = self.config, drafts.chain
         built: Built | None = None
         mode, r, budget = "ar", None, None
-        if cfg.method in ("ptd", "suffix"):
+        proposals = self._proposals(s, drafts, chain)
+        if cfg.method in CANDIDATE_TREE_METHODS:
             src, cands = drafts.proposals[0]
             mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
-        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts, self._proposals(s, drafts, chain))):
+        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts, proposals)):
             mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt_threshold)
         elif drafts.any() or cfg.iso_k is not None:
-            budget, r, chain = self._shape(s, drafts)
-            proposals = self._proposals(s, drafts, chain)
+            budget, r, extended = self._shape(s, drafts)
+            if extended is not chain:
+                chain, proposals = extended, replace(proposals, spine=extended)
             if cfg.iso_k is not None:
                 r = None
                 if not cfg.iso_spine:
@@ -282,7 +281,7 @@ class SpecDecoder:
             return False
         if cfg.bypass_rule == "no-adjacency":
             return not proposals.has_branches()
-        return cfg.iso_k is None and (len(drafts.chain) >= cfg.bypass_threshold or drafts.spine_candidates.consensus)
+        return cfg.iso_k is None and (len(drafts.chain) >= cfg.bypass_threshold or drafts.chain.consensus)
 
     def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, Candidates]:
         """§4.3 confidence schedule, as the authors' code applies it: budget ``B + int(m * budget_extension)``,
@@ -295,16 +294,8 @@ class SpecDecoder:
         r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
         chain = drafts.chain
         if len(chain) and m > cfg.extend_above:
-            tokens, p = list(chain.tokens), list(chain.p)
-            while len(tokens) < int(cfg.max_extended_chain * m):
-                more = _main_chain(drafts.spine.propose(Request(s.tokens, tuple(tokens), budget=cfg.max_budget)))
-                if not len(more):
-                    break
-                tokens += more.tokens
-                p += more.p
-                if m >= 1.0 and more.confidence < 1.0:
-                    break
-            chain = Candidates.chain(tokens, p, match=chain.match, confidence=chain.confidence)
+            chain = extend_chain(drafts.spine, s.tokens, chain, int(cfg.max_extended_chain * m), self._draft_budget,
+                                 saturated=m >= 1.0)
         return cfg.budget + int(m * cfg.budget_extension), r + m * (1.0 - r), chain
 
     def _choose_size(self, plan: Plan) -> Plan:
@@ -339,8 +330,8 @@ class SpecDecoder:
         clock.lap("cache")
         prev = s.prev
         done = self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
-        verified = Verified(plan.forward, len(plan.tree), prev, back, walk.accepted, done.tokens, s.output,
-                            done.finished)
+        verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=prev, back=back,
+                            accepted=walk.accepted, committed=done.tokens, output=s.output, finished=done.finished)
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
             src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)

@@ -62,26 +62,41 @@ def test_match_of_a_suffix_past_the_sequence_copies_indexed_tokens_only():
     assert idx.match(3, suffix=[6, 7, 0]).draft == ()  # only at the very end: nothing after it to copy
 
 
+def _pld_over(tokens: list[int], chain_tokens: int):
+    """A PLD source whose chains are ``chain_tokens`` long, and the first chain it proposes after ``tokens``."""
+    from engine.config import DecodeConfig
+    from engine.estimates import AcceptanceStats
+    from engine.sources import Request, SourceMemory
+    from engine.sources.pld import PldSource
+
+    pld = PldSource(DecodeConfig(ngram_sizes=(3,), match_occurrence="earliest", max_spine=chain_tokens),
+                    AcceptanceStats(), SourceMemory())
+    return pld, pld.propose(Request(tokens, (), budget=100))
+
+
 def test_extend_chain_grows_by_rematching_up_to_the_limit():
+    from engine.sources.base import extend_chain
+
     period = list(range(10, 22))  # a 12-token passage repeated: every lookup continues it
-    idx = NgramIndex((3,))
-    idx.extend(period * 3 + period[:3])
-    first = idx.match(5)
-    assert first.draft == tuple(period[3:8])
-    chain = idx.extend_chain(first.draft, limit=30, max_len=5, saturated=False)
-    assert len(chain) == 30 and list(chain) == (period * 4)[3:33]  # 5 + 5 lookups of 5 tokens
-    assert idx.extend_chain(first.draft, limit=5, max_len=5, saturated=False) == first.draft  # at the limit
+    context = period * 3 + period[:3]
+    pld, first = _pld_over(context, 5)
+    assert first.tokens == tuple(period[3:8])
+    chain = extend_chain(pld, context, first, limit=30, budget=100, saturated=False)
+    assert len(chain) == 30 and list(chain.tokens) == (period * 4)[3:33]  # 5 + 5 lookups of 5 tokens
+    assert len(chain.p) == 30 and chain.match == first.match
+    assert extend_chain(pld, context, first, limit=5, budget=100, saturated=False).tokens == first.tokens
 
 
 def test_saturated_extension_stops_after_the_first_lookup_that_is_not_unanimous():
-    idx = NgramIndex((3,))
+    from engine.sources.base import extend_chain
+
     # '1 2 3' is followed by 4 twice (unanimous); '4 5 6' once before (not unanimous)
-    idx.extend([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 8, 8, 1, 2, 3])
-    first = idx.match(2)
-    assert first.draft == (4, 5) and first.unanimous
-    chain = idx.extend_chain(first.draft, limit=50, max_len=2, saturated=True)
-    assert chain == (4, 5, 6, 9)  # the lookup after '3 4 5' is not unanimous: appended, then growth stops
-    grown = idx.extend_chain(first.draft, limit=50, max_len=2, saturated=False)
+    context = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 8, 8, 1, 2, 3]
+    pld, first = _pld_over(context, 2)
+    assert first.tokens == (4, 5) and first.confidence == 1.0
+    chain = extend_chain(pld, context, first, limit=50, budget=100, saturated=True)
+    assert chain.tokens == (4, 5, 6, 9)  # the lookup after '3 4 5' is not unanimous: appended, then growth stops
+    grown = extend_chain(pld, context, first, limit=50, budget=100, saturated=False)
     assert len(grown) > len(chain)
 
 
@@ -213,26 +228,30 @@ def test_suffix_match_and_speculation_adapt_to_the_match_length():
     trie.append([5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 11])
     m, node = trie.longest_match([0, 6, 7, 8])  # "6 7 8" occurs, "0 6 7 8" does not
     assert m == 3 and node[0] == 2
-    tokens, parents, probs = speculate(node, room=8 - m, limit=3, min_prob=0.1)
-    assert tokens == [9, 10, 11] and parents == [None, 0, 0] and probs == [1.0, 0.5, 0.5]
-    assert speculate(node, room=8 - m, limit=3, min_prob=0.6)[0] == [9]  # the halves fall below min_prob
-    assert speculate(node, room=1, limit=9, min_prob=0.0)[0] == [9]  # the trie's depth bounds the speculation
+    spec = speculate(node, room=8 - m, limit=3, min_prob=0.1, match=m)
+    assert spec.tokens == (9, 10, 11) and spec.parents == (None, 0, 0) and spec.p == (1.0, 0.5, 0.5)
+    assert spec.match == 3 and spec.main_path == (0, 1)
+    assert speculate(node, room=8 - m, limit=3, min_prob=0.6, match=m).tokens == (9,)  # halves below min_prob
+    assert speculate(node, room=1, limit=9, min_prob=0.0, match=m).tokens == (9,)  # the trie's depth bounds it
 
 
-def test_suffix_memory_is_bounded_and_folds_a_request_in_when_the_next_starts():
+def test_suffix_memory_is_bounded_and_keeps_finished_outputs():
     from engine.sources.suffix import SuffixMemory
 
     memory = SuffixMemory(depth=4, max_tokens=6)
-    first = [1, 2, 3]
-    memory.fold()
-    memory.hold(first)
-    first.append(4)  # the live output grows after it is held
-    assert memory.trie.find([1]) is None  # not folded in while its request runs
-    memory.fold()
+    memory.add([1, 2, 3, 4])
     assert memory.trie.find([1, 2, 3, 4])[0] == 1
-    memory.hold([7, 8, 9])
-    memory.fold()  # 4 + 3 tokens > 6: the oldest output goes
+    memory.add([7, 8, 9])  # 4 + 3 tokens > 6: the oldest output goes
     assert memory.tokens == 3 and memory.trie.find([1]) is None and memory.trie.find([7, 8])[0] == 1
+    assert memory.speculate([0, 7], lambda m: 5, 0.0).tokens == (8, 9)
+
+
+def test_request_tail_reads_context_then_path():
+    from engine.sources import Request
+
+    assert Request([1, 2, 3], (9,)).tail(5) == [1, 2, 3, 9]
+    assert Request(list(range(15))).tail(23) == list(range(15))
+    assert Request([1, 2, 3], (7, 8, 9)).tail(2) == [8, 9]
 
 
 def test_sources_follow_one_protocol_and_the_registry_names_them():

@@ -10,9 +10,10 @@ decided by the source's ``Role``.  The Goose authors' code splits the same job i
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..tree import DraftTree, Source
 
@@ -50,9 +51,9 @@ class SourceInfo:
         return self.source.value
 
 
-@dataclass(frozen=True)
-class Request:
-    """Where candidates are wanted: below the anchor, or below a node of the tree being built.
+class Request(NamedTuple):
+    """Where candidates are wanted: below the anchor, or below a node of the tree being built (a NamedTuple:
+    tree building asks at every node, so it must be cheap to make).
 
     Attributes:
         context: the committed tokens (prompt + output), ending with the anchor; read-only.
@@ -86,7 +87,17 @@ class Request:
     def tail(self, n: int) -> list[int]:
         """The last ``n`` tokens of context + path (what a suffix matcher looks up)."""
         need = max(0, n - len(self.path))
-        return [*self.context[len(self.context) - need:], *self.path][-n:] if n > 0 else []
+        return [*self.context[max(0, len(self.context) - need):], *self.path][-n:] if n > 0 else []
+
+
+class Rows(NamedTuple):
+    """Rows a source asks to ride along in the verification forward under the anchor, never verified (PTD's
+    drafting rows, PTD §3.2): their tokens, their parents among these rows (None = the anchor), and the tag
+    their nodes carry (the source finds its rows' greedy tokens by it: ``Verified.greedy_of``)."""
+
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int | None, ...] = ()
+    tag: Source = Source.PTD_ROW
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,7 @@ class Candidates:
         match: context tokens matched to find them (0 = not a context match), shown in traces and tables.
         confidence: Goose §4.3 confidence in [0, 1] of a context match (0 otherwise).
         consensus: several match lengths agree on the first token (Goose B.2), for the bypass rule.
-        rows: (tokens, parents) of rows to ride along in the verification forward under the anchor, never
-            verified (PTD's drafting rows, PTD §3.2); parents index these rows, None = the anchor.
+        rows: rows to ride along in the verification forward (``Rows``; none by default).
     """
 
     tokens: tuple[int, ...] = ()
@@ -114,20 +124,31 @@ class Candidates:
     match: int = 0
     confidence: float = 0.0
     consensus: bool = False
-    rows: tuple[tuple[int, ...], tuple[int | None, ...]] = ((), ())
+    rows: Rows = Rows()
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """Per candidate, its children's indices (in order); derived from ``parents``."""
+        kids: list[list[int]] = [[] for _ in self.tokens]
+        for i, parent in enumerate(self.parents):
+            if parent is not None:
+                kids[parent].append(i)
+        return tuple(tuple(k) for k in kids)
+
+    def roots(self) -> tuple[int, ...]:
+        """Indices of the candidates hanging directly below the node asked about."""
+        return tuple(i for i, parent in enumerate(self.parents) if parent is None)
 
     @property
     def main_path(self) -> tuple[int, ...]:
         """Indices of the first-proposed path: the first candidate, its first child, and so on."""
         if not self.tokens:
             return ()
-        path, node = [0], 0
-        while (child := next((i for i in range(node + 1, len(self)) if self.parents[i] == node), None)) is not None:
-            path.append(child)
-            node = child
+        kids, path = self.children(), [0]
+        while kids[path[-1]]:
+            path.append(kids[path[-1]][0])
         return tuple(path)
 
     @classmethod
@@ -174,20 +195,53 @@ class Verified:
 class SourceMemory:
     """What draft sources keep across the requests of one user (or one bench session); never shared.
 
-    Sources store under their own name (``slot``).  The page keeps one per visitor in ``gr.State``.
+    Sources store under their own name (``slot``), per model (``scope``).  The page keeps one per visitor in
+    ``gr.State``; one visitor's race runs two generations at once, hence the lock.
     """
 
     slots: dict[str, object] = field(default_factory=dict)
+    scopes: dict[str, SourceMemory] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def slot(self, name: str, make):
         """The object stored under ``name``, made by ``make()`` the first time."""
-        if name not in self.slots:
-            self.slots[name] = make()
-        return self.slots[name]
+        with self.lock:
+            if name not in self.slots:
+                self.slots[name] = make()
+            return self.slots[name]
 
     def scope(self, key: str) -> SourceMemory:
         """The memory kept for ``key`` (a model: token ids of one tokenizer mean nothing to another)."""
-        return self.slot(f"scope:{key}", SourceMemory)
+        with self.lock:
+            return self.scopes.setdefault(key, SourceMemory())
+
+    def __deepcopy__(self, memo) -> SourceMemory:
+        """A fresh, empty memory: gradio deep-copies a ``gr.State`` default for every visitor."""
+        return SourceMemory()
+
+
+def extend_chain(source: DraftSource, context: Sequence[int], chain: Candidates, limit: int, budget: int,
+                 saturated: bool) -> Candidates:
+    """Grow a confident spine chain by asking its source again below it (Goose §4.3, as the authors' code).
+
+    A confident cycle is usually inside a passage the target is reproducing, where one lookup only reaches
+    so far: the source is asked for candidates below the chain so far (``Request.path``), and their main
+    path is appended, while the chain is shorter than ``limit`` (the last lookup may overshoot it; the tree
+    budget bounds what is verified).  A ``saturated`` cycle (confidence 1.0) keeps growing only while each
+    further lookup is saturated too; the first that is not is still appended, then growth stops.
+    ``budget`` is each lookup's request budget.  Returns the grown chain (its match facts kept).
+    """
+    tokens, p = list(chain.tokens), list(chain.p)
+    while len(tokens) < limit:
+        more = source.propose(Request(context, tuple(tokens), budget))
+        path = more.main_path
+        if not path:
+            break
+        tokens += [more.tokens[i] for i in path]
+        p += [more.p[i] for i in path]
+        if saturated and more.confidence < 1.0:
+            break
+    return Candidates.chain(tokens, p, match=chain.match, confidence=chain.confidence, consensus=chain.consensus)
 
 
 class DraftSource(Protocol):
@@ -197,8 +251,9 @@ class DraftSource(Protocol):
     #: successors per forward row the source needs read back for ``observe`` (0 = none)
     top_k: int
 
-    def prefill(self, prompt: Sequence[int], back: ReadBack) -> None:
-        """Set up for a request: the prompt and its rows' greedy tokens and top-k successors."""
+    def prefill(self, prompt: Sequence[int], back: ReadBack | None) -> None:
+        """Set up for a request: the prompt and its rows' greedy tokens and top-k successors (None when no
+        active source reads successors: ``top_k`` 0 for all)."""
 
     def propose(self, request: Request) -> Candidates:
         """Candidates below ``request``'s node, at most about ``request.budget`` of them."""

@@ -12,7 +12,7 @@ from ..config import DecodeConfig
 from ..context_match import NgramIndex, match_confidence
 from ..estimates import AcceptanceStats
 from ..tree import Source
-from .base import Candidates, Request, SourceMemory, Verified
+from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 
 class PldSource:
@@ -23,11 +23,11 @@ class PldSource:
     rarely reached, start from what the spine achieves instead of 0.5 (docs/results.md, "GT principle").
     """
 
+    info = SourceInfo(Source.PLD, "PLD spine", "PLD", "#2563eb", Role.SPINE,
+                      "copied from an earlier n-gram match in the prompt or the output (prompt lookup)")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        from . import PLD
-        self.info = PLD
         self.index = NgramIndex(cfg.ngram_sizes, cfg.occurrence)
         self.chain_tokens = cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine  # one lookup's length
         self.long_match, self.max_spine, self.pooled_prior = cfg.bypass_threshold, cfg.max_spine, cfg.pooled_pld_prior

@@ -12,7 +12,7 @@ from ..config import DecodeConfig
 from ..estimates import AcceptanceStats
 from ..ptd import CandidatePool, ProgressiveTree, Trie
 from ..tree import Source
-from .base import Candidates, Request, SourceMemory, Verified
+from .base import Candidates, Request, Role, Rows, SourceInfo, SourceMemory, Verified
 
 
 class PtdSource:
@@ -20,11 +20,11 @@ class PtdSource:
     keeps its best nodes), with T's rows to ride along; nothing below other nodes.  A candidate's estimate
     is the per-depth PTD acceptance rate, Beta(1, 1) prior."""
 
+    info = SourceInfo(Source.PTD, "PTD perturbation", "PTD", "#10b981", Role.POOL,
+                      "a candidate from the pool progressive tree drafting grows in the forward's extra rows")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        from . import PTD
-        self.info = PTD
         self.cfg = cfg
         self.pool = CandidatePool(width=cfg.ptd_width, max_depth=cfg.ptd_depth)
         self.tree: ProgressiveTree | None = None
@@ -39,10 +39,13 @@ class PtdSource:
         if request.depth:
             return Candidates()
         tokens, parents = self.tree.rows()
+        rows = Rows(tuple(tokens), tuple(parents), Source.PTD_ROW)
         trie = self.pool.get(request.token)
-        flat = _flatten(trie, request.depth) if trie is not None else ([], [], [])
-        p = tuple(self.counter.rate(d, 0.5) for d in flat[2])
-        return Candidates(tuple(flat[0]), tuple(flat[1]), p, p, rows=(tuple(tokens), tuple(parents)))
+        if trie is None:
+            return Candidates(rows=rows)
+        tokens, parents, depths = _flatten(trie, request.depth)
+        p = tuple(self.counter.rate(d, 0.5) for d in depths)
+        return Candidates(tuple(tokens), tuple(parents), p, p, rows=rows)
 
     def observe(self, verified: Verified) -> None:
         # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge its subtrees into the pool

@@ -12,7 +12,8 @@ is its count over its siblings'.  No maintained Python suffix-tree library keeps
 sequences (ArcticInference's C++ tree ships inside its vLLM plugin), so this is ~150 lines of our own.
 
 The global tree belongs to one user (the page keeps it in ``gr.State`` through ``SourceMemory``) and
-holds at most ``suffix_memory_tokens`` tokens of earlier outputs, oldest evicted; it is never shared.
+holds at most ``suffix_memory_tokens`` tokens of their earlier outputs of runs that used this source,
+oldest evicted; it is never shared.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from collections.abc import Sequence
 
 from ..config import DecodeConfig
 from ..estimates import AcceptanceStats
-from .base import Candidates, Request, SourceMemory, Verified
+from ..tree import Source
+from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 
 class SuffixTrie:
@@ -86,8 +88,9 @@ class SuffixTrie:
         return 0, None
 
 
-def speculate(node: list, room: int, limit: int, min_prob: float) -> tuple[list[int], list[int | None], list[float]]:
-    """Best-first speculation tree below a matched node: (tokens, parents, conditional probabilities).
+def speculate(node: list, room: int, limit: int, min_prob: float, match: int) -> Candidates:
+    """Best-first speculation tree below a matched node, as ``Candidates`` (scores and estimates: conditional
+    probabilities; ``match``: the matched suffix length).
 
     Candidates are expanded by path probability (the product of count / sibling-count along the path)
     until ``limit`` nodes, ``room`` levels, or a path probability below ``min_prob``.
@@ -114,15 +117,15 @@ def speculate(node: list, room: int, limit: int, min_prob: float) -> tuple[list[
         parents.append(parent)
         probs.append(q)
         push(child, len(tokens) - 1, -neg_p, depth + 1)
-    return tokens, parents, probs
+    return Candidates(tuple(tokens), tuple(parents), tuple(probs), tuple(probs), match=match)
 
 
 class SuffixMemory:
     """One user's global suffix tree over their earlier outputs, bounded to ``max_tokens`` tokens.
 
-    A request's output is folded in when the user's next request starts (so a stopped run counts too);
-    the oldest outputs are removed to stay within the bound.  Thread-safe: one user's race runs two
-    generations at once.
+    A request's output joins it when the request finishes (EOS or max new tokens; a stopped run's partial
+    output does not); the oldest outputs are removed to stay within the bound.  Thread-safe: one user's
+    race runs two generations at once.
     """
 
     def __init__(self, depth: int, max_tokens: int) -> None:
@@ -130,37 +133,27 @@ class SuffixMemory:
         self.max_tokens = max_tokens
         self.outputs: deque[tuple[int, ...]] = deque()
         self.tokens = 0
-        self.pending: list[Sequence[int]] = []  # outputs of running or finished requests, not yet folded in
         self.lock = threading.Lock()
 
-    def fold(self) -> None:
-        """A new request starts: fold the outputs of earlier ones into the tree."""
+    def add(self, output: Sequence[int]) -> None:
+        """Add a finished request's output, then evict the oldest outputs beyond ``max_tokens``."""
         with self.lock:
-            for out in self.pending:
-                self._add(tuple(out))
-            self.pending = []
+            if output and len(output) <= self.max_tokens:
+                self.outputs.append(tuple(output))
+                self.tokens += len(output)
+                self.trie.start()
+                self.trie.append(output)
+            while self.tokens > self.max_tokens:
+                old = self.outputs.popleft()
+                self.tokens -= len(old)
+                self.trie.remove(old)
 
-    def hold(self, output: Sequence[int]) -> None:
-        """Keep a running request's ``output`` (the live list the decoder appends to) for the next ``fold``."""
-        with self.lock:
-            self.pending.append(output)
-
-    def _add(self, output: tuple[int, ...]) -> None:
-        if not output or len(output) > self.max_tokens:
-            return
-        self.outputs.append(output)
-        self.tokens += len(output)
-        self.trie.start()
-        self.trie.append(output)
-        while self.tokens > self.max_tokens:
-            old = self.outputs.popleft()
-            self.tokens -= len(old)
-            self.trie.remove(old)
-
-    def speculate(self, context: Sequence[int], limit_of, min_prob: float) -> tuple[int, tuple]:
+    def speculate(self, context: Sequence[int], limit_of, min_prob: float) -> Candidates:
+        """``speculate`` below the longest suffix of ``context`` found here (``limit_of(m)``: the size for a
+        match of m tokens); empty when none is found."""
         with self.lock:
             m, node = self.trie.longest_match(context)
-            return m, (speculate(node, self.trie.depth - m, limit_of(m), min_prob) if node is not None else None)
+            return speculate(node, self.trie.depth - m, limit_of(m), min_prob, m) if node else Candidates()
 
 
 class SuffixSource:
@@ -168,50 +161,41 @@ class SuffixSource:
 
     ``match`` is the matched suffix length; the main path (the most frequent continuation) competes with PLD's
     chain for the spine (the longer chain wins, ``SpecDecoder._draft``); a candidate's estimate and score are
-    its continuation frequency.
-    ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not for frequencies.
+    its continuation frequency over its siblings' (ours: ArcticInference's exact normalisation was not
+    checked).  ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not frequencies.
     """
 
+    info = SourceInfo(Source.SUFFIX, "Suffix tree", "Suffix", "#db2777", Role.SPINE,
+                      "the most frequent continuations of the longest suffix match, over the prompt, the output "
+                      "and this visitor's earlier outputs (SuffixDecoding)")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        from . import SUFFIX
-        self.info = SUFFIX
         self.depth, self.factor, self.min_prob = cfg.suffix_max_depth, cfg.suffix_spec_factor, cfg.suffix_min_prob
         self.local = SuffixTrie(self.depth)
         self.seen = 0  # context tokens already in ``local``
-        self.memory: SuffixMemory = memory.slot("suffix", lambda: SuffixMemory(self.depth, cfg.suffix_memory_tokens))
-        self.output: Sequence[int] = ()
+        self.memory: SuffixMemory = memory.slot(f"suffix/depth={self.depth}",
+                                                lambda: SuffixMemory(self.depth, cfg.suffix_memory_tokens))
+        self.memory.max_tokens = cfg.suffix_memory_tokens  # this run's bound applies from its output on
 
     def prefill(self, prompt: Sequence[int], back) -> None:
-        self.memory.fold()
+        pass  # the local tree catches up with the context it is asked about (``propose``)
 
     def propose(self, request: Request) -> Candidates:
         self._catch_up(request.context)
         query = request.tail(self.depth - 1)
-        best, best_m, best_score = None, 0, 0.0
 
         def limit_of(m: int) -> int:  # the adaptive size: factor x match length, within the budget
             return min(request.budget, max(1, int(self.factor * m)))
 
         m, node = self.local.longest_match(query)
-        options = [(m, speculate(node, self.depth - m, limit_of(m), self.min_prob) if node else None),
-                   self.memory.speculate(query, limit_of, self.min_prob)]
-        for m, spec in options:
-            if spec is None or not spec[0]:
-                continue
-            score = _expected(spec[1], spec[2])
-            if score > best_score:
-                best, best_m, best_score = spec, m, score
-        if best is None:
-            return Candidates()
-        tokens, parents, probs = best
-        return Candidates(tuple(tokens), tuple(parents), tuple(probs), tuple(probs), match=best_m)
+        local = speculate(node, self.depth - m, limit_of(m), self.min_prob, m) if node else Candidates()
+        earlier = self.memory.speculate(query, limit_of, self.min_prob)
+        return max((local, earlier), key=_expected)  # ties: this request's own tree
 
     def observe(self, verified: Verified) -> None:
-        if self.output is not verified.output:  # the first cycle: hold this request's output for the next one
-            self.output = verified.output
-            self.memory.hold(verified.output)
+        if verified.finished:
+            self.memory.add(verified.output)
 
     def _catch_up(self, context: Sequence[int]) -> None:
         """Add the context tokens the local tree has not seen (the prompt at first, then each cycle's output)."""
@@ -219,9 +203,9 @@ class SuffixSource:
         self.seen = len(context)
 
 
-def _expected(parents: list[int | None], probs: list[float]) -> float:
+def _expected(cands: Candidates) -> float:
     """Expected accepted tokens of a speculation tree: the sum of its path probabilities."""
     path: list[float] = []
-    for parent, q in zip(parents, probs):
+    for parent, q in zip(cands.parents, cands.p):
         path.append(q * (1.0 if parent is None else path[parent]))
     return sum(path)

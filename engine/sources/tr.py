@@ -11,20 +11,22 @@ from ..adjacency import AdjacencyTable
 from ..config import DecodeConfig
 from ..estimates import AcceptanceStats
 from ..tree import Source
-from .base import Candidates, Request, SourceMemory, Verified
+from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 
 class TrSource:
-    """Proposes a node's top-K successors from the table (bigram tier first), best first, unfiltered:
-    the tree builder prunes those scored below ``min_score`` (C.1).
+    """Proposes a node's top-K successors from the table (bigram tier first), best first, unfiltered and
+    whatever the request's budget: the tree builder prunes those scored below ``min_score`` (C.1) and takes
+    as many as its step allows.
 
     Estimates: the adjacency score as it is, or with ``tr_calibration`` the score times, per depth,
     (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent was accepted.
     """
 
+    info = SourceInfo(Source.TR, "TR branch", "TR", "#f59e0b", Role.BRANCH,
+                      "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)")
+
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        from . import TR
-        self.info = TR
         self.top_k = cfg.top_k
         self.calibrate = cfg.tr_calibration
         self.renormalise = cfg.adjacency_scores == "top-k"
@@ -42,8 +44,8 @@ class TrSource:
             return Candidates()
         depth = request.depth + 1
         scores = tuple(s for _, s in found)
-        return Candidates(tuple(t for t, _ in found), (None,) * len(found), scores,
-                          tuple(self.rate(depth, s) for s in scores))
+        p = tuple(self.rate(depth, s) for s in scores) if self.calibrate else scores
+        return Candidates(tuple(t for t, _ in found), (None,) * len(found), scores, p)
 
     def rate(self, depth: int, score: float) -> float:
         """Estimated acceptance of a successor scored ``score`` at ``depth`` given its parent was accepted."""
