@@ -8,7 +8,7 @@ from types import MappingProxyType
 from .sources import info
 from .tree import DraftTree, GhostNode, Source
 
-#: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear PLD
+#: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear spine
 #: chain), tree (spine tree, or TR-only / spine-only tree), or ar (no draft source available).
 MODES = ("prefill", "bypass", "tree", "ar")
 
@@ -37,10 +37,10 @@ class CycleTrace:
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
         ptd_rows: PTD drafting rows that rode along in this forward (not part of ``tree``).
-        confidence: Goose §4.3 confidence of this cycle's PLD match in [0, 1] (0 = no match; None in
+        confidence: Goose §4.3 confidence of this cycle's spine match in [0, 1] (0 = no match; None in
             traces written before it was recorded).
-        match_tokens: tokens the context match returned (0 = no match).
-        chain_tokens: PLD chain offered to the tree: ``match_tokens``, or more when a confident match
+        match_tokens: tokens of the spine source's chain before any extension (0 = no spine).
+        chain_tokens: spine chain offered to the tree: ``match_tokens``, or more when a confident match
             was extended by re-matching (the spine itself may be shorter: B r bounds it).
         budget: node budget the tree was built with, root included (B, raised on confident cycles by
             the confidence schedule); None for bypass chains, AR steps and prefill.

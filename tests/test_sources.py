@@ -1,4 +1,4 @@
-"""Draft sources: the PLD context matcher and the TR adjacency table."""
+"""Draft sources: the PLD context matcher, the TR adjacency table, PTD's pool, the suffix tries, the protocol."""
 from __future__ import annotations
 
 import pytest

@@ -30,7 +30,7 @@ def speedup_figure(rows: list[dict]) -> go.Figure:
 def acceptance_figure(rows: list[dict], method: str = "goose") -> go.Figure:
     mine = [r for r in rows if r["method"] == method and r.get("p_s") is not None]
     fig = go.Figure()
-    fig.add_trace(go.Bar(name="p_s (PLD spine)", x=[r["dataset"] for r in mine], y=[r["p_s"] for r in mine]))
+    fig.add_trace(go.Bar(name="p_s (spine)", x=[r["dataset"] for r in mine], y=[r["p_s"] for r in mine]))
     fig.add_trace(go.Bar(name="p_t (TR branch)", x=[r["dataset"] for r in mine], y=[r.get("p_t") or 0 for r in mine]))
     ratios = [f"{r['p_s'] / r['p_t']:.1f}×" if r.get("p_t") else "" for r in mine]
     fig.add_trace(go.Scatter(x=[r["dataset"] for r in mine], y=[max(r["p_s"], r.get("p_t") or 0) * 1.1 for r in mine],

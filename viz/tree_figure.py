@@ -222,14 +222,14 @@ def _text_width(label: str) -> float:
 
 def default_title(trace: CycleTrace) -> str:
     """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
-    a tree cycle adds how the PLD match shaped it (Goose §4.3): its confidence, the chain (extended or not)
+    a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not)
     and the node budget, e.g. "· confidence 0.90, chain 20 → 34 tokens, budget 96"."""
     return (f"cycle {trace.index} · {trace.mode} · {len(trace.tree)} nodes · "
             f"{len(trace.new_tokens)} tokens ({trace.path_category}){_shape_note(trace)}")
 
 
 def _shape_note(trace: CycleTrace) -> str:
-    """Title suffix: the match confidence, the PLD chain (extended or not) and the budget of a tree cycle."""
+    """Title suffix: the match confidence, the spine chain (extended or not) and the budget of a tree cycle."""
     if trace.mode != "tree" or trace.budget is None:
         return ""
     if not trace.match_tokens or trace.confidence is None:
@@ -250,9 +250,8 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
         title: figure title (default: ``default_title``).
         stage: one of ``STAGES`` to draw the cycle part way (step-through); None draws it whole.
             a source's name ('pld', 'tr', ...): the drafts of the sources so far (``REGISTRY`` order),
-            unverified; 'scored': every node
-            marked ✓ where it equals the target's token at its place, ✗ where not; 'walk': the accepted
-            path; 'bonus': the whole cycle (as None).
+            unverified; 'scored': every node marked ✓ where it equals the target's token at its place,
+            ✗ where not; 'walk': the accepted path; 'bonus': the whole cycle (as None).
         show_all: draw every node (no folding); the figure grows to fit.
     Raises:
         ValueError: unknown ``stage``.
