@@ -86,6 +86,11 @@ class AdjacencyTable:
         toks = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         self.store(prev_tokens, toks, [[int(t) for t in r[:k]] for r in both], [r[k:] for r in both])
 
+    def row(self, prev: int | None, token: int) -> Row | None:
+        """The stored row of ``token`` (bigram tier first, then unigram), or None when never observed."""
+        row = self.bigram.get((prev, token)) if prev is not None else None
+        return row if row is not None else self.unigram.get(token)
+
     def successors(self, prev: int | None, token: int, min_score: float = 0.0) -> list[tuple[int, float]]:
         """Top-K ``(token id, score)`` successors of ``token``, best first, bigram tier first.
 

@@ -225,12 +225,13 @@ class TreeBuilder:
     scores: list[float] = field(init=False)
     est: list[float] = field(init=False)
     depth: list[int] = field(init=False)
+    paths: list[tuple[int, ...]] = field(init=False)  # tokens from the root's child down to each node
     min_est: float = field(init=False)
     ghosts: list[GhostNode] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
-        self.scores, self.est, self.depth = [1.0], [1.0], [0]
+        self.scores, self.est, self.depth, self.paths = [1.0], [1.0], [0], [()]
         self.min_est = 0.0 if self.gt_threshold == "auto" else float(self.gt_threshold)  # c enforced per node
 
     @property
@@ -259,6 +260,7 @@ class TreeBuilder:
         self.scores.append(score)
         self.est.append(est)
         self.depth.append(self.depth[parent] + 1)
+        self.paths.append(self.paths[parent] + (token,))
         return len(self.tokens) - 1
 
     def child_tokens(self, parent: int) -> set[int]:
@@ -266,11 +268,7 @@ class TreeBuilder:
 
     def path_tokens(self, node: int) -> tuple[int, ...]:
         """Tokens from the root's child down to ``node`` (() for the root)."""
-        path = []
-        while node:
-            path.append(self.tokens[node])
-            node = self.parents[node]
-        return tuple(path[::-1])
+        return self.paths[node]
 
     def child_with(self, parent: int, token: int) -> int | None:
         """Index of ``parent``'s child carrying ``token``, or None."""

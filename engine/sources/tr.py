@@ -39,13 +39,12 @@ class TrSource:
         self.table.store([None, *prompt[:-1]], list(prompt), back.successor_ids, back.successor_scores)
 
     def propose(self, request: Request) -> Candidates:
-        found = self.table.successors(request.prev, request.token)
-        if not found:
+        row = self.table.row(request.prev, request.token)
+        if row is None:
             return Candidates()
-        depth = request.depth + 1
-        scores = tuple(s for _, s in found)
-        p = tuple(self.rate(depth, s) for s in scores) if self.calibrate else scores
-        return Candidates(tuple(t for t, _ in found), (None,) * len(found), scores, p)
+        tokens, scores = row
+        p = tuple(self.rate(request.depth + 1, s) for s in scores) if self.calibrate else scores
+        return Candidates(tokens, (None,) * len(tokens), scores, p)
 
     def rate(self, depth: int, score: float) -> float:
         """Estimated acceptance of a successor scored ``score`` at ``depth`` given its parent was accepted."""
