@@ -371,8 +371,8 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
         last = frames_of(app.generate, settings, session=app.Session(memory=mine), models=models)[-1]
         assert "run" in last, last.get("stats")
         accepted.append(summarize(last["run"].traces).accepted_by_source["suffix"])
-    assert "suffix" in mine.slots and not theirs.slots
+    assert mine.scopes and not theirs.scopes and not theirs.slots  # kept (per model) in this visitor's memory
     assert 0 < accepted[0] < accepted[1], accepted  # the same prompt again: the earlier output is matched
     states = [b.value for b in app.build_demo(demo_lm).blocks.values()
               if isinstance(getattr(b, "value", None), SourceMemory)]
-    assert len(states) == 1 and not states[0].slots  # the page's initial value, copied for every visitor
+    assert len(states) == 1 and not states[0].scopes  # the page's initial value, copied for every visitor

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..tree import DraftTree, Source
@@ -191,17 +191,18 @@ class Verified:
         return [g for g, s in zip(self.back.greedy, self.forward.sources) if s is source]
 
 
-@dataclass
 class SourceMemory:
     """What draft sources keep across the requests of one user (or one bench session); never shared.
 
     Sources store under their own name (``slot``), per model (``scope``).  The page keeps one per visitor in
-    ``gr.State``; one visitor's race runs two generations at once, hence the lock.
+    ``gr.State``; one visitor's race runs two generations at once, hence the lock.  (A plain class, not a
+    dataclass: gradio serialises dataclass state values field by field, and a lock does not copy.)
     """
 
-    slots: dict[str, object] = field(default_factory=dict)
-    scopes: dict[str, SourceMemory] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    def __init__(self) -> None:
+        self.slots: dict[str, object] = {}
+        self.scopes: dict[str, SourceMemory] = {}
+        self.lock = threading.Lock()
 
     def slot(self, name: str, make):
         """The object stored under ``name``, made by ``make()`` the first time."""
