@@ -136,7 +136,8 @@ class DecodeConfig:
     ptd_share: float = 0.5  # share of the non-spine budget PTD candidates may take in a goose tree
     suffix_max_depth: int = 24  # SuffixDecoding: depth of the suffix tries, which bounds the matched suffix plus
     # the speculation below it (vLLM's suffix_decoding_max_tree_depth default, 24)
-    suffix_spec_factor: float = 1.0  # adaptive size: at most factor x (match length) candidates (vLLM default 1.0)
+    suffix_spec_factor: float = 4.0  # adaptive size: at most factor x (match length) candidates; vLLM's default
+    # 1.0 lost tau on every dataset, demo model and SmolLM2 (docs/results.md, "Suffix source": +0.05 to +0.4)
     suffix_min_prob: float = 0.1  # candidates whose estimated path probability is below this are not proposed
     # (vLLM's suffix_decoding_min_token_prob default, 0.1)
     spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
