@@ -308,13 +308,13 @@ def test_stop_halts_a_long_run_within_a_cycle(page_url, browser):
     page = open_page(browser, page_url)
     pick_preset(page, "HumanEval/7")
     open_accordion(page, "Run and display")
-    set_number(page, "Slow motion (s pause per cycle)", 0.5)
+    set_number(page, "Slow motion (s pause per cycle)", 1.0)  # ~25 cycles: a run of ~25 s, even on a busy CPU
     page.get_by_role("button", name="Generate", exact=True).click()
     stats_has(page, "cycles", timeout=60_000)
     page.get_by_role("button", name="Stop", exact=True).click()
     time.sleep(0.8)
     stopped_at = page.locator("#stats").inner_text()
-    time.sleep(1.5)  # three more cycles' worth of slow motion: nothing may change
+    time.sleep(2.5)  # more than two cycles' worth of slow motion: nothing may change
     assert page.locator("#stats").inner_text() == stopped_at
     assert "128 tokens" not in stopped_at and no_error_badges(page)
     page.close()
