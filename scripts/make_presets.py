@@ -9,8 +9,10 @@ from pathlib import Path
 
 PICKS = [  # (dataset, file, record index, field, label, prompt format: raw completion or chat template)
     # chosen on SmolLM2-135M-Instruct: coherent greedy answers, PLD and TR tokens both accepted
-    ("mbpp", "mbpp.jsonl", 2, "text", "MBPP/3 non-prime numbers (chat)", "chat"),
+    # GSM8K #0 first: the page starts on it, and on SmolLM2 with the default settings its second cycle
+    # already verifies a spine tree of PLD and TR nodes (MBPP/3's first such tree comes at cycle 49)
     ("gsm8k", "test.jsonl", 0, "question", "GSM8K test #0 Janet's ducks (chat)", "chat"),
+    ("mbpp", "mbpp.jsonl", 2, "text", "MBPP/3 non-prime numbers (chat)", "chat"),
     ("mt_bench", "question.jsonl", 40, "turns", "MT-Bench 121 coding (chat)", "chat"),
     ("mt_bench", "question.jsonl", 25, "turns", "MT-Bench 106 reasoning (chat)", "chat"),
     ("humaneval", "HumanEval.jsonl", 7, "prompt", "HumanEval/7 filter_by_substring (raw code)", "raw"),
