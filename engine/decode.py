@@ -240,16 +240,14 @@ class SpecDecoder:
         cfg, chain = self.config, drafts.chain
         built: Built | None = None
         mode, r, budget = "ar", None, None
-        proposals = self._proposals(s, drafts, chain)
         if cfg.method in CANDIDATE_TREE_METHODS:
             src, cands = drafts.proposals[0]
             mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
-        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts, proposals)):
+        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts)):
             mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt_threshold)
         elif drafts.any() or cfg.iso_k is not None:
-            budget, r, extended = self._shape(s, drafts)
-            if extended is not chain:
-                chain, proposals = extended, replace(proposals, spine=extended)
+            budget, r, chain = self._shape(s, drafts)
+            proposals = self._proposals(s, drafts, chain)
             if cfg.iso_k is not None:
                 r = None
                 if not cfg.iso_spine:
@@ -274,13 +272,14 @@ class SpecDecoder:
         branch = tuple(src for src, _ in drafts.proposals if src.info.role is Role.BRANCH)
         return Proposals(s.tokens, chain, drafts.spine.info.source if drafts.spine else None, tuple(pool), branch)
 
-    def _bypass(self, drafts: Drafts, proposals: Proposals) -> bool:
-        """Whether this cycle verifies the bare spine chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``."""
+    def _bypass(self, drafts: Drafts) -> bool:
+        """Whether this cycle verifies the bare spine chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``;
+        "no-adjacency": no branch source has successors of the anchor."""
         cfg = self.config
         if not cfg.bypass:
             return False
         if cfg.bypass_rule == "no-adjacency":
-            return not proposals.has_branches()
+            return not any(len(c) for src, c in drafts.proposals if src.info.role is Role.BRANCH)
         return cfg.iso_k is None and (len(drafts.chain) >= cfg.bypass_threshold or drafts.chain.consensus)
 
     def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, Candidates]:

@@ -66,10 +66,6 @@ class Proposals:
                     zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
         return out
 
-    def has_branches(self) -> bool:
-        """Whether any branch source has successors of the anchor (the bypass rule "no-adjacency" asks)."""
-        return bool(self.successors(()))
-
 
 def build_chain(anchor: int, chain: Candidates, source: Source, gt_threshold: float | str = 0.0) -> Built:
     """Linear chain anchor -> chain[0] -> ... (bypass mode, Goose §4.3; also the PLD baseline)."""
