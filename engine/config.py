@@ -31,6 +31,11 @@ OCCURRENCES = ("auto", "earliest", "latest")
 #: "no-adjacency" = the anchor has no adjacency-table entry (the authors' code: a tree otherwise).
 BYPASS_RULES = ("confident", "no-adjacency")
 
+#: What GT "auto" maximises when it sizes a tree (``gt_rate``; engine/gt.py): "session" = the run's tokens per
+#: unit of verification time (a node stays while it beats the session's rate so far), "cycle" = the tree's own
+#: expected (1 + accepted) / T(n).
+GT_RATES = ("session", "cycle")
+
 #: Alg. 1 step 4, extending branch leaves through the adjacency table: "best-first" = one priority queue
 #: by estimated path acceptance over the whole tree (ours); "score-width" = breadth-first, each node
 #: given ceil(remaining budget x its score) children, at most K // depth (the authors' code).
@@ -101,6 +106,15 @@ class DecodeConfig:
     # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
     pooled_pld_prior: bool = True  # per-depth PLD acceptance estimates shrink to the pooled PLD rate, not 0.5:
     # the GT "auto" size choice otherwise prices long spines at 0.5^k (A/B: docs/results.md, "GT principle")
+    # GT "auto" (docs/results.md, "GT auto, second round"; demo model and SmolLM2, four datasets):
+    gt_floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
+    # (without it the size choice trims a c = 0 tree: demo speedup 1.58 vs 2.17 in one A/B)
+    gt_rate: str = "session"  # what the size choice maximises (see GT_RATES): the run's tokens per ms
+    path_calibration: bool = True  # price nodes at their path estimate mapped through the session's measured
+    # outcomes of earlier built nodes with like estimates (estimates.PathCalibration): PLD's deep nodes, priced
+    # at ~0.06, were accepted ~55 % of the time
+    counterfactual_rates: bool = True  # the per-depth rates count every built node's outcome, not only the
+    # verified ones (which the size choice selects); measured neutral, kept as the unbiased count
     # The rest of this block settles what the paper leaves unsaid; the authors' code is the reference and
     # PRESETS["paper"] reproduces it.  Every default won a tau A/B (docs/results.md, "Fidelity to the
     # authors' implementation"; the numbers below: demo model, HumanEval 0-9, 128 tokens, c = 0).
@@ -188,6 +202,7 @@ class DecodeConfig:
              f"match occurrence must be one of {', '.join(OCCURRENCES)} (got {self.match_occurrence!r})"),
             (self.bypass_rule in BYPASS_RULES,
              f"bypass rule must be one of {', '.join(BYPASS_RULES)} (got {self.bypass_rule!r})"),
+            (self.gt_rate in GT_RATES, f"GT rate must be one of {', '.join(GT_RATES)} (got {self.gt_rate!r})"),
             (self.branch_growth in BRANCH_GROWTH,
              f"branch growth must be one of {', '.join(BRANCH_GROWTH)} (got {self.branch_growth!r})"),
             (self.adjacency_scores in ADJACENCY_SCORES,

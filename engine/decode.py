@@ -56,6 +56,7 @@ class Plan:
     budget: int | None = None  # node budget the tree was built with (None: bypass chain or AR step)
     chain_tokens: int = 0  # spine chain offered to the tree: the match, extended on a confident cycle
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
+    built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Session:
     past_len: int = 0
     cycles: int = 0
     busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
+    curve_ms: float = 0.0  # verification time of every cycle so far by the cost curve (ms), for the GT rate λ
 
     @property
     def anchor(self) -> int:
@@ -145,6 +147,11 @@ class SpecDecoder:
         if config.gt_threshold == "chord":  # one c from the curve's chord at B (GT §3.1, Eq. 9)
             config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows))
         self.config = config  # gt_threshold: "auto" or the number c in use
+        # what the builders prune by: c; under "auto" with ``gt_floor`` the chord c, below which no node pays at
+        # the AR rate, so the builder spends the budget on nodes the size choice may keep
+        floor = config.gt_threshold == "auto" and config.gt_floor
+        self.build_config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows)) \
+            if floor else config
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
@@ -187,7 +194,8 @@ class SpecDecoder:
         cfg, clock = self.config, Stopwatch()
         # the most rows one forward adds: the largest tree or chain, plus the ride-along rows
         rows = max(cfg.max_budget, cfg.max_spine + 1) + self.extra_rows
-        stats = AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init)
+        stats = AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
+                                counterfactual=cfg.counterfactual_rates and cfg.gt_threshold == "auto")
         session = Session(cache=kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows),
                           tokens=list(prompt), sources=make_sources(cfg, stats, self.memory), stats=stats)
         if cfg.sampling:
@@ -228,7 +236,7 @@ class SpecDecoder:
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2)."""
-        plan = self._choose_size(self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
+        plan = self._choose_size(s, self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
         forward = plan.tree
         for _, cands in drafts.proposals:
             forward = forward.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
@@ -237,7 +245,7 @@ class SpecDecoder:
     def _route(self, s: Session, drafts: Drafts) -> Plan:
         """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR.
         The ptd and suffix methods verify their source's candidate tree alone."""
-        cfg, chain = self.config, drafts.chain
+        cfg, chain = self.build_config, drafts.chain
         built: Built | None = None
         mode, r, budget = "ar", None, None
         if cfg.method in CANDIDATE_TREE_METHODS:
@@ -297,15 +305,30 @@ class SpecDecoder:
                                  saturated=m >= 1.0)
         return cfg.budget + int(m * cfg.budget_extension), r + m * (1.0 - r), chain
 
-    def _choose_size(self, plan: Plan) -> Plan:
+    def _choose_size(self, s: Session, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
-        the built tree, n* maximising expected (accepted + 1) / T(n) (engine/gt.py); AR when n* = 1."""
+        the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
+        "session"), or (accepted + 1) / T(n) ("cycle") (engine/gt.py); AR when n* = 1.  With
+        ``path_calibration`` the estimates are first mapped through this session's measured acceptance of
+        earlier built nodes with like estimates (``estimates.PathCalibration``); the built tree is kept for
+        that until the output decides it."""
         if self.config.gt_threshold != "auto" or plan.mode == "ar":
             return plan
-        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows)
+        est = s.stats.paths.tree(plan.tree) if self.config.path_calibration else None
+        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, est, self._rate(s))
+        built = plan.tree if self.config.path_calibration or s.stats.counterfactual else None
         if len(tree) == 1:
-            return replace(plan, mode="ar", tree=tree, ghosts=plan.ghosts + ghosts, spine_ratio=None, gt=choice)
-        return replace(plan, tree=tree, ghosts=plan.ghosts + ghosts, gt=choice)
+            return replace(plan, mode="ar", tree=tree, ghosts=plan.ghosts + ghosts, spine_ratio=None, gt=choice,
+                           built=built)
+        return replace(plan, tree=tree, ghosts=plan.ghosts + ghosts, gt=choice, built=built)
+
+    def _rate(self, s: Session) -> float | None:
+        """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
+        cycles' times read off the cost curve (so a run's trees depend on the curve, not the machine's load),
+        one AR step as the prior.  None for "cycle": each tree's own ratio."""
+        if self.config.gt_rate != "session":
+            return None
+        return len(s.output) / (s.curve_ms + self.cost_curve.latency(1 + self.extra_rows))  # output[0]: the prefill's
 
     def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> Walk:
         """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
@@ -328,12 +351,18 @@ class SpecDecoder:
         s.past_len += 1 + len(walk.accepted)
         clock.lap("cache")
         prev = s.prev
+        if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
+            s.stats.paths.record(plan.built, len(s.tokens))
         done = self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
         verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=prev, back=back,
                             accepted=walk.accepted, committed=done.tokens, output=s.output, finished=done.finished)
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
             src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
+        if plan.built is not None:
+            s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
+        if self.cost_curve is not None:
+            s.curve_ms += self.cost_curve.latency(len(plan.forward))
         clock.lap("harvest")
         return done
 

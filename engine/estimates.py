@@ -7,6 +7,8 @@ the path, kept online).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .tree import DraftTree, Source
@@ -50,6 +52,76 @@ class DepthCounter:
         return (self.accepted.get(depth, 0) + 1) / (self.score_sum.get(depth, 0.0) + 1)
 
 
+#: Upper edges of the path-estimate bins ``PathCalibration`` counts in (the last bin ends at 1).  Finer at the
+#: low end, where deep TR nodes' estimates (products of probabilities) crowd.
+CALIBRATION_EDGES = (0.01, 0.03, 0.06, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)
+
+
+@dataclass
+class PathCalibration:
+    """Online calibration of path estimates from every built node's outcome, the pruned ones included.
+
+    The GT principle (§3) prices each node at its estimated acceptance α̂; the product of per-depth rates
+    along a path is only a model of it (a 20-token PLD spine accepted in full still multiplies to 0.9^20;
+    raw TR probabilities miss how often the target repeats itself).  Counting only the nodes verified would
+    never correct an estimate that gets its nodes pruned, so each cycle's whole built tree is kept
+    (``record``) until the output decides every node (``resolve``): a node's path is the output's
+    continuation after the anchor, or not.  Outcomes are counted per (source, bin of α̂); ``calibrate``
+    maps α̂ to its bin's posterior rate under a prior of weight ``weight`` centred on the bin's mean α̂,
+    so an empty bin returns α̂ unchanged.  (In sampling mode "the output's continuation" is one draw, so
+    the rates are those of the sampled text: still an estimate, never a test of acceptance.)
+    """
+
+    weight: float = 4.0  # prior weight in nodes: a bin moves half-way to its measured rate after 4 outcomes
+    counts: dict[tuple[Source, int], list[float]] = field(default_factory=dict)  # [decided, accepted, Σ α̂]
+    pending: list[tuple[int, DraftTree]] = field(default_factory=list)  # (stream index of depth 1, built tree)
+
+    def record(self, tree: DraftTree, start: int) -> None:
+        """Keep a built tree (before any pruning) whose depth-1 nodes guess the stream token at index ``start``."""
+        if len(tree) > 1:
+            self.pending.append((start, tree))
+
+    def resolve(self, stream: Sequence[int], counters: AcceptanceStats | None = None) -> None:
+        """Count every kept tree the stream (prompt + output so far) now decides in full; keep the others.
+        ``counters``: also feed each decided node whose parent's path matched to its source's depth counter."""
+        undecided = []
+        for start, tree in self.pending:
+            known = len(stream) - start  # output tokens after the tree's anchor
+            hit = [True] * len(tree)  # the node's path equals the stream so far
+            for i in range(1, len(tree)):
+                d = tree.depths[i]
+                hit[i] = hit[tree.parents[i]] and (d > known or tree.tokens[i] == stream[start + d - 1])
+                if hit[i] and d > known:
+                    break
+            else:
+                for i in range(1, len(tree)):
+                    self._add(tree.sources[i], tree.est_accept[i], hit[i])
+                    if counters is not None and hit[tree.parents[i]]:
+                        counters.counter(tree.sources[i]).add(tree.depths[i], hit[i], tree.scores[i])
+                continue
+            undecided.append((start, tree))
+        self.pending = undecided
+
+    def _add(self, source: Source, est: float, accepted: bool) -> None:
+        slot = self.counts.setdefault((source, bisect_right(CALIBRATION_EDGES, est)), [0, 0, 0.0])
+        slot[0] += 1
+        slot[1] += accepted
+        slot[2] += est
+
+    def calibrate(self, source: Source, est: float) -> float:
+        """The calibrated acceptance estimate of a ``source`` node whose raw path estimate is ``est`` (in [0, 1])."""
+        slot = self.counts.get((source, bisect_right(CALIBRATION_EDGES, est)))
+        if slot is None or not slot[2]:
+            return est
+        decided, accepted, est_sum = slot
+        prior = est_sum / decided  # the bin's mean raw estimate
+        return min(1.0, est * (accepted + self.weight * prior) / (prior * (decided + self.weight)))
+
+    def tree(self, tree: DraftTree) -> tuple[float, ...]:
+        """Calibrated estimates of every node of ``tree`` (root 1.0)."""
+        return (1.0, *(self.calibrate(s, e) for s, e in zip(tree.sources[1:], tree.est_accept[1:])))
+
+
 @dataclass
 class AcceptanceStats:
     """Online estimates kept for one generation session (run totals are in ``metrics``).
@@ -62,6 +134,8 @@ class AcceptanceStats:
     ema_alpha: float = 0.3
     p_s_ema: float = 0.3
     counters: dict[Source, DepthCounter] = field(default_factory=dict)
+    paths: PathCalibration = field(default_factory=PathCalibration)
+    counterfactual: bool = False  # depth counters fed by ``paths.resolve`` (every built node), not ``update``
 
     def counter(self, source: Source) -> DepthCounter:
         """The per-depth counter of ``source`` (created empty on first use)."""
@@ -76,7 +150,7 @@ class AcceptanceStats:
         """
         on_path = set(accepted) | {0}
         for i in range(1, len(tree)):
-            if tree.parents[i] in on_path and tree.sources[i] is not Source.PTD_ROW:
+            if tree.parents[i] in on_path and tree.sources[i] is not Source.PTD_ROW and not self.counterfactual:
                 self.counter(tree.sources[i]).add(tree.depths[i], i in on_path, tree.scores[i])
         spine = tree.spine
         if spine and ema:

@@ -1,20 +1,26 @@
 """GT principle, speedup-optimal: the tree size that maximises expected tokens per unit of verification time.
 
 Source: GT principle paper, §3.1 (Eqs. 6-9).  A node's benefit is its estimated acceptance
-α̂ (the product of the per-source, per-depth estimates along its path, ``DraftTree.est_accept``);
-its cost is the time it adds to the verification forward, Φ(N) in Eq. 6.  Eq. 9 turns this into one
-threshold c, which needs Φ linear in N.  On a CPU it is not (T(8) ≈ 2.6 T(1) but T(64) ≈ 4.2 T(1)
-for SmolLM2), so instead of one chord of the curve we maximise the quantity Eqs. 4 and 8 optimise,
-the expected speedup of the cycle, over the whole measured curve T(n):
+α̂ (the product of the per-source, per-depth estimates along its path, ``DraftTree.est_accept``, or
+that mapped through the session's measured outcomes, ``estimates.PathCalibration``); its cost is the
+time it adds to the verification forward, Φ(N) in Eq. 6.  Eq. 9 turns this into one threshold c, which
+needs Φ linear in N.  On a CPU it is not (SmolLM2: T(2) ≈ 1.5 T(1), then nearly flat to 8, then
+growing), so instead of one chord of the curve we choose n over the whole measured curve T(n).  What a
+run wants is the most tokens per unit of time over all its cycles, a ratio of sums; Dinkelbach's rule
+maximises it cycle by cycle as
 
-    n* = argmax_n (1 + Σ_{k < n} α̂_(k)) / T(n + R)
+    n* = argmax_n (1 + Σ_{k < n} α̂_(k)) − λ · T(n + R)
 
-where α̂_(1) ≥ α̂_(2) ≥ ... are the built nodes' path estimates in decreasing order, the 1 is the
-bonus token, and R counts rows that ride along in every forward (PTD drafting rows).  In a tree
-whose siblings carry distinct tokens at most one node per depth is accepted, so Σ α̂ over the kept
-nodes is the expected number of accepted draft tokens.  Path estimates never increase from a parent
-to its child, so the top-n nodes form an ancestor-closed subtree: the kept tree is a valid tree.
-On a flat (GPU-like) curve every node has positive net benefit and the whole tree is kept.
+with λ the run's rate (tokens per ms) so far (``rate``; ``DecodeConfig.gt_rate = "session"``): a node
+stays while it brings tokens faster than the run does.  The cycle's own ratio
+(1 + Σ α̂) / T(n + R) (``gt_rate = "cycle"``, the earlier rule) prunes a promising tree as hard as a
+poor one and measured worse (docs/results.md).  α̂_(1) ≥ α̂_(2) ≥ ... are the built nodes' path
+estimates in decreasing order, the 1 is the bonus token, and R counts rows that ride along in every
+forward (PTD drafting rows).  In a tree whose siblings carry distinct tokens at most one node per depth
+is accepted, so Σ α̂ over the kept nodes is the expected number of accepted draft tokens.  Path
+estimates are clamped never to increase from a parent to its child, so the top-n nodes form an
+ancestor-closed subtree: the kept tree is a valid tree.  On a flat (GPU-like) curve every node has
+positive net benefit and the whole tree is kept.
 """
 from __future__ import annotations
 
@@ -41,32 +47,43 @@ class GtChoice:
     cost_ms: float
 
 
-def speedup_optimal(tree: DraftTree, curve: CostCurve,
-                    extra_rows: int = 0) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice]:
-    """Keep the top-n* nodes of ``tree`` by path estimate, n* maximising (1 + expected accepted) / T(n + R).
+def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
+                    estimates: tuple[float, ...] | None = None,
+                    rate: float | None = None) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice]:
+    """Keep the top-n* nodes of ``tree`` by path estimate, n* the most tokens per unit of verification time.
 
     Args:
         tree: the built tree (no threshold applied), estimates in ``est_accept``.
         curve: the verification cost curve T(n) (ms per forward of n rows).
         extra_rows: R, rows every forward carries besides the tree (PTD drafting rows).
+        estimates: α̂ per node to rank and price by (e.g. ``PathCalibration.tree``); default ``tree.est_accept``.
+        rate: λ, the session's throughput so far (tokens per ms of verification).  Given, n* maximises
+            (1 + expected accepted) − λ · T(n + R): a node is worth its time when it brings tokens faster
+            than the run does on average, which maximises the run's tokens / time (Dinkelbach's rule for a
+            ratio of sums).  None: n* maximises this cycle's own ratio (1 + expected) / T(n + R), which prunes
+            a promising tree as hard as a poor one.
 
     Returns:
         (kept tree, ghosts: the removed nodes hanging off kept ones, the choice).  Ties keep the larger
         tree, so a flat curve keeps every node.
     """
     n = len(tree)
-    est = list(tree.est_accept)  # clamped to the parent's, so the order below is ancestor-closed by construction
-    for i in range(1, n):
+    est = list(tree.est_accept if estimates is None else estimates)
+    for i in range(1, n):  # clamped to the parent's, so the order below is ancestor-closed by construction
         est[i] = min(est[i], est[tree.parents[i]])
     order = sorted(range(1, n), key=lambda i: (-est[i], i))  # a parent precedes its children
-    best_n, best_expected = 1, 0.0
-    best_rate = 1.0 / curve.latency(1 + extra_rows)
+
+    def value(tokens: float, size: int) -> float:  # what n* maximises
+        ms = curve.latency(size + extra_rows)
+        return tokens / ms if rate is None else tokens - rate * ms
+
+    best_n, best_expected, best_value = 1, 0.0, value(1.0, 1)
     expected = 0.0
     for size, node in enumerate(order, 2):
         expected += est[node]
-        rate = (1.0 + expected) / curve.latency(size + extra_rows)  # expected tokens per ms
-        if rate >= best_rate:
-            best_n, best_rate, best_expected = size, rate, expected
+        v = value(1.0 + expected, size)
+        if v >= best_value:
+            best_n, best_value, best_expected = size, v, expected
     keep = sorted([0, *order[: best_n - 1]])
     new_index = {old: new for new, old in enumerate(keep)}
     ghosts = tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],

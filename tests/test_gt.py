@@ -8,6 +8,7 @@ import pytest
 from engine.config import DecodeConfig
 from engine.cost import CostCurve
 from engine.decode import SpecDecoder
+from engine.estimates import AcceptanceStats, PathCalibration
 from engine.gt import speedup_optimal
 from engine.tree import DraftTree, Source
 
@@ -90,3 +91,41 @@ def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo
     assert all(t.gt_cost_ms > 0 and t.gt_expected >= 0 for t in chosen)
     assert sum(len(t.tree) for t in steep) < sum(len(t.tree) for t in none)
     assert [x for t in steep for x in t.new_tokens] == [x for t in none for x in t.new_tokens]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("rate", [0.05, 0.3, 1.0])
+def test_session_rate_keeps_the_top_that_maximises_tokens_minus_rate_times_time(seed, rate):
+    tree = random_tree(seed)
+    kept, _, choice = speedup_optimal(tree, STEEP, rate=rate)
+    top = sorted(tree.est_accept[1:], reverse=True)
+    values = [1 + sum(top[: n - 1]) - rate * STEEP.latency(n) for n in range(1, len(tree) + 1)]
+    assert 1 + choice.expected - rate * choice.cost_ms == pytest.approx(max(values))
+    assert speedup_optimal(tree, FLAT, rate=rate)[0] == tree  # a flat curve keeps every node at any rate
+
+
+def test_a_lower_session_rate_keeps_a_larger_tree():
+    tree = random_tree(5)
+    sizes = [speedup_optimal(tree, STEEP, rate=rate)[2].nodes for rate in (2.0, 1.0, 0.3, 0.1, 0.01)]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outcomes():
+    # anchor -> 7 -> 8 -> 9 (PLD chain) and anchor -> 5 (TR); the stream after the anchor will be 7 8 9
+    tree = DraftTree((1, 7, 8, 9, 5), (None, 0, 1, 2, 0), (Source.ROOT, Source.PLD, Source.PLD, Source.PLD, Source.TR),
+                     (1, .5, .5, .5, .2), (1, .5, .25, .125, .2))
+    cal = PathCalibration(weight=1.0)
+    stream = [1]
+    cal.record(tree, start=len(stream))
+    cal.resolve(stream + [7, 8])  # node 9 at depth 3 is still undecided: nothing counted yet
+    assert cal.pending and not cal.counts
+    for _ in range(20):  # the same tree and outcome, many times
+        cal.record(tree, start=len(stream))
+    stats = AcceptanceStats()
+    cal.resolve(stream + [7, 8, 9], stats)
+    assert not cal.pending
+    assert cal.calibrate(Source.PLD, .125) > 0.9 and cal.calibrate(Source.TR, .2) < 0.02  # all / none accepted
+    assert cal.calibrate(Source.PTD, .3) == .3  # no outcome in that bin: the estimate as it is
+    assert stats.counter(Source.PLD).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
+    assert stats.counter(Source.TR).reached == {1: 21} and stats.counter(Source.TR).accepted == {1: 0}
+    assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))

@@ -19,6 +19,8 @@ from engine.sources import SourceMemory
 MAX_NEW = 128
 CONFIGS = {
     "default": {},  # GT threshold c = "auto": measured cost curve
+    "gt-auto-cycle-ratio": {"gt_rate": "cycle", "gt_floor": False, "path_calibration": False,
+                            "counterfactual_rates": False},  # the size choice before the session rate
     "B1": {"budget": 1},
     "B8": {"budget": 8},
     "B60": {"budget": 60},
@@ -47,6 +49,7 @@ CONFIGS = {
     "goose+suffix": {"sources": ("pld", "tr", "suffix")},
     "goose+suffix-c0-bypass-off": {"sources": ("pld", "tr", "suffix"), "gt_threshold": 0.0, "bypass": False},
     "goose-suffix-spine": {"sources": ("suffix", "tr"), "gt_threshold": 0.0},
+    "goose+suffix-longest-match": {"sources": ("pld", "tr", "suffix"), "spine_rule": "longest-match"},
     "goose-every-source": {"sources": ("pld", "tr", "ptd", "suffix"), "gt_threshold": 0.0},
     "paper+suffix": {**PRESETS["paper"], "sources": ("pld", "tr", "suffix")},
     # the authors' implementation (PRESETS["paper"]): extended chains, raised budgets, spines past D
