@@ -78,6 +78,17 @@ class CostCurve:
         slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
         return float(ms[-1] + slope * (n - self.nodes[-1]))
 
+    def latencies(self, upto: int) -> list[float]:
+        """[T(1), ..., T(upto)] in ms, as ``latency`` gives each, in one pass (the size choice reads them all)."""
+        sizes = np.arange(1, upto + 1)
+        ms = np.maximum.accumulate(np.asarray(self.ms, dtype=float))
+        out = np.interp(sizes, self.nodes, ms)
+        beyond = sizes > self.nodes[-1]
+        if len(self.nodes) > 1 and beyond.any():
+            slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
+            out[beyond] = ms[-1] + slope * (sizes[beyond] - self.nodes[-1])
+        return out.tolist()
+
     def threshold(self, budget: int, extra_rows: int = 0) -> float:
         """Fixed-chord GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
 

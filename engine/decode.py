@@ -315,12 +315,12 @@ class SpecDecoder:
         if self.config.gt_threshold != "auto" or plan.mode == "ar":
             return plan
         est = s.stats.paths.tree(plan.tree) if self.config.path_calibration else None
-        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, est, self._rate(s))
+        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, est, self._rate(s),
+                                               plan.ghosts)
         built = plan.tree if self.config.path_calibration or s.stats.counterfactual else None
         if len(tree) == 1:
-            return replace(plan, mode="ar", tree=tree, ghosts=plan.ghosts + ghosts, spine_ratio=None, gt=choice,
-                           built=built)
-        return replace(plan, tree=tree, ghosts=plan.ghosts + ghosts, gt=choice, built=built)
+            return replace(plan, mode="ar", tree=tree, ghosts=ghosts, spine_ratio=None, gt=choice, built=built)
+        return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built)
 
     def _rate(self, s: Session) -> float | None:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the

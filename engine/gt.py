@@ -24,7 +24,7 @@ positive net benefit and the whole tree is kept.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cost import CostCurve
 from .tree import DraftTree, GhostNode
@@ -49,7 +49,8 @@ class GtChoice:
 
 def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
                     estimates: tuple[float, ...] | None = None,
-                    rate: float | None = None) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice]:
+                    rate: float | None = None,
+                    ghosts: tuple[GhostNode, ...] = ()) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice]:
     """Keep the top-n* nodes of ``tree`` by path estimate, n* the most tokens per unit of verification time.
 
     Args:
@@ -62,6 +63,8 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
             than the run does on average, which maximises the run's tokens / time (Dinkelbach's rule for a
             ratio of sums).  None: n* maximises this cycle's own ratio (1 + expected) / T(n + R), which prunes
             a promising tree as hard as a poor one.
+        ghosts: the candidates the builder already left out (parents index ``tree``); those hanging off
+            kept nodes stay ghosts, re-indexed.
 
     Returns:
         (kept tree, ghosts: the removed nodes hanging off kept ones, the choice).  Ties keep the larger
@@ -73,8 +76,10 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
         est[i] = min(est[i], est[tree.parents[i]])
     order = sorted(range(1, n), key=lambda i: (-est[i], i))  # a parent precedes its children
 
+    costs = curve.latencies(n + extra_rows)  # costs[k - 1] = T(k)
+
     def value(tokens: float, size: int) -> float:  # what n* maximises
-        ms = curve.latency(size + extra_rows)
+        ms = costs[size + extra_rows - 1]
         return tokens / ms if rate is None else tokens - rate * ms
 
     best_n, best_expected, best_value = 1, 0.0, value(1.0, 1)
@@ -86,8 +91,9 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
             best_n, best_value, best_expected = size, v, expected
     keep = sorted([0, *order[: best_n - 1]])
     new_index = {old: new for new, old in enumerate(keep)}
-    ghosts = tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
-                             tree.est_accept[i])
-                   for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
+    earlier = tuple(replace(g, parent=new_index[g.parent]) for g in ghosts if g.parent in new_index)
+    ghosts = earlier + tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
+                                       tree.est_accept[i])
+                             for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
     choice = GtChoice(best_n, n, best_expected, curve.latency(best_n + extra_rows))
     return tree.subtree(keep), ghosts, choice

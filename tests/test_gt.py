@@ -10,7 +10,7 @@ from engine.cost import CostCurve
 from engine.decode import SpecDecoder
 from engine.estimates import AcceptanceStats, PathCalibration
 from engine.gt import speedup_optimal
-from engine.tree import DraftTree, Source
+from engine.tree import DraftTree, GhostNode, Source
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
 STEEP = CostCurve(nodes=(1, 2, 4, 8, 64), ms=(1.0, 1.6, 2.0, 2.6, 4.2))  # SmolLM2 on a CPU (issue 10)
@@ -90,6 +90,8 @@ def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo
     assert chosen and all(len(t.tree) == t.gt_nodes <= t.gt_candidates for t in chosen)
     assert all(t.gt_cost_ms > 0 and t.gt_expected >= 0 for t in chosen)
     assert sum(len(t.tree) for t in steep) < sum(len(t.tree) for t in none)
+    # the builder's ghosts (the chord floor) and the size choice's both hang off kept nodes
+    assert any(t.ghosts for t in steep) and all(g.parent < len(t.tree) for t in steep for g in t.ghosts)
     assert [x for t in steep for x in t.new_tokens] == [x for t in none for x in t.new_tokens]
 
 
@@ -129,3 +131,17 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
     assert stats.counter(Source.PLD).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
     assert stats.counter(Source.TR).reached == {1: 21} and stats.counter(Source.TR).accepted == {1: 0}
     assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))
+
+
+def test_ghosts_the_builder_made_are_reindexed_or_dropped_with_their_parent():
+    tree = DraftTree((1, 2, 3, 4), (None, 0, 1, 0), (Source.ROOT, Source.PLD, Source.PLD, Source.TR),
+                     (1, .9, .9, .01), (1, .9, .8, .01))
+    earlier = (GhostNode(2, 7, Source.TR, .02, .02), GhostNode(3, 8, Source.TR, .02, .0001))
+    kept, ghosts, _ = speedup_optimal(tree, STEEP, ghosts=earlier)  # node 3 (est .01) goes, node 2 stays
+    assert kept.tokens == (1, 2, 3)
+    assert {(g.parent, g.token) for g in ghosts} == {(2, 7), (0, 4)}
+
+
+def test_latencies_in_one_pass_equal_latency_each():
+    for curve in (STEEP, FLAT, CostCurve((1,), (3.0,)), CostCurve((1, 2, 4, 8), (2.0, 3.0, 2.5, 4.0))):
+        assert curve.latencies(200) == pytest.approx([curve.latency(n) for n in range(1, 201)])
