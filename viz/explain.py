@@ -32,6 +32,18 @@ def confidence_note(trace: CycleTrace) -> str | None:
             f"budget {trace.budget}")
 
 
+def gt_note(trace: CycleTrace) -> str | None:
+    """Why GT "auto" gave the cycle its size, e.g. "GT kept 9 of 61 nodes: 2.4 tokens expected for 5.1 ms on the
+    cost curve" (the bonus token counted);
+    None when GT "auto" did not size it (a fixed c, or a trace without the fields)."""
+    if trace.gt_nodes is None or trace.gt_candidates is None:
+        return None
+    if trace.gt_nodes == 1:
+        return f"GT kept none of the {trace.gt_candidates - 1} drafted nodes (none was expected to pay for its time)"
+    return (f"GT kept {trace.gt_nodes} of {trace.gt_candidates} nodes: {1 + trace.gt_expected:.1f} tokens expected "
+            f"for {trace.gt_cost_ms:.1f} ms on the cost curve")
+
+
 def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
     """E.g. "spine matched 6 tokens and broke at '1' (the target wanted '2'); TR branch '2' continued for
     2 more; bonus ')' → 9 tokens from one forward of 40 nodes"."""
@@ -40,7 +52,8 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
     if trace.mode == "prefill":
         return f"prefill: one forward over the prompt gives the first token {q(trace.bonus)}"
     if trace.mode == "ar":
-        return f"no draft source had a candidate: plain AR step, token {q(trace.bonus)}"
+        why = gt_note(trace) or "no draft source had a candidate"
+        return f"{why}: plain AR step, token {q(trace.bonus)}"
     tree, accepted = trace.tree, trace.accepted
     note = confidence_note(trace)
     spine = tree.spine
@@ -63,6 +76,8 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
         parts.append("no draft token matched")
     cut = " (cut by EOS / max new tokens)" if n_new < len(accepted) + 1 else ""
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
+    if gt_note(trace):
+        parts.append(gt_note(trace))
     return f"{trace.mode}: " + "; ".join(parts)
 
 
