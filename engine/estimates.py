@@ -127,8 +127,10 @@ class AcceptanceStats:
     """Online estimates kept for one generation session (run totals are in ``metrics``).
 
     One ``DepthCounter`` per draft source (``counter(source)``), fed by ``update`` from every verified
-    tree; each source turns its counter into the acceptance estimates of its candidates
-    (``engine/sources``).  ``p_s_ema`` is the EMA of spine acceptance that picks the spine ratio tier.
+    tree, or with ``counterfactual`` by ``paths.resolve`` from every built one; each source turns its
+    counter into the acceptance estimates of its candidates (``engine/sources``).  ``paths`` calibrates
+    whole-path estimates for GT "auto".  ``p_s_ema`` is the EMA of spine acceptance that picks the spine
+    ratio tier.
     """
 
     ema_alpha: float = 0.3
@@ -144,7 +146,8 @@ class AcceptanceStats:
     def update(self, tree: DraftTree, accepted: tuple[int, ...], ema: bool = True) -> None:
         """Record one verified tree and the accepted node indices (root excluded).
 
-        Every node whose parent was accepted counts for its source at its depth.  ``ema``: whether this
+        Every node whose parent was accepted counts for its source at its depth (unless ``counterfactual``:
+        then ``paths.resolve`` counts every built node once the output decides it).  ``ema``: whether this
         tree's spine acceptance (``DraftTree.spine``) enters the EMA p_s (the authors' code leaves bypass
         chains out of it; ``DecodeConfig.ema_on_chains``).
         """
