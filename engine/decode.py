@@ -315,8 +315,8 @@ class SpecDecoder:
         if self.config.gt_threshold != "auto" or plan.mode == "ar":
             return plan
         est = s.stats.paths.tree(plan.tree) if self.config.path_calibration else None
-        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, est, self._rate(s),
-                                               plan.ghosts)
+        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, estimates=est,
+                                               rate=self._rate(s), ghosts=plan.ghosts)
         built = plan.tree if self.config.path_calibration or s.stats.counterfactual else None
         if len(tree) == 1:
             return replace(plan, mode="ar", tree=tree, ghosts=ghosts, spine_ratio=None, gt=choice, built=built)
@@ -359,7 +359,7 @@ class SpecDecoder:
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
             src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
-        if plan.built is not None:
+        if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
         if self.cost_curve is not None:
             s.curve_ms += self.cost_curve.latency(len(plan.forward))

@@ -47,7 +47,7 @@ class GtChoice:
     cost_ms: float
 
 
-def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0,
+def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
                     estimates: tuple[float, ...] | None = None,
                     rate: float | None = None,
                     ghosts: tuple[GhostNode, ...] = ()) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice]:

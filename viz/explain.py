@@ -34,8 +34,8 @@ def confidence_note(trace: CycleTrace) -> str | None:
 
 def gt_note(trace: CycleTrace) -> str | None:
     """Why GT "auto" gave the cycle its size, e.g. "GT kept 9 of 61 nodes: 2.4 tokens expected for 5.1 ms on the
-    cost curve" (the bonus token counted);
-    None when GT "auto" did not size it (a fixed c, or a trace without the fields)."""
+    cost curve" (the bonus token counted); None when GT "auto" did not size it (a fixed c, or a trace without
+    the fields)."""
     if trace.gt_nodes is None or trace.gt_candidates is None:
         return None
     if trace.gt_nodes == 1:
