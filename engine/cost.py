@@ -72,22 +72,20 @@ class CostCurve:
         """T(n) in ms: the measured medians made non-decreasing (more rows never cost less; a lower
         median is noise), interpolated linearly, and extended along the last segment beyond the
         largest measured size."""
-        ms = np.maximum.accumulate(np.asarray(self.ms, dtype=float))
-        if n <= self.nodes[-1] or len(self.nodes) == 1:
-            return float(np.interp(n, self.nodes, ms))
-        slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
-        return float(ms[-1] + slope * (n - self.nodes[-1]))
+        return float(self._at(np.array([n]))[0])
 
     def latencies(self, upto: int) -> list[float]:
         """[T(1), ..., T(upto)] in ms, as ``latency`` gives each, in one pass (the size choice reads them all)."""
-        sizes = np.arange(1, upto + 1)
+        return self._at(np.arange(1, upto + 1)).tolist()
+
+    def _at(self, sizes: np.ndarray) -> np.ndarray:
         ms = np.maximum.accumulate(np.asarray(self.ms, dtype=float))
         out = np.interp(sizes, self.nodes, ms)
         beyond = sizes > self.nodes[-1]
         if len(self.nodes) > 1 and beyond.any():
             slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
             out[beyond] = ms[-1] + slope * (sizes[beyond] - self.nodes[-1])
-        return out.tolist()
+        return out
 
     def threshold(self, budget: int, extra_rows: int = 0) -> float:
         """Fixed-chord GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].

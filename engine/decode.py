@@ -152,6 +152,8 @@ class SpecDecoder:
         floor = config.gt_threshold == "auto" and config.gt_floor
         self.build_config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows)) \
             if floor else config
+        self._session_rate = config.gt_threshold == "auto" and config.gt_rate == "session"  # λ is tracked
+        self._ar_ms = cost_curve.latency(1 + self.extra_rows) if self._session_rate else None  # λ's prior: one AR step
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
@@ -326,9 +328,9 @@ class SpecDecoder:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
         cycles' times read off the cost curve (so a run's trees depend on the curve, not the machine's load),
         one AR step as the prior.  None for "cycle": each tree's own ratio."""
-        if self.config.gt_rate != "session":
+        if not self._session_rate:
             return None
-        return len(s.output) / (s.curve_ms + self.cost_curve.latency(1 + self.extra_rows))  # output[0]: the prefill's
+        return len(s.output) / (s.curve_ms + self._ar_ms)  # output[0]: the prefill's token
 
     def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> Walk:
         """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
@@ -361,7 +363,7 @@ class SpecDecoder:
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
         if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
-        if self.cost_curve is not None:
+        if self._session_rate:
             s.curve_ms += self.cost_curve.latency(len(plan.forward))
         clock.lap("harvest")
         return done

@@ -21,6 +21,8 @@ CONFIGS = {
     "default": {},  # GT threshold c = "auto": measured cost curve
     "gt-auto-cycle-ratio": {"gt_rate": "cycle", "gt_floor": False, "path_calibration": False,
                             "counterfactual_rates": False},  # the size choice before the session rate
+    "gt-auto-no-floor": {"gt_floor": False},  # each piece of the size choice off, one at a time
+    "gt-auto-uncalibrated": {"path_calibration": False, "counterfactual_rates": False},
     "B1": {"budget": 1},
     "B8": {"budget": 8},
     "B60": {"budget": 60},
