@@ -108,7 +108,7 @@ class DecodeConfig:
     # the GT "auto" size choice otherwise prices long spines at 0.5^k (A/B: docs/results.md, "GT principle")
     # GT "auto" (docs/results.md, "GT auto, second round"; demo model and SmolLM2, four datasets):
     gt_floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
-    # (without it the size choice trims a c = 0 tree: demo speedup 1.58 vs 2.17 in one A/B)
+    # (without it the size choice trims a c = 0 tree: demo speedup 1.48 vs 1.89)
     gt_rate: str = "session"  # what the size choice maximises (see GT_RATES): the run's tokens per ms
     path_calibration: bool = True  # price nodes at their path estimate mapped through the session's measured
     # outcomes of earlier built nodes with like estimates (estimates.PathCalibration): PLD's deep nodes, priced
