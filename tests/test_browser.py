@@ -340,6 +340,8 @@ def test_a_model_load_in_one_tab_does_not_delay_generate_in_another(page_url, br
 def test_public_mode_refuses_a_path(public_url, browser):
     page = open_page(browser, public_url)
     open_accordion(page, "Model")
+    # the page's own load-time status lands first (on a busy machine it came after the click and replaced the refusal)
+    expect(page.locator("#model-status")).to_contain_text("Using", timeout=20_000)
     page.get_by_label("Model: one of", exact=False).fill("/etc")
     page.get_by_role("button", name="Load model").click()
     expect(page.locator("#model-status")).to_contain_text("loads only these models", timeout=20_000)
