@@ -34,11 +34,13 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from transformers.generation.streamers import BaseStreamer
 
 from .config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
 from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
 from .loading import load_model
+from .lossless import attribute
 from .metrics import summarize
 from .sources import SourceMemory
 from .trace import TIMING_KEYS
@@ -60,6 +62,7 @@ HF_METHODS = {"hf-ar": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assis
 #: ":field=value" sets one DecodeConfig field, the value read as JSON when it parses, else as a string
 #: (e.g. "goose:match_occurrence=latest:bypass=false", "goose-paper/c=auto:branch_growth=best-first").
 DEFAULT_METHODS = "ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld"
+FP32_AR = "ar-fp32"  # AR on an fp32 copy of the model (``--fp32-ar``): the exact mode's speed, for reference
 
 
 class BenchError(Exception):
@@ -127,8 +130,9 @@ def method_config(name: str) -> dict:
 class Runner:
     """Runs one method on one prompt and returns a flat record."""
 
-    def __init__(self, lm, args, draft=None, curve: CostCurve | None = None) -> None:
+    def __init__(self, lm, args, draft=None, curve: CostCurve | None = None, fp32=None) -> None:
         self.lm, self.args, self.draft = lm, args, draft
+        self.fp32 = fp32  # the model in fp32, for the "ar-fp32" row (the exact mode's AR), or None
         self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
         self.sessions: dict[str, SourceMemory] = {}  # --same-session: each method's memory across a dataset
 
@@ -140,6 +144,12 @@ class Runner:
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
+        if method == FP32_AR:  # the exact mode's AR on its own fp32 copy: the "old default" tok/s reference
+            config = DecodeConfig(method="ar", max_new_tokens=self.args.max_new_tokens)
+            traces = list(SpecDecoder(self.fp32.model, config, self.lm.eos_token_ids).generate(prompt_ids))
+            s = summarize(traces)
+            return {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
+                    "prefill_s": s.prefill_s}
         fields = {"gt_threshold": self.args.gt_threshold, **method_config(method)}  # a "/c=" variant wins
         config = DecodeConfig(**fields, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
         memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
@@ -148,7 +158,8 @@ class Runner:
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
         record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
-                  "forwards": s.forwards, "summary": s, "gt_threshold": decoder.config.gt_threshold}
+                  "prefill_s": s.prefill_s, "forwards": s.forwards, "summary": s,
+                  "gt_threshold": decoder.config.gt_threshold}
         if self.args.profile:
             record["cycles"] = [{"cycle": t.index, "mode": t.mode, "nodes": len(t.tree), "tokens": len(t.new_tokens),
                                  **dict(t.timings_ms)} for t in traces]
@@ -161,43 +172,66 @@ class Runner:
         if method == "hf-assisted":
             kwargs["assistant_model"] = self.draft.model
         ids = torch.tensor([prompt_ids], device=self.lm.model.device)
-        t0 = time.perf_counter()
+        clock = FirstTokenClock()
         out = self.lm.model.generate(ids, do_sample=False, max_new_tokens=self.args.max_new_tokens, eos_token_id=eos,
-                                     pad_token_id=eos[0] if eos else None, **kwargs)
+                                     pad_token_id=eos[0] if eos else None, streamer=clock, **kwargs)
         if self.lm.model.device.type == "cuda":
             torch.cuda.synchronize()
-        return {"tokens": out[0, len(prompt_ids):].tolist(), "seconds": time.perf_counter() - t0}
+        seconds = time.perf_counter() - clock.start
+        return {"tokens": out[0, len(prompt_ids):].tolist(), "seconds": seconds,
+                "prefill_s": clock.first_token_s or seconds}
 
 
-#: Logit gap (|AR token - method token| at the first differing position) below which a divergence
-#: is an exact tie in floating point rather than a bug: any batched verification, transformers'
-#: own prompt lookup included, may round such a tie the other way.
-TIE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 5e-2}
+class FirstTokenClock(BaseStreamer):
+    """A transformers streamer that only notes when ``generate`` emits its first new token: the end of the
+    prefill, so HF's rows get the same decode-phase timing as the engine's (``RunSummary.prefill_s``)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.calls = 0
+        self.first_token_s: float | None = None
+
+    def put(self, value) -> None:  # first call: the prompt; second: the first generated token
+        self.calls += 1
+        if self.calls == 2:
+            self.first_token_s = time.perf_counter() - self.start
+
+    def end(self) -> None:
+        pass
 
 
-@torch.no_grad()
-def diagnose(lm, prompt_ids: list[int], want: list[int], got: list[int]) -> dict:
-    """Where two token sequences first differ, and whether the target's logits there are a tie."""
-    i = next(j for j, (a, b) in enumerate(zip(want + [-1], got + [-2])) if a != b)
-    if i >= min(len(want), len(got)):
-        return {"position": i, "kind": "length"}
-    ids = torch.tensor([prompt_ids + want[:i]], device=lm.model.device)
-    logits = lm.model(input_ids=ids).logits[0, -1].float()  # (|V|,)
-    gap = abs(float(logits[want[i]] - logits[got[i]]))
-    kind = "fp tie" if gap < TIE_TOLERANCE.get(lm.dtype, 1e-4) else "BUG"
-    return {"position": i, "ar_token": want[i], "method_token": got[i], "logit_gap": gap, "kind": kind}
+def _rate(run: dict) -> float:
+    """End-to-end tokens/s of one run (prefill included)."""
+    return len(run["tokens"]) / run["seconds"]
 
 
-def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) -> dict:
-    """One results row: totals, medians over prompts, and for engine methods the draft statistics."""
+def _decode_rate(run: dict) -> float:
+    """Decode-phase tokens/s of one run: the tokens after the prefill's first one, over the time after the prefill."""
+    return (len(run["tokens"]) - 1) / max(run["seconds"] - run["prefill_s"], 1e-9)
+
+
+def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], fp32_runs: list[dict] | None = None,
+              curve: CostCurve | None = None) -> dict:
+    """One results row: totals, medians over prompts, and for engine methods the draft statistics.
+
+    Speedups are medians over prompts of the ratio to AR on the same prompt in the same run: end to end
+    (``speedup_vs_ar``) and in the decode phase, prefill excluded (``decode_speedup``); ``vs_fp32_ar``
+    compares tokens/s with AR on an fp32 copy (``--fp32-ar``).  An engine method's ``limit`` is what its τ
+    allows at its tree sizes on the cost curve, τ·T(1)/T(n̄) in the decode phase (n̄: mean forward rows).
+    ``lossless`` is True when no divergence from AR is a bug (precision ties are counted apart).
+    """
     new_tokens = sum(len(r["tokens"]) for r in runs)
     seconds = sum(r["seconds"] for r in runs)
-    speedups = [len(r["tokens"]) / r["seconds"] / (len(a["tokens"]) / a["seconds"]) for r, a in zip(runs, ar_runs)]
+    ratio = lambda rate, refs: statistics.median(rate(r) / rate(a) for r, a in zip(runs, refs))  # noqa: E731
+    kinds = [r["divergence"]["kind"] for r in runs if "divergence" in r]
     row = {"method": method, "dataset": dataset, "n_prompts": len(runs), "new_tokens": new_tokens,
-           "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(len(r["tokens"]) / r["seconds"]
-                                                                                  for r in runs),
-           "speedup_vs_ar": statistics.median(speedups), "lossless": all(r["tokens"] == a["tokens"]
-                                                                         for r, a in zip(runs, ar_runs)),
+           "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(_rate(r) for r in runs),
+           "speedup_vs_ar": ratio(_rate, ar_runs),
+           "decode_speedup": ratio(_decode_rate, ar_runs) if all(len(r["tokens"]) > 1 for r in runs) else None,
+           "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
+           "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
+           "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
+           "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r]}
     if "summary" not in runs[0]:
         return row
@@ -216,8 +250,15 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]) 
         median_overhead_ms=statistics.median(s.median_overhead_ms for s in sums),
         median_forward_ms=statistics.median(s.median_forward_ms for s in sums),
         mean_tree_nodes=statistics.fmean(s.mean_tree_nodes for s in sums),
+        mean_forward_rows=sum(s.mean_forward_rows * s.cycles for s in sums) / max(1, sum(s.cycles for s in sums)),
         stage_ms=stage_ms, stage_share={k: v / sum(stage_ms.values()) for k, v in stage_ms.items()},
     )
+    cycles = sum(s.cycles for s in sums)
+    if curve is not None and cycles:
+        tau_decode = (new_tokens - len(runs)) / cycles  # tokens after each prefill per decoding forward
+        row["limit"] = tau_decode * curve.latency(1) / curve.latency(row["mean_forward_rows"])
+        if row["decode_speedup"] is not None:
+            row["of_limit"] = row["decode_speedup"] / row["limit"]
     return row
 
 
@@ -245,12 +286,28 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
            f"(cost curve {(meta.get('cost_curve') or {}).get('id', '–')}) · greedy · "
            f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
            "## Speedup (median per prompt, vs AR in the same run) and τ", "",
-           "| method | " + " | ".join(f"{d} Spd | {d} τ" for d in datasets) + " | Avg Spd |",
-           "|---|" + "---|---|" * len(datasets) + "---|"]
+           "Spd: end to end (prefill included); dec: decode phase (prefill excluded, the same for every method); "
+           "vs fp32 AR: tokens/s over AR on an fp32 copy (``--fp32-ar``).", "",
+           "| method | " + " | ".join(f"{d} Spd | {d} dec | {d} τ" for d in datasets)
+           + " | Avg Spd | Avg dec | Avg vs fp32 AR |",
+           "|---|" + "---|---|---|" * len(datasets) + "---|---|---|"]
+    mean = lambda vals: None if any(v is None for v in vals) else statistics.fmean(vals)  # noqa: E731
     for m in methods:
         cells = [cell[(m, d)] for d in datasets]
-        out.append(f"| {m} | " + " | ".join(f"{fmt(c['speedup_vs_ar'])} | {fmt(c.get('tau'))}" for c in cells)
-                   + f" | {fmt(statistics.fmean(c['speedup_vs_ar'] for c in cells))} |")
+        out.append(f"| {m} | " + " | ".join(f"{fmt(c['speedup_vs_ar'])} | {fmt(c.get('decode_speedup'))} | "
+                                            f"{fmt(c.get('tau'))}" for c in cells)
+                   + f" | {fmt(mean([c['speedup_vs_ar'] for c in cells]))}"
+                   + f" | {fmt(mean([c.get('decode_speedup') for c in cells]))}"
+                   + f" | {fmt(mean([c.get('vs_fp32_ar') for c in cells]))} |")
+    limited = [r for r in rows if r.get("limit")]
+    if limited:
+        out += ["", "## Against its own limit (decode phase)", "",
+                "limit = τ·T(1)/T(n̄) on the run's cost curve (τ over decoding forwards, n̄ = mean rows per forward); "
+                "prefill: median ms per prompt.", "",
+                "| method | dataset | n̄ | limit | dec Spd | of limit | prefill ms |", "|---|---|---|---|---|---|---|"]
+        for r in limited:
+            out.append(f"| {r['method']} | {r['dataset']} | {r['mean_forward_rows']:.1f} | {r['limit']:.2f} | "
+                       f"{fmt(r.get('decode_speedup'))} | {fmt(r.get('of_limit'))} | {r['median_prefill_ms']:.0f} |")
     out += ["", "## Details", "",
             "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
             "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -274,10 +331,12 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _lossless_cell(row: dict) -> str:
-    if row["lossless"]:
-        return "yes"
+    """'yes', 'yes (2 precision ties)' or '**NO**: 1 bug, 2 precision ties' (engine/lossless.py)."""
     kinds = [d["kind"] for d in row["divergences"]]
-    return "**NO**: " + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+    counts = ", ".join(f"{kinds.count(k)} {k}{'s' * (kinds.count(k) > 1)}" for k in dict.fromkeys(kinds))
+    if row["lossless"]:
+        return f"yes ({counts})" if counts else "yes"
+    return "**NO**: " + counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--same-session", action="store_true",
                     help="run each dataset's prompts as one user's session: what sources keep across requests "
                          "(the suffix tree of earlier outputs) carries over from prompt to prompt")
+    ap.add_argument("--fp32-ar", action="store_true",
+                    help="also time AR on an fp32 copy of the model (row 'ar-fp32', column 'vs fp32 AR'): the exact "
+                         "mode's speed, when the run's dtype is another")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
     try:
@@ -314,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
-    run = Runner(lm, args, draft, curve)
+    fp32 = load_model(args.model, device=args.device, dtype="fp32") if args.fp32_ar else None
+    if fp32 is not None:
+        methods.append(FP32_AR)
+    run = Runner(lm, args, draft, curve, fp32)
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
     rows, profile = [], []
@@ -327,14 +393,15 @@ def main(argv: list[str] | None = None) -> int:
                 runs[m].append(run(m, ids))
                 profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
             for m in methods:
-                if runs[m][-1]["tokens"] != runs["ar"][-1]["tokens"]:
-                    d = diagnose(lm, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"])
-                    runs[m][-1]["divergence"] = {"prompt": k, **d}
-                    print(f"\n!!! LOSSLESS VIOLATION: {m} differs from AR on {dataset} prompt {k}: {d}",
-                          file=sys.stderr)
-        rows += [aggregate(m, dataset, runs[m], runs["ar"]) for m in methods]
+                d = None if m == FP32_AR else attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"])
+                if d is not None:
+                    runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}
+                    print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind != 'precision tie' else 'precision tie'}: {m} on "
+                          f"{dataset} prompt {k}: {d.sentence()}", file=sys.stderr)
+        rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
     add_synergy(rows)
     meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": str(lm.dtype),
+            "dtype_reason": lm.dtype_reason,
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -346,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
     write_outputs(args.out, meta, rows, profile)
     print(to_markdown(rows, meta))
-    return 0 if all(r["lossless"] for r in rows) else 1
+    return 0 if all(r["lossless"] for r in rows) else 1  # precision ties are reported, only bugs fail
 
 
 @torch.no_grad()

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from . import precision
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 
 #: Environment variable that overrides the default model (a name, hub id or local path), e.g. on a Space.
@@ -43,6 +44,8 @@ class LoadedModel:
     device: str  # 'cpu', 'cuda', or 'auto (device_map)'
     dtype: torch.dtype
     title: str = ""  # human name for headers, e.g. "SmolLM2-135M-Instruct" (default: ``name``)
+    dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
+    auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/precision.py)
 
     @property
     def params(self) -> int:
@@ -53,8 +56,7 @@ class LoadedModel:
         """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
         n = self.params
         size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
-        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(self.dtype).removeprefix("torch."),
-                                                                             str(self.dtype))
+        dtype = precision.dtype_name(self.dtype)
         device = "CPU" if self.device == "cpu" else self.device
         return f"{self.title or self.name} ({size}, {dtype}, {device})"
 
@@ -118,14 +120,27 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    if dtype == "auto":
-        if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32  # half precision matmuls are slow on CPU
-    if dtype not in DTYPES:
+def resolve_dtype(dtype: str, device: str) -> tuple[torch.dtype | None, str]:
+    """The torch dtype ``dtype`` asks for on ``device``, and a sentence when it had to fall back.
+
+    Returns:
+        (dtype, note): dtype None = "auto" on a CPU, decided by measurement once the model is loaded
+        (``precision.cpu_choice``); note "" unless an unsupported request fell back (fp16 on a CPU ->
+        auto; bf16 on a GPU without it -> fp16).
+
+    Raises:
+        ModelLoadError: an unknown dtype name.
+    """
+    if dtype not in ("auto", *DTYPES):
         raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of auto, {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    cuda = device.startswith("cuda")
+    if dtype == "fp16" and not cuda:
+        return None, "fp16 is not supported on a CPU (no fast kernels); using the measured precision instead."
+    if dtype == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        return torch.float16, "bf16 is not supported on this GPU; using fp16 instead."
+    if dtype == "auto":
+        return (precision.cuda_choice(device).torch_dtype if cuda else None), ""
+    return DTYPES[dtype], ""
 
 
 @dataclass(frozen=True)
@@ -170,7 +185,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         name_or_path: ``smollm2``, ``demo``, a local ``.gguf`` file, a local folder or a hub id; None =
             ``$GOOSE_LENS_MODEL`` if set, else SmolLM2 (fetched and converted on first use, ~1 min).
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
-        dtype: 'auto' (bf16/fp16 on CUDA, fp32 on CPU), 'fp32', 'fp16', 'bf16'.
+        dtype: 'auto' (bf16/fp16 on CUDA; on a CPU fp32 or bf16, whichever verifies trees faster here, measured
+            once and cached: ``engine/precision.py``), 'fp32' (the exact mode), 'fp16', 'bf16'; an unsupported
+            one falls back with a note in ``LoadedModel.dtype_reason``.
         attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
         progress: called with (fraction, message) while a named model is fetched and converted.
 
@@ -180,7 +197,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     """
     src = resolve(name_or_path)
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
+    want_dtype, note = resolve_dtype(dtype, dev)
+    torch_dtype = want_dtype or torch.float32  # a CPU's "auto" loads fp32, then measures
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
     kwargs = {"dtype": torch_dtype, "local_files_only": src.local}
     if attn_implementation:
@@ -202,7 +220,15 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     if not multi_gpu:
         model = model.to(dev)
     model.eval()
-    return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title)
+    reason, auto = note, dtype == "auto" or want_dtype is None
+    if want_dtype is None:  # a CPU's auto: the faster of fp32 and bf16, measured here
+        choice = precision.cpu_choice(model, src.name)
+        torch_dtype, reason = choice.torch_dtype, " ".join(filter(None, (note, choice.reason)))
+        model = model.to(torch_dtype)
+    elif dtype == "auto":
+        reason = precision.cuda_choice(dev).reason
+    return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
+                       reason, auto)
 
 
 def tqdm_progress(desc: str = "model"):
@@ -263,9 +289,10 @@ class ModelRegistry:
         with self._lock:
             want_name = resolve(name).name
             want_device = resolve_device(device)
-            want_dtype = resolve_dtype(dtype, want_device)
+            want_dtype, _ = resolve_dtype(dtype, want_device)
             for lm in self._models.values():
-                if lm.name == want_name and lm.device == want_device and lm.dtype == want_dtype:
+                same_dtype = lm.dtype == want_dtype or (want_dtype is None and lm.auto_dtype)
+                if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             lm = load_model(name, device=device, dtype=dtype, progress=progress)
             lm.warm_up()

@@ -40,6 +40,8 @@ class RunSummary:
     median_overhead_ms: float  # median per-cycle time outside the forward (ms)
     median_forward_ms: float  # median per-cycle verification forward (ms)
     mean_tree_nodes: float  # mean verified nodes per cycle, root included
+    mean_forward_rows: float  # mean rows per cycle's forward: the tree plus ride-along rows (PTD)
+    prefill_s: float  # the prefill forward and its harvest (s): the same for every method on a prompt
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,6 +92,8 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         median_overhead_ms=statistics.median(overhead) if overhead else 0.0,
         median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,
         mean_tree_nodes=statistics.fmean(len(t.tree) for t in cycles) if cycles else 1.0,
+        mean_forward_rows=statistics.fmean(len(t.tree) + t.ptd_rows for t in cycles) if cycles else 1.0,
+        prefill_s=traces[0].timings_ms["total"] / 1000.0,
     )
 
 

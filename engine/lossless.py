@@ -1,0 +1,107 @@
+"""Losslessness that knows its precision: where a run parts from AR, and whether that is a precision tie.
+
+In fp32 greedy speculative decoding is exact: its token ids equal ``generate(do_sample=False)``.  In half
+precision a forward over many rows (a draft tree, a prompt-lookup chain) rounds its matmuls differently
+from a one-token AR step, so where AR's own top-two logits are within rounding of each other the two may
+pick different tokens; transformers' own prompt lookup parts from AR at the same places.  Such a
+divergence is a **precision tie**: the logit of the token AR chose and that of the token the run chose,
+both read from AR's own one-token step at that position, are within ``TIE_ULPS`` units in the last place
+(ulp) of the dtype at that magnitude.  Anything wider is a **bug**.  The same rule labels the benchmark's
+rare fp32 divergences (a gap of 2e-6 at a logit of 16 is one fp32 ulp); the fp32 tests allow none at all:
+they compare ids with no tolerance.
+
+Why ``TIE_ULPS`` = 4: ``scripts/tie_ulps.py`` measures how far a batched forward's logits move from the
+one-token step's for the same positions (SmolLM2 and the demo model, bf16: docs/results.md, "Precision
+ties"); two logits that each move by up to that much can swap when they are within twice of it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+#: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a half-precision tie may have
+#: (measured: scripts/tie_ulps.py; docs/results.md "Precision ties").
+TIE_ULPS = {torch.bfloat16: 4.0, torch.float16: 4.0, torch.float32: 4.0}
+
+
+def ulp(value: float, dtype: torch.dtype) -> float:
+    """One unit in the last place of ``dtype`` at ``|value|`` (e.g. bf16 at 20.0: 0.125)."""
+    if value == 0.0:
+        return float(torch.finfo(dtype).tiny)
+    return float(torch.finfo(dtype).eps) * 2.0 ** math.floor(math.log2(abs(value)))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run's tokens first part from AR's, read off AR's own one-token step there.
+
+    Attributes:
+        position: index in the generated tokens (0 = the first new token).
+        kind: "precision tie", "bug", or "length" (one output is a prefix of the other: a stop differs).
+        ar_token, run_token: the two tokens at ``position`` (None for "length").
+        ar_logit, run_logit: their logits in AR's own step (floats of the model's dtype).
+        gap_ulps: (ar_logit − run_logit) in ulps of the dtype at ``ar_logit``'s magnitude.
+        dtype: the model's dtype name.
+    """
+
+    position: int
+    kind: str
+    ar_token: int | None = None
+    run_token: int | None = None
+    ar_logit: float | None = None
+    run_logit: float | None = None
+    gap_ulps: float | None = None
+    dtype: str = ""
+
+    @property
+    def is_bug(self) -> bool:
+        return self.kind == "bug"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def sentence(self, decode=None) -> str:
+        """One line for people: where the outputs part and both logits there."""
+        if self.kind == "length":
+            return f"the outputs agree up to token {self.position}, where one of them stops"
+        show = (lambda t: repr(decode([t]))) if decode else str
+        verdict = "a precision tie" if self.kind == "precision tie" else "NOT a tie (a bug)"
+        return (f"the outputs part at token {self.position}: AR wrote {show(self.ar_token)} "
+                f"(logit {self.ar_logit:.4g}), this run {show(self.run_token)} (logit {self.run_logit:.4g}), "
+                f"{self.gap_ulps:.1f} ulp of {self.dtype} apart: {verdict}")
+
+
+def first_difference(want: list[int], got: list[int]) -> int | None:
+    """Index of the first differing token, the shorter length when one is a prefix of the other, None if equal."""
+    if want == got:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+
+
+@torch.no_grad()
+def attribute(model, prompt_ids: list[int], want: list[int], got: list[int]) -> Divergence | None:
+    """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
+
+    AR's own logits at the position come from ``generate`` itself (greedy, one token per step over the KV
+    cache, ``output_logits``), the reference the run is compared with.
+
+    Args:
+        model: the transformers causal LM both ran on.
+        prompt_ids: the prompt; want, got: the generated ids of AR and of the run.
+    """
+    i = first_difference(want, got)
+    if i is None:
+        return None
+    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(model.dtype, str(model.dtype))
+    if i >= min(len(want), len(got)):
+        return Divergence(i, "length", dtype=name)
+    ids = torch.tensor([list(prompt_ids)], device=model.device)
+    out = model.generate(ids, do_sample=False, max_new_tokens=i + 1, output_logits=True, return_dict_in_generate=True,
+                         pad_token_id=want[0], eos_token_id=None)
+    logits = out.logits[i][0]  # (|V|,) AR's own one-token step at position i, the model's dtype
+    a, b = float(logits[want[i]]), float(logits[got[i]])
+    gap = (a - b) / ulp(a, model.dtype)
+    tie = 0.0 <= gap <= TIE_ULPS[model.dtype]
+    return Divergence(i, "precision tie" if tie else "bug", want[i], got[i], a, b, gap, name)
