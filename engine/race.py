@@ -24,6 +24,8 @@ class Lane:
         done: no more cycles: the run finished (``finished``) or its decoder ended early (stopped).
         finished: the last cycle came (EOS, max new tokens, or a stop the decoder saw on that cycle).
         last_forward_s: engine seconds of the lane's latest forward (0 when it ended without one).
+        prefill_s: engine seconds of the lane's first forward (the prefill; 0 before it).
+        first_tokens: tokens that first forward gave (the decode phase is what came after).
     """
 
     name: str
@@ -33,6 +35,8 @@ class Lane:
     done: bool = False
     finished: bool = False
     last_forward_s: float = 0.0
+    prefill_s: float = 0.0
+    first_tokens: int = 0
 
     @property
     def tok_per_s(self) -> float:
@@ -44,8 +48,20 @@ class Lane:
         """Tokens per forward."""
         return len(self.tokens) / max(1, self.forwards)
 
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens after the prefill."""
+        return len(self.tokens) - self.first_tokens
+
+    @property
+    def decode_s(self) -> float:
+        """Engine seconds after the prefill (s)."""
+        return max(0.0, self.elapsed_s - self.prefill_s)
+
     def advance(self, trace: CycleTrace) -> None:
         """Take one cycle's record."""
+        if not self.forwards:
+            self.prefill_s, self.first_tokens = trace.elapsed_s, len(trace.new_tokens)
         self.tokens += trace.new_tokens
         self.last_forward_s = trace.elapsed_s - self.elapsed_s
         self.elapsed_s, self.forwards = trace.elapsed_s, self.forwards + 1
@@ -81,5 +97,46 @@ class Race:
             yield lane
 
     def speedup(self) -> float:
-        """Engine time of the first lane over that of the last (the baseline first)."""
-        return self.lanes[0].elapsed_s / max(self.lanes[-1].elapsed_s, 1e-9)
+        """Tokens/s of the last lane over that of the first (the baseline first), end to end (prefill included),
+        in engine time so far: at the end of a race of equal outputs, the first lane's engine time over the last's."""
+        return self.lanes[-1].tok_per_s / max(self.lanes[0].tok_per_s, 1e-9)
+
+    @property
+    def clock_s(self) -> float:
+        """The race's clock (engine seconds): the least engine time among the lanes still running (every lane
+        has run up to it), or the longest when all are done."""
+        running = [x.elapsed_s for x in self.lanes if not x.done]
+        return min(running) if running else max(x.elapsed_s for x in self.lanes)
+
+
+class Pacer:
+    """Plays a race over about ``target_s`` seconds of wall time: the race's clock (engine time) is shown at
+    a fixed scale, wall seconds per engine second, chosen so the baseline lane ends at ``target_s``.
+
+    Args:
+        target_s: wall seconds the race should last (0 = real time: no pause).
+        predicted_s: the baseline lane's predicted engine seconds to the end (e.g. max new tokens × an AR step
+            of the cost curve, or AR's timing on this prompt); the prediction is refined from the lane's own
+            pace as it runs (``refine``).
+    """
+
+    def __init__(self, target_s: float, predicted_s: float) -> None:
+        self.target_s, self.predicted_s = max(0.0, float(target_s)), max(1e-6, float(predicted_s))
+
+    @property
+    def scale(self) -> float:
+        """Wall seconds per engine second (at least 1: never faster than the engines ran)."""
+        return max(1.0, self.target_s / self.predicted_s)
+
+    def refine(self, lane: Lane, max_new_tokens: int) -> None:
+        """Predict the baseline's end from its own decode pace once it has decoded 8 tokens."""
+        if lane.decode_tokens >= 8 and not lane.done:
+            per_token = lane.decode_s / lane.decode_tokens
+            self.predicted_s = lane.elapsed_s + per_token * max(0, max_new_tokens - len(lane.tokens))
+
+    def wait_s(self, clock_s: float, wall_s: float) -> float:
+        """Seconds to pause now, ``wall_s`` after the race began, so that engine time ``clock_s`` is on screen
+        at its scaled wall time (0 for real time, or when the engines are behind it)."""
+        if not self.target_s:
+            return 0.0
+        return max(0.0, clock_s * self.scale - wall_s)

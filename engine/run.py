@@ -2,10 +2,14 @@
 
 A run recorded on the page and a run imported from a trace file are the same type; an imported run
 carries its own token texts (``token_text``), so it replays with no model loaded.
+
+Also what a run's speed is worth against AR's on the same prompt (``ArTiming``, ``Speedup``) and what its
+forwards cost in AR steps on a cost curve (``ar_steps_per_forward``): a big τ is not a speedup when a forward
+over many rows costs several one-token forwards (a CPU).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 from .config import DecodeConfig
@@ -82,3 +86,81 @@ class Run:
         for trace in doc["traces"]:
             run.record(trace, [])
         return run
+
+
+def decode_phase(traces: Sequence[CycleTrace]) -> tuple[int, float]:
+    """(tokens, engine seconds) of a run's decode phase: every cycle after the prefill.  The prefill (one
+    forward over the prompt, giving the first token) is the same for every method on a prompt, so speeds
+    compared over the decode phase compare only what the methods do differently."""
+    if len(traces) < 2:
+        return 0, 0.0
+    tokens = sum(len(t.new_tokens) for t in traces[1:])
+    return tokens, max(0.0, traces[-1].elapsed_s - traces[0].elapsed_s)
+
+
+@dataclass(frozen=True)
+class ArTiming:
+    """AR's decode-phase speed on one prompt, model, dtype and max new tokens, in engine time.
+
+    Attributes:
+        tokens: AR's tokens after the prefill.
+        seconds: their engine seconds (s).
+        source: where it was timed: "ar" (an AR run on this device, right after the run) or "race" (the
+            race's AR lane, on the race's shared clock).
+    """
+
+    tokens: int
+    seconds: float
+    source: str = "ar"
+
+    @property
+    def tok_per_s(self) -> float:
+        """AR's decode-phase tokens/s (0 when nothing was decoded)."""
+        return self.tokens / self.seconds if self.tokens and self.seconds > 0 else 0.0
+
+    @classmethod
+    def of(cls, traces: Sequence[CycleTrace], source: str = "ar") -> ArTiming:
+        """The decode phase of an AR run's cycles (``decode_phase``)."""
+        return cls(*decode_phase(traces), source)
+
+
+SOURCE_WORDS = {"ar": "AR timed on this device", "race": "AR's lane of the race, on its clock"}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A run's speed over AR's (decode phase, engine time), and where AR's speed comes from.
+
+    Attributes:
+        value: the run's decode-phase tokens/s ÷ AR's (``ArTiming.tok_per_s``); None = not measured.
+        note: for people: where AR's speed comes from, or why there is no value ("measuring…", "stopped").
+        pending: AR is being timed now.
+    """
+
+    value: float | None = None
+    note: str = "not measured"
+    pending: bool = False
+
+    @classmethod
+    def of(cls, traces: Sequence[CycleTrace], ar: ArTiming | None) -> Speedup:
+        """The speedup of a run's cycles over ``ar``; no value when either decoded nothing."""
+        tokens, seconds = decode_phase(traces)
+        if ar is None or not ar.tok_per_s or not tokens or seconds <= 0:
+            return cls(None, "not measured" if ar is None else "nothing decoded to compare")
+        return cls(tokens / seconds / ar.tok_per_s,
+                   f"decode phase; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s over "
+                   f"{ar.tokens} tokens")
+
+
+MEASURING = Speedup(None, "measuring AR on this device …", pending=True)
+
+
+def ar_steps_per_forward(traces: Sequence[CycleTrace], curve) -> float | None:
+    """Mean cost of the run's verification forwards in AR steps: the mean over its cycles (prefill excluded)
+    of T(rows) / T(1) on ``curve`` (``engine.cost.CostCurve``; rows = the tree's nodes + ride-along PTD rows).
+    τ divided by it is the speedup the curve predicts.  None without a curve or a cycle."""
+    rows = [len(t.tree) + t.ptd_rows for t in traces if t.mode != "prefill"]
+    if curve is None or not rows:
+        return None
+    t = curve.latencies(max(rows))
+    return sum(t[n - 1] for n in rows) / len(rows) / t[0]

@@ -1,6 +1,7 @@
 """One plain sentence per decoding cycle, for the page under the tree ("Explain this cycle")."""
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 
@@ -123,12 +124,71 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
     return "\n".join(lines)
 
 
-def big_numbers(summary) -> str:
-    """HTML: τ and tokens/s in large type, for presenting."""
+_CELL = ('<div style="display:inline-block;margin-right:1.6em;vertical-align:top{}"{}><div style="font-size:3em;'
+         'font-weight:700;line-height:1">{}</div><div style="opacity:.7">{}</div></div>')
+
+
+def big_numbers(summary, speedup=None) -> str:
+    """HTML: τ, the measured speedup over AR beside it, and tokens/s in large type, for presenting.
+
+    Args:
+        summary: ``engine.metrics.RunSummary`` of the run so far (None: nothing yet).
+        speedup: ``engine.run.Speedup`` (None: not measured); greyed, with "measuring…" or "–", until it has a
+            value; its note (where AR's speed comes from) is the cell's tooltip and small print.
+    """
     if summary is None or summary.cycles == 0:
         tau, speed = "–", "–"
     else:
         tau, speed = f"{summary.tau:.2f}", f"{summary.tok_per_s:.0f}"
-    cell = ('<div style="display:inline-block;margin-right:2.5em"><div style="font-size:3em;font-weight:700;'
-            'line-height:1">{}</div><div style="opacity:.7">{}</div></div>')
-    return cell.format(tau, "τ — tokens per forward") + cell.format(speed, "tokens / s")
+    if speedup is not None and speedup.value is not None:
+        shown, grey = f"{speedup.value:.2f}×", ""
+    elif speedup is not None and speedup.pending:
+        shown, grey = '<span style="font-size:.5em">measuring…</span>', ";opacity:.45"
+    else:
+        shown, grey = "–", ";opacity:.45"
+    note = html.escape(speedup.note if speedup is not None else "not measured yet")
+    label = f"speedup over AR<br><small>{note}</small>"
+    return (_CELL.format("", "", tau, "τ — tokens per forward")
+            + _CELL.format(";max-width:13em" + grey, f' id="speedup" title="{note}"', shown, label)
+            + _CELL.format("", "", speed, "tokens / s"))
+
+
+def cost_sentence(tau: float, steps: float | None, measured: float | None = None) -> str:
+    """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured
+    1.52×)": a forward of many rows costs ``steps`` one-token forwards (``engine.run.ar_steps_per_forward``), so
+    τ / steps is the speedup the curve predicts; drafting and bookkeeping make the measured one lower.
+    "" without a curve."""
+    if steps is None or steps <= 0:
+        return ""
+    out = f"τ {tau:.2f} at {steps:.2f} AR steps per forward → {tau / steps:.2f}× by the cost curve"
+    return out + (f" (measured {measured:.2f}×)" if measured is not None else "")
+
+
+def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = "", verdict: str = "") -> str:
+    """HTML: the race's speedup in large type, one progress bar per lane (tokens done / max new tokens) with its
+    engine time (ms), tokens/s and τ, a status ("stopped", "✓") and, when the outputs part, where and why.
+
+    Args:
+        lanes: ``engine.race.Lane`` s, the baseline (AR) first.
+        max_new_tokens: the race's max new tokens (a full bar).
+        speedup: the last lane's tokens/s over the first's so far (None: not yet).
+        status: one line under the bars (e.g. "stopped: both outputs as of the same engine time").
+        verdict: where the two outputs part, with both logits (``engine.lossless.Divergence.sentence``).
+    """
+    big = f"{speedup:.2f}×" if speedup is not None else "–"
+    rows = []
+    for lane in lanes:
+        done = len(lane.tokens)
+        share = min(1.0, done / max(1, max_new_tokens))
+        tick = " ✓" if lane.finished else ""
+        rows.append(
+            f'<div style="margin:.3em 0"><div><b>{html.escape(lane.name)}</b>{tick} — {done} / {max_new_tokens} '
+            f'tokens · {lane.elapsed_s * 1000:.0f} ms engine time · {lane.tok_per_s:.0f} tok/s · τ {lane.tau:.2f}'
+            f'</div><div style="background:#e5e7eb;border-radius:4px;height:14px;width:100%">'
+            f'<div class="lane-bar" style="background:#7c3aed;border-radius:4px;height:14px;width:{share:.1%}">'
+            f'</div></div></div>')
+    extra = "".join(f'<div style="margin-top:.3em">{html.escape(line)}</div>' for line in (status, verdict) if line)
+    return (f'<div style="display:flex;gap:1.5em;align-items:center"><div style="min-width:9em">'
+            f'<div style="font-size:3em;font-weight:700;line-height:1" id="race-speedup">{big}</div>'
+            f'<div style="opacity:.7">speedup over AR<br><small>race clock, end to end</small></div></div>'
+            f'<div style="flex:1">{"".join(rows)}</div></div>{extra}')

@@ -12,9 +12,8 @@ from engine.trace import CycleTrace
 from engine.tree import Source
 from viz.explain import _q
 
-WHAT_IS_IT = """
-A language model writes one token per forward pass, and on a CPU or GPU one pass over **many** tokens costs
-about as much as one pass over **one** token: the weights are read once either way.
+_LESSON = """
+A language model writes one token per forward pass, and {cost}
 **Speculative decoding** uses this. Each cycle it
 
 1. **guesses** several next tokens cheaply: here by copying what followed an earlier occurrence of the
@@ -23,9 +22,36 @@ about as much as one pass over **one** token: the weights are read once either w
 2. **checks every guess in one forward** of the model over the whole tree;
 3. **keeps the longest path of correct guesses**, plus **one token the model adds itself** (the bonus ★).
 
-The output is exactly what plain decoding would write; only faster, by **τ** tokens per forward.
+The output is exactly what plain decoding would write, in **τ** tokens per forward; it is faster by τ divided
+by what a forward over the tree costs in one-token passes (the speedup beside τ is measured).
 Press **Generate**, then **Step through** to watch one cycle in four stages.
 """
+FLAT = 1.15  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
+
+
+def pass_cost(curve, rows: int = 16) -> str:
+    """How a pass over ``rows`` tokens compares with a one-token pass on ``curve`` (``engine.cost.CostCurve``), in
+    words: "on this CPU one pass over **16** tokens costs **1.5×** a one-token pass" (or "about as much" on a flat
+    curve); a generic sentence without a curve."""
+    if curve is None:
+        return ("one pass over **many** tokens costs much less than that many passes over **one** token: the weights "
+                "are read once either way.")
+    where = "this GPU" if "|cuda" in curve.key else "this CPU" if "|cpu" in curve.key else "this device"
+    ratio = curve.latency(rows) / curve.latency(1)
+    if ratio < FLAT:
+        return (f"on {where} one pass over **{rows}** tokens costs about as much as one pass over **one** token "
+                f"({ratio:.2f}×, measured): the weights are read once either way.")
+    return (f"on {where} one pass over **{rows}** tokens costs **{ratio:.1f}×** a one-token pass (measured), "
+            f"far less than {rows} passes: the weights are read once either way.")
+
+
+def what_is_it(curve=None) -> str:
+    """The first lesson (Markdown), its cost sentence read off the page's cost curve (``pass_cost``)."""
+    return _LESSON.format(cost=pass_cost(curve))
+
+
+WHAT_IS_IT = what_is_it()  # the lesson with no curve (generic cost sentence)
+
 
 #: The source stages: each source's drafts, in ``REGISTRY`` order.
 SOURCE_STAGES = {i.name: i for i in REGISTRY}
