@@ -36,22 +36,32 @@ from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
+import torch
 
 from engine.config import METHODS, ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.generate import command_line
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
+from engine.lossless import attribute
 from engine.metrics import summarize
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.page_settings import PageSettings
-from engine.race import Race
-from engine.run import Run
+from engine.race import Pacer, Race
+from engine.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
 from engine.sources import REGISTRY, SourceMemory
 from engine.trace_io import MAX_BYTES, TraceFormatError
 from viz.charts import cost_figure, speed_figure
-from viz.explain import TOKEN_COLORS, big_numbers, cycle_segments, explain_cycle, theory_panel
-from viz.lesson import WHAT_IS_IT, stage_sentence, stages_of
+from viz.explain import (
+    TOKEN_COLORS,
+    big_numbers,
+    cost_sentence,
+    cycle_segments,
+    explain_cycle,
+    race_board,
+    theory_panel,
+)
+from viz.lesson import stage_sentence, stages_of, what_is_it
 from viz.tree_figure import tree_figure
 
 try:  # Hugging Face Spaces (ZeroGPU): run model-bound handlers on a GPU; a no-op everywhere else
@@ -69,6 +79,9 @@ HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel a
 DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time
 STEP_PAUSE_S = 2.5  # step-through: seconds each stage of a cycle stays on screen
+AR_TIMING_TOKENS = 128  # the AR run that times the speedup decodes at most this many tokens (one-token forwards)
+AR_CLOCK_ENTRIES = 32  # AR timings a visitor keeps (per model, prompt and max new tokens), oldest out
+RACE_SECONDS = 20  # the race plays over about this many seconds by default (a 128-token SmolLM2 race on a CPU)
 CSS = """
 #page-header p {margin: .1em 0}
 #stats {font-size: 1.0em}
@@ -96,6 +109,8 @@ METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PL
                  "suffix": "Suffix tree only (SuffixDecoding)",
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
+DTYPE_CHOICES = [("auto (measured: the faster of fp32 and bf16 on a CPU; half precision on a GPU)", "auto"),
+                 ("fp32 (exact: token for token AR's output)", "fp32"), ("fp16", "fp16"), ("bf16", "bf16")]
 SOURCE_CHOICES = [(info.label, info.name) for info in REGISTRY]
 PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
 FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
@@ -137,12 +152,28 @@ class Session:
     """One visitor's handles (each a ``gr.State``): the model (``model_key``, None = the page's default), the
     Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it), their own re-measured
     cost curve (``curve``, None = the shared one) and what draft sources keep across their requests
-    (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept)."""
+    (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept) and AR's timings on the
+    prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.run.ArTiming``: the speedup beside τ; None = none)."""
 
     model_key: Any = None
     control: dict | None = None
     curve: Any = None
     memory: SourceMemory | None = None
+    ar_clock: dict | None = None
+
+    def ar_timing(self, key) -> ArTiming | None:
+        """AR's timing for ``key`` (``ar_key``) this visitor has, or None."""
+        return (self.ar_clock or {}).get(key)
+
+    def with_ar_timing(self, key, timing: ArTiming) -> dict:
+        """This visitor's AR timings with ``timing`` for ``key`` (the newest; the oldest dropped beyond
+        ``AR_CLOCK_ENTRIES``): the new value of their ``ar_clock`` state."""
+        clock = dict(self.ar_clock or {})
+        clock.pop(key, None)
+        clock[key] = timing
+        while len(clock) > AR_CLOCK_ENTRIES:
+            clock.pop(next(iter(clock)))
+        return clock
 
     def start(self) -> dict:
         """The Stop request of a run starting now, cleared (a fresh one when the caller has none)."""
@@ -216,8 +247,15 @@ def gt_words(gt_threshold, trace) -> str:
         return f"GT: {gt_threshold}"
 
 
-def stats_line(summary, trace, run: Run) -> str:
-    """The line above the tree: the run's numbers (tokens by source, from ``REGISTRY``) and the cycle's."""
+def ar_key(models: ModelRegistry, lm: LoadedModel, ids: list[int], config: DecodeConfig) -> tuple:
+    """What an AR timing is kept under: the model (name, device, dtype), the prompt's ids, max new tokens, and
+    greedy or sampling (a sampling step costs more)."""
+    return (*models.key_of(lm), tuple(ids), int(config.max_new_tokens), bool(config.sampling))
+
+
+def stats_line(summary, trace, run: Run, cost: str = "") -> str:
+    """The line above the tree: the run's numbers (tokens by source, from ``REGISTRY``) and the cycle's, then
+    ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own."""
     src = summary.accepted_by_source
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
@@ -226,7 +264,7 @@ def stats_line(summary, trace, run: Run) -> str:
             f"{summary.new_tokens} tokens — by source: {by_source} · bonus {src.get('bonus', 0)} · "
             f"cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
             f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
-            f"{gt_words(run.config.get('gt_threshold'), trace)}{sent}")
+            f"{gt_words(run.config.get('gt_threshold'), trace)}{sent}" + (f"  \n{cost}" if cost else ""))
 
 
 def token_text(run: Run, lm: LoadedModel | None):
@@ -234,16 +272,25 @@ def token_text(run: Run, lm: LoadedModel | None):
     return run.text_of(None if lm is None else lambda i: lm.tokenizer.decode([i]))
 
 
-def views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing(),
-          summary_upto: int | None = None) -> dict:
-    """The tree, big numbers, stats line, explanation and theory panel of ``trace`` within ``run``; the
-    numbers summarise the run up to cycle ``summary_upto`` (default: ``trace``'s cycle)."""
+def numbers(run: Run, trace, curve=None, speedup: Speedup | None = None) -> dict:
+    """The big numbers (τ, the speedup over AR, tokens/s) and the stats line of ``run`` up to ``trace``, with τ
+    tied to ``curve`` (the cost curve the run read; None: no sentence)."""
+    traces = run.traces[: trace.index + 1]  # traces[k].index == k
+    summary = summarize(traces)
+    steps = ar_steps_per_forward(traces, curve)
+    cost = cost_sentence(summary.tau, steps, speedup.value if speedup is not None else None)
+    return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, trace, run, cost)}
+
+
+def views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing(), curve=None,
+          speedup: Speedup | None = None) -> dict:
+    """The tree, big numbers, stats line, explanation and theory panel of ``trace`` within ``run`` (the numbers:
+    ``numbers``, up to ``trace``'s cycle)."""
     text = token_text(run, lm)
-    upto = trace.index if summary_upto is None else summary_upto
-    summary = summarize(run.traces[: upto + 1])  # traces[k].index == k
+    summary = summarize(run.traces[: trace.index + 1])
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
-            "big": big_numbers(summary), "stats": stats_line(summary, trace, run),
+            **numbers(run, trace, curve, speedup),
             "explain": explain_cycle(trace, text),
             "theory": theory_panel(summary, trace, int(run.config.get("budget", INITIAL.budget)),
                                    int(run.config.get("max_depth", INITIAL.depth)))}
@@ -275,7 +322,8 @@ def _problem(message: str, where: str = "stats") -> dict:
 
 # ---------------------------------------------------------------- Generate
 
-GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command")
+GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
+                "ar_clock", "lesson")
 
 
 class Throttle:
@@ -312,6 +360,11 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
     Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
     message in ``stats``.
+
+    After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
+    dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
+    an AR run timed now (``time_ar``; not part of the run's engine time), kept in ``ar_clock``.  The stats line
+    ties τ to the cost curve the run read; the lesson's cost sentence reads the same curve.
     """
     control = session.start()
     lm = models.get(session.model_key)
@@ -328,6 +381,10 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         text = token_text(run, lm)
         command = command_line(decoder.config, model=lm.name, prompt_format=run.prompt_format,
                                cost_curve=decoder.cost_curve)
+        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
+        key = ar_key(models, lm, ids, config)
+        known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
+        live = Speedup(None, "AR is timed after the run") if known is None else None  # else live, below
         throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
         for trace in decoder.generate(ids, should_stop=lambda: bool(control.get("stop"))):
             run.record(trace, cycle_segments(trace, text))
@@ -335,25 +392,53 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
             heavy = throttle.due(trace, started, bool(pace))
             if heavy is None:
                 continue
-            yield _frame(run, trace, lm, drawing, command, heavy)
+            shown = live or Speedup.of(run.traces, known)
+            yield _frame(run, trace, lm, drawing, command, heavy, curve, shown)
             throttle.drawn(heavy, started)
             drawn = trace if heavy else drawn
             if pace:
                 _paused(float(pace), control)
-        if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
-            yield _frame(run, trace, lm, drawing, command, True)
+        if trace is None:
+            return
+        if drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
+            yield _frame(run, trace, lm, drawing, command, True, curve, live or Speedup.of(run.traces, known))
+        stopped = bool(control.get("stop"))
+        if config.method == "ar":  # this run is AR: its own speed is AR's on this prompt
+            known = ArTiming.of(run.traces, "ar") if not stopped else known
+            speedup = Speedup(1.0, "this run is AR") if known is not None else Speedup(None, "stopped: not measured")
+        elif known is None and stopped:
+            speedup = Speedup(None, "not measured: the run was stopped")
+        else:
+            if known is None:
+                yield numbers(run, trace, curve, MEASURING)
+                known = time_ar(lm, ids, config, curve, control)
+            speedup = Speedup.of(run.traces, known) if known is not None else Speedup(None, "not measured: stopped")
+        clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
+        yield {**numbers(run, trace, curve, speedup), "ar_clock": clock, "lesson": what_is_it(curve)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
 
 
-def _frame(run: Run, trace, lm: LoadedModel, drawing: Drawing, command: str, heavy: bool) -> dict:
+def _frame(run: Run, trace, lm: LoadedModel, drawing: Drawing, command: str, heavy: bool, curve=None,
+           speedup: Speedup | None = None) -> dict:
     """One streamed frame of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
     frame = {"output": list(run.segments), "run": run, "command": command,
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=trace.index)}
     if heavy:
-        return {**frame, **views(run, trace, lm, drawing), "speed_plot": speed_figure(run.traces)}
-    summary = summarize(run.traces)
-    return {**frame, "big": big_numbers(summary), "stats": stats_line(summary, trace, run)}
+        return {**frame, **views(run, trace, lm, drawing, curve, speedup), "speed_plot": speed_figure(run.traces)}
+    return {**frame, **numbers(run, trace, curve, speedup)}
+
+
+def time_ar(lm: LoadedModel, ids: list[int], config: DecodeConfig, curve, control: dict) -> ArTiming | None:
+    """AR's decode-phase speed on this prompt, timed now on the same device, model and dtype: an AR run of the
+    engine (one-token forwards, at most ``AR_TIMING_TOKENS``; ~60 ms each for SmolLM2 on a 2-core CPU, ~5 ms for
+    the demo model), in engine time (tokens/s).  None when Stop ended it first."""
+    ar = SpecDecoder(lm.model, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
+                     lm.eos_token_ids, cost_curve=curve)
+    traces = list(ar.generate(ids, should_stop=lambda: bool(control.get("stop"))))
+    if not traces or not traces[-1].finished:
+        return None
+    return ArTiming.of(traces, "ar")
 
 
 # ---------------------------------------------------------------- the recorded cycles
@@ -448,7 +533,7 @@ def import_trace(import_file, drawing: Drawing = Drawing()) -> dict:
     text = token_text(run, None)
     run.segments = [seg for t in run.traces for seg in cycle_segments(t, text)]
     last = run.traces[-1]
-    frame = views(run, last, None, drawing)
+    frame = views(run, last, None, drawing, speedup=Speedup(None, "an imported run: AR not timed here"))
     frame["stats"] = f"Imported trace of `{run.model}` ({len(run.traces)} cycles), replayed with no model: " + \
         frame["stats"]
     try:
@@ -544,14 +629,20 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         yield {"model_status": f"⚠️ {result['error']}. Still using {current.describe()}."}
         return
     lm = result["lm"]
-    yield {"model_status": f"✅ Using {lm.describe()}, loaded in {time.perf_counter() - t0:.1f} s.",
+    yield {"model_status": f"✅ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
            "model_key": list(models.key_of(lm))}
+
+
+def using_words(lm: LoadedModel) -> str:
+    """The model status line: "Using SmolLM2-135M-Instruct (135M, bf16, CPU) — auto: bf16: verifies …"."""
+    why = dtype_words(lm)
+    return f"Using {lm.describe()}" + (f" — {why}" if why else "") + "."
 
 
 def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
     """Re-measure the cost curve for this visitor only (``curve``): nobody else's runs change."""
     fresh = measure_cost_curve(models.get(model_key).model)
-    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget))}
+    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)), "lesson": what_is_it(fresh)}
 
 
 def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
@@ -562,18 +653,22 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
 
 # ---------------------------------------------------------------- Race
 
-RACE_OUT = ("race_ar", "race_spec", "race_board")
+RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
 
 
 @on_gpu
-def race(settings: PageSettings, race_pace: float = 0.0, session: Session = Session(), *,
+def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
          models: ModelRegistry) -> Iterator[dict]:
     """AR vs the chosen method on one device and a shared clock (``engine.race``): stream both texts and the
-    scoreboard (``RACE_OUT``).
+    board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
+    progress (tokens / max new tokens).
 
-    ``race_pace`` = k pauses k times each forward's engine time after it, so the race plays k + 1 times slower
-    than it ran, in the same proportions; the scoreboard counts engine time only.  Stop
-    (``session.control``) ends both runs and keeps their outputs so far.
+    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.race.Pacer``: the race's
+    engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board counts
+    engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
+    race ends with two different outputs, the board says where they part and both logits there
+    (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing for the prompt (``ar_clock``),
+    so a later Generate of the same prompt shows its speedup without timing AR again.
     """
     control = session.start()
     lm = models.get(session.model_key)
@@ -583,31 +678,67 @@ def race(settings: PageSettings, race_pace: float = 0.0, session: Session = Sess
         yield _problem(str(exc), "race_board")
         return
     stop = lambda: bool(control.get("stop"))  # noqa: E731
-    contest = Race({"AR": SpecDecoder(lm.model, config.with_(method="ar"), lm.eos_token_ids).generate(ids, stop),
-                    METHOD_LABELS.get(config.method, config.method):
-                    SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
-                                memory=session.memory).generate(ids, stop)})
-    last_draw = 0.0
-    for lane in contest.steps():
-        if race_pace:
-            _paused(float(race_pace) * lane.last_forward_s, control)
-        if contest.over or time.perf_counter() - last_draw >= (0.05 if race_pace else LIGHT_EVERY_S):
-            last_draw = time.perf_counter()
-            yield _race_frame(contest, lm, stopped=contest.over and stop())
+    curve = session_curve(session.curve, lm)
+    spec = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
+    curve = spec.cost_curve or curve or cached_cost_curve(lm.model)
+    ar = SpecDecoder(lm.model, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
+    contest = Race({"AR": ar.generate(ids, stop),
+                    METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})
+    key = ar_key(models, lm, ids, config)
+    known = session.ar_timing(key)
+    predicted_s = (known.seconds if known is not None and known.tokens >= config.max_new_tokens - 1 else
+                   curve.latency(1) * config.max_new_tokens / 1000) + curve.latency(len(ids)) / 1000
+    pacer, started, last_draw = Pacer(float(race_seconds or 0), predicted_s), time.perf_counter(), 0.0
+    try:
+        for lane in contest.steps():
+            if lane is contest.lanes[0]:
+                pacer.refine(lane, config.max_new_tokens)
+            _paused(pacer.wait_s(contest.clock_s, time.perf_counter() - started), control)
+            if not contest.over and time.perf_counter() - last_draw >= (0.05 if race_seconds else LIGHT_EVERY_S):
+                last_draw = time.perf_counter()
+                yield _race_frame(contest, lm, config.max_new_tokens, stopped=False)
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the race stopped
+        yield {"race_board": f"⚠️ the race stopped: {type(exc).__name__}: {exc}"}
+        return
+    base, other = contest.lanes
+    final = _race_frame(contest, lm, config.max_new_tokens, stopped=stop())
+    if base.finished and not stop():
+        final["ar_clock"] = session.with_ar_timing(key, ArTiming(base.decode_tokens, base.decode_s, "race"))
+    if base.finished and other.finished and not stop() and base.tokens != other.tokens:
+        yield _race_frame(contest, lm, config.max_new_tokens, False, "⏳ the outputs differ: finding where …")
+        verdict = race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)
+        final.update(_race_frame(contest, lm, config.max_new_tokens, False, verdict))
+    yield final
 
 
-def _race_frame(contest: Race, lm: LoadedModel, stopped: bool) -> dict:
-    """Both texts and the scoreboard of ``race``; speeds in engine time."""
-    board = " · ".join(f"**{x.name}**: {len(x.tokens)} tokens in {x.elapsed_s * 1000:.0f} ms engine time "
-                       f"({x.tok_per_s:.0f} tok/s, τ {x.tau:.2f}){' ✓' * (x.done and not stopped)}"
-                       for x in contest.lanes)
+def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
+                 sampling: bool = False) -> str:
+    """Where the race's two outputs part, for the board: ``engine.lossless.attribute`` reads both tokens' logits
+    off AR's own one-token step there (a precision tie in half precision, else a bug); "" when they agree.  Sampled
+    outputs are two draws from the same distribution, so they may differ anywhere: said so, nothing attributed."""
+    if list(ar_tokens) == list(spec_tokens):
+        return ""
+    if sampling:
+        return "Sampling: the two outputs are different draws from the same distribution (lossless in distribution)."
+    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens))
+    if found is None:
+        return ""
+    words = found.sentence(lm.tokenizer.decode)
+    return f"{words[:1].upper()}{words[1:]}."
+
+
+def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "") -> dict:
+    """Both texts and the board of ``race`` (``viz.explain.race_board``); speeds in engine time."""
+    status = ""
     if stopped:
-        board += " — stopped: both outputs as of the same engine time"
+        status = "⏹ stopped: both outputs as of the same engine time."
     elif contest.over:
-        board += f" — speedup **{contest.speedup():.2f}×**"
+        status = "Both done ✓ — the speedup is AR's engine time over the method's (same tokens), prefill included."
+    started = all(lane.forwards for lane in contest.lanes)
     ar, spec = contest.lanes
     return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),
-            "race_board": board}
+            "race_board": race_board(contest.lanes, max_new_tokens, contest.speedup() if started else None, status,
+                                     verdict)}
 
 
 def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
@@ -683,11 +814,12 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         page.model_key = gr.State(None)  # None = the default model
         page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
         page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
+        page.ar_clock = gr.State(None)  # this visitor's AR timings per (model, prompt, max new tokens): the speedup
         page.memory = gr.State(SourceMemory())  # what draft sources keep across this visitor's runs (deep-copied
         # per session: never shared between visitors)
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
-                _prompt_inputs(page, start_preset(first))
+                _prompt_inputs(page, start_preset(first), cached_cost_curve(first.model))
                 _settings_inputs(page, options)
                 _model_and_trace_files(page, first, options)
             with gr.Column(scale=3):
@@ -699,14 +831,29 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
     return demo
 
 
+def dtype_words(lm: LoadedModel) -> str:
+    """The model's precision and why, for people: its ``dtype_reason`` (e.g. "bf16: verifies 16 rows 1.1× faster
+    than fp32 here (an AR step 0.9×)", when "auto" measured it); "fp32: the exact mode" for a chosen fp32; else ""."""
+    if lm.dtype_reason:
+        return ("auto: " if lm.auto_dtype else "") + lm.dtype_reason
+    return "fp32: the exact mode (token for token AR's output)" if lm.dtype == torch.float32 and not lm.auto_dtype \
+        else ""
+
+
+def header_text(lm: LoadedModel, notice: str | None = None) -> str:
+    """The page's header (Markdown): the model, its precision and why (``dtype_words``), and a notice."""
+    why = dtype_words(lm)
+    return (f"**goose-lens** — speculative decoding, one draft tree per cycle · model **{lm.describe()}**"
+            + (f" · {why}" if why else "") + (f"\n\n{notice}" if notice else ""))
+
+
 def _header(page: Page, first: LoadedModel, notice: str | None) -> None:
     with gr.Row(equal_height=True):
-        gr.Markdown(f"**goose-lens** — speculative decoding, one draft tree per cycle · model "
-                    f"**{first.describe()}**" + (f"\n\n{notice}" if notice else ""), elem_id="page-header")
+        gr.Markdown(header_text(first, notice), elem_id="page-header")
         page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
 
 
-def _prompt_inputs(page: Page, preset: dict) -> None:
+def _prompt_inputs(page: Page, preset: dict, lesson_curve=None) -> None:
     page.prompt = gr.Textbox(preset["prompt"], label="Prompt", lines=5, max_lines=8,
                              placeholder="Type a prompt or pick a preset")
     with gr.Row():
@@ -717,7 +864,7 @@ def _prompt_inputs(page: Page, preset: dict) -> None:
                                   label="Prompt format (code presets are raw completions; chat presets go through "
                                         "the chat template)")
     with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
-        gr.Markdown(WHAT_IS_IT)
+        page.lesson = gr.Markdown(what_is_it(lesson_curve))
 
 
 def _settings_inputs(page: Page, options: PageOptions) -> None:
@@ -763,9 +910,9 @@ def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions)
                                                             ".gguf file")
         with gr.Row():
             page.device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
-            page.dtype = gr.Dropdown(["auto", "fp32", "fp16", "bf16"], value="auto", label="Dtype")
+            page.dtype = gr.Dropdown(DTYPE_CHOICES, value="auto", label="Dtype (fp32 is exact; auto measures)")
         page.load_btn = gr.Button("Load model")
-        page.model_status = gr.Markdown(f"Using {first.describe()}.", elem_id="model-status")
+        page.model_status = gr.Markdown(using_words(first), elem_id="model-status")
     with gr.Accordion("Trace file: export the last run, or replay one", open=False):
         page.export_btn = gr.Button("Export trace (JSON)")
         page.export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
@@ -803,9 +950,10 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
     with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
         with gr.Row():
             page.race_btn = gr.Button("Race", variant="primary")
-            page.race_pace = gr.Slider(0, 20, value=4, step=1, label="Race slow motion: pause k × each forward's "
-                                       "engine time (0 = real time)", elem_id="race-pace")
-        page.race_board = gr.Markdown(elem_id="race-board")
+            page.race_seconds = gr.Slider(0, 60, value=RACE_SECONDS, step=1, label="Race length on screen: about N s "
+                                          "(engine time scaled, proportions kept; 0 = real time)",
+                                          elem_id="race-seconds")
+        page.race_board = gr.HTML(elem_id="race-board")
         with gr.Row():
             page.race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
             page.race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
@@ -857,7 +1005,7 @@ def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOp
     wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key"),
          fixed={"models": models, "options": options}, api_name="load_model", concurrency_id="load",
          concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
-    wire(page.remeasure.click, remeasure_curve, page, ("curve", "cost_plot"), fixed={"models": models},
+    wire(page.remeasure.click, remeasure_curve, page, ("curve", "cost_plot", "lesson"), fixed={"models": models},
          api_visibility="private", concurrency_id="model", concurrency_limit=1)
     wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private")
     page.dark_btn.click(None, js=TOGGLE_DARK)

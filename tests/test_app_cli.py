@@ -82,8 +82,14 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         job = client.submit("def fib(n):\n    ", api_name="/generate")
         updates = list(job)
         assert updates, "no streamed update"
-        text, tree, speed, stats, scrubber, explanation, big, theory, settings = updates[-1]
+        def value(v):  # a component's value in a frame; None when the frame left it as it was (a bare update)
+            return v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v
+
+        latest = [next((value(u[k]) for u in reversed(updates) if value(u[k]) is not None), None)
+                  for k in range(len(updates[-1]))]  # the last frames set only some components
+        text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson = latest
         assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.generate")
+        assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed after the run
         assert scrubber and ("bonus" in explanation or "AR step" in explanation)  # GT may prune a cycle to AR
         assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
         assert speed and speed["type"] == "plotly"
@@ -235,7 +241,9 @@ def test_race_and_model_picker(demo_lm):
     models = ModelRegistry(demo_lm)
     last = frames_of(app.race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
     assert last["race_ar"] == last["race_spec"]  # greedy: both decoders commit the same tokens
-    assert "speedup" in last["race_board"] and last["race_board"].count("32 tokens") == 2
+    board = last["race_board"]
+    assert "speedup over AR" in board and board.count("32 / 32 tokens") == 2 and "width:100.0%" in board
+    assert "ar_clock" in last  # AR's lane times AR for a later Generate of the same prompt
     assert "prompt is empty" in frames_of(app.race, PageSettings(prompt=""), models=models)[-1]["race_board"]
     # a model that cannot be loaded: the message names it and the current model stays
     steps = frames_of(app.load_other_model, model_name="./no/such/model", device="cpu", dtype="fp32", model_key=None,
@@ -258,7 +266,8 @@ def test_race_runs_the_lane_with_less_engine_time():
     order = [(x.name, x.elapsed_s) for x in contest.steps()]
     assert order == [("slow", 3.0), ("fast", 1.0), ("fast", 2.0), ("fast", 3.0), ("slow", 6.0), ("fast", 4.0)]
     slow, fast = contest.lanes
-    assert contest.over and slow.finished and fast.tau == 1.0 and contest.speedup() == 1.5
+    assert contest.over and slow.finished and fast.tau == 1.0
+    assert contest.speedup() == pytest.approx(3.0)  # tokens/s: 4 tokens in 4 s over 2 tokens in 6 s
     stopped = Race({"a": iter(())})  # a decoder that ends with no cycle (stopped before its first)
     assert [x.done and not x.finished for x in stopped.steps()] == [True]
 
@@ -323,14 +332,14 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 
     control = {"stop": False}
     frames = []
-    for frame in app.race(PageSettings(prompt=CODE, max_new_tokens=64), race_pace=1,
+    for frame in app.race(PageSettings(prompt=CODE, max_new_tokens=64), race_seconds=5,
                           session=app.Session(control=control), models=ModelRegistry(demo_lm)):
         frames.append(frame)
         if len(frames) == 3:
             control["stop"] = True
     last = frames[-1]
     assert last["race_ar"] and last["race_spec"] and "stopped" in last["race_board"]
-    assert "64 tokens" not in last["race_board"]
+    assert "64 / 64 tokens" not in last["race_board"] and "ar_clock" not in last  # a stopped AR lane times nothing
 
 
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
@@ -376,3 +385,109 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     states = [b.value for b in app.build_demo(demo_lm).blocks.values()
               if isinstance(getattr(b, "value", None), SourceMemory)]
     assert len(states) == 1 and not states[0].scopes  # the page's initial value, copied for every visitor
+
+
+def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
+    import app
+    from engine.loading import ModelRegistry
+    from engine.page_settings import PageSettings
+    from engine.run import ArTiming, Speedup
+
+    models = ModelRegistry(demo_lm)
+    settings = PageSettings(prompt=CODE, max_new_tokens=24, prompt_format="raw")
+    frames = frames_of(app.generate, settings, models=models)
+    last, run = frames[-1], next(f["run"] for f in reversed(frames) if "run" in f)
+    assert any("measuring…" in f.get("big", "") for f in frames[:-1])  # greyed while AR is timed
+    assert "opacity:.45" in frames[0]["big"] and "AR is timed after the run" in frames[0]["big"]
+    (key, timing), = last["ar_clock"].items()  # one AR run, timed after the run, kept per prompt
+    assert isinstance(timing, ArTiming) and timing.source == "ar" and timing.tokens == 23  # the prefill's token apart
+    assert key[:3] == models.key_of(demo_lm) and key[4:] == (24, False)
+    value = Speedup.of(run.traces, timing).value
+    assert value > 0 and f"{value:.2f}×" in last["big"] and "decode phase; AR timed on this device" in last["big"]
+    assert "AR steps per forward →" in last["stats"] and f"(measured {value:.2f}×)" in last["stats"]
+    # the same prompt again: AR's timing is reused (nothing measured), the speedup shown as the run streams
+    again = frames_of(app.generate, settings, session=app.Session(ar_clock=last["ar_clock"]), models=models)
+    assert not any("measuring…" in f.get("big", "") for f in again) and again[-1]["ar_clock"][key] is timing
+    ar_run = frames_of(app.generate, PageSettings(prompt=CODE, method="ar", max_new_tokens=8), models=models)[-1]
+    assert "1.00×" in ar_run["big"] and "this run is AR" in ar_run["big"]
+
+
+def test_tau_is_tied_to_the_cost_curve():
+    from engine.cost import CostCurve
+    from engine.run import ArTiming, Speedup, ar_steps_per_forward
+    from engine.tree import DraftTree, Source
+    from viz.explain import cost_sentence
+
+    def cycle(nodes, ptd_rows=0, mode="tree", elapsed=0.0, tokens=1):
+        tree = DraftTree(tuple(range(nodes)), (None, *range(nodes - 1)), (Source.ROOT,) + (Source.TR,) * (nodes - 1),
+                         (1.0,) * nodes, (1.0,) * nodes)
+        return SimpleTrace(tree=tree, ptd_rows=ptd_rows, mode=mode, elapsed_s=elapsed, new_tokens=(0,) * tokens)
+
+    curve = CostCurve((1, 16, 32), (10.0, 15.0, 20.0))
+    traces = [cycle(40, mode="prefill", elapsed=1.0), cycle(1, elapsed=1.1), cycle(16, elapsed=1.3, tokens=4),
+              cycle(8, ptd_rows=8, elapsed=1.5, tokens=3)]  # T(1)/T(1) = 1, T(16)/T(1) = 1.5 twice: mean 4/3
+    steps = ar_steps_per_forward(traces, curve)
+    assert steps == pytest.approx(4 / 3) and ar_steps_per_forward(traces[:1], curve) is None
+    assert cost_sentence(2.4, 1.4, 1.52) == "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured " \
+                                            "1.52×)"
+    assert cost_sentence(2.4, None) == ""
+    speedup = Speedup.of(traces, ArTiming(tokens=10, seconds=1.0))  # 8 tokens in 0.5 s over 10 tokens in 1 s
+    assert speedup.value == pytest.approx(1.6) and "10 tok/s over 10 tokens" in speedup.note
+    assert Speedup.of(traces, None).value is None
+
+
+def test_header_says_the_dtype_and_why(demo_lm):
+    import dataclasses
+
+    import app
+    from engine.loading import ModelRegistry
+
+    why = "bf16: verifies 16 rows 1.1× faster than fp32 here (an AR step 0.9×)"
+    measured = dataclasses.replace(demo_lm, dtype_reason=why, auto_dtype=True)
+    assert why in app.header_text(measured) and "auto: " in app.header_text(measured)
+    assert "fp32: the exact mode" in app.header_text(demo_lm)  # fp32 chosen by hand
+    steps = frames_of(app.load_other_model, model_name="demo", device="cpu", dtype="auto", model_key=None,
+                      models=ModelRegistry(measured))  # reused: an auto model of that name is loaded
+    assert steps[-1]["model_status"].startswith("✅ Using") and why in steps[-1]["model_status"]
+    assert ("fp32 (exact: token for token AR's output)", "fp32") in app.DTYPE_CHOICES
+    assert app.DTYPE_CHOICES[0][1] == "auto" and "measured" in app.DTYPE_CHOICES[0][0]
+
+
+def test_lesson_reads_the_cost_curve():
+    from engine.cost import CostCurve
+    from viz.lesson import what_is_it
+
+    steep = CostCurve((1, 16), (10.0, 15.0), key="demo|cpu|torch.float32|torch 2")
+    flat = CostCurve((1, 16), (10.0, 10.5), key="demo|cuda:0|torch.bfloat16|torch 2")
+    assert "on this CPU one pass over **16** tokens costs **1.5×** a one-token pass" in what_is_it(steep)
+    assert "on this GPU one pass over **16** tokens costs about as much as one pass" in what_is_it(flat)
+    assert "Speculative decoding" in what_is_it(None)
+
+
+def test_race_board_says_where_outputs_part(demo_lm):
+    import app
+    from engine.config import DecodeConfig
+    from engine.decode import SpecDecoder
+
+    ids = demo_lm.encode_prompt(CODE, chat=False)
+    ar = [t for tr in SpecDecoder(demo_lm.model, DecodeConfig(method="ar", max_new_tokens=8)).generate(ids)
+          for t in tr.new_tokens]
+    other = [*ar[:3], (ar[3] + 1) % 100, *ar[4:]]  # a made-up run that parts from AR at token 3
+    verdict = app.race_verdict(demo_lm, ids, ar, other)
+    assert verdict.startswith("The outputs part at token 3: AR wrote") and "logit" in verdict
+    assert "NOT a tie (a bug)" in verdict  # fp32, a token AR did not come close to
+    assert app.race_verdict(demo_lm, ids, ar, ar) == ""
+    assert "different draws" in app.race_verdict(demo_lm, ids, ar, other, sampling=True)
+
+
+def test_race_pacer_plays_the_race_over_the_target_time():
+    from engine.race import Lane, Pacer
+
+    pacer = Pacer(20.0, 10.0)  # 20 s of wall time for 10 s of engine time: 2 wall s per engine s
+    assert pacer.scale == 2.0 and pacer.wait_s(5.0, 3.0) == 7.0 and pacer.wait_s(1.0, 5.0) == 0.0
+    assert Pacer(0, 10.0).wait_s(5.0, 0.0) == 0.0 and Pacer(5.0, 10.0).scale == 1.0  # never faster than real time
+    lane = Lane("AR")
+    for k in range(10):  # a 0.5 s prefill, then 0.1 s per token
+        lane.advance(SimpleTrace(new_tokens=(k,), elapsed_s=0.5 + 0.1 * k, finished=False))
+    pacer.refine(lane, 100)  # 9 decode tokens in 0.9 s: 90 more tokens take 9 s
+    assert lane.decode_tokens == 9 and pacer.predicted_s == pytest.approx(1.4 + 9.0)
