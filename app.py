@@ -259,11 +259,12 @@ def stats_line(summary, trace, run: Run, cost: str = "") -> str:
     src = summary.accepted_by_source
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
+    ratio = f"{trace.spine_ratio:.2f}" if trace.spine_ratio is not None else "–"
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
             f"{summary.new_tokens} tokens — by source: {by_source} · bonus {src.get('bonus', 0)} · "
             f"cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
-            f"{len(trace.new_tokens)} tokens, r = {trace.spine_ratio if trace.spine_ratio is not None else '–'}, "
+            f"{len(trace.new_tokens)} tokens, r = {ratio}, "
             f"{gt_words(run.config.get('gt_threshold'), trace)}{sent}" + (f"  \n{cost}" if cost else ""))
 
 
@@ -926,7 +927,7 @@ def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions)
 def _run_views(page: Page) -> None:
     """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
     with gr.Row(equal_height=True):
-        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=250)
+        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=430)
         page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
     page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
                              elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click

@@ -125,6 +125,7 @@ class ArTiming:
 
 
 SOURCE_WORDS = {"ar": "AR timed on this device", "race": "AR's lane of the race, on its clock"}
+SHORT_WORDS = {"ar": "AR timed here", "race": "race's AR lane"}
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,13 @@ class Speedup:
         value: the run's decode-phase tokens/s ÷ AR's (``ArTiming.tok_per_s``); None = not measured.
         note: for people: where AR's speed comes from, or why there is no value ("measuring…", "stopped").
         pending: AR is being timed now.
+        short: ``note`` in a few words, for small print (default: ``note``).
     """
 
     value: float | None = None
     note: str = "not measured"
     pending: bool = False
+    short: str = ""
 
     @classmethod
     def of(cls, traces: Sequence[CycleTrace], ar: ArTiming | None) -> Speedup:
@@ -149,10 +152,10 @@ class Speedup:
             return cls(None, "not measured" if ar is None else "nothing decoded to compare")
         return cls(tokens / seconds / ar.tok_per_s,
                    f"decode phase; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s over "
-                   f"{ar.tokens} tokens")
+                   f"{ar.tokens} tokens", short=f"decode phase · {SHORT_WORDS.get(ar.source, ar.source)}")
 
 
-MEASURING = Speedup(None, "measuring AR on this device …", pending=True)
+MEASURING = Speedup(None, "measuring AR on this device …", pending=True, short="timing AR here …")
 
 
 def ar_steps_per_forward(traces: Sequence[CycleTrace], curve) -> float | None:

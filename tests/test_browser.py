@@ -214,6 +214,24 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     page.close()
 
 
+def test_speedup_appears_beside_tau_after_a_run(page_url, browser):
+    page = open_page(browser, page_url)
+    open_accordion(page, "Run and display")
+    set_number(page, "Max new tokens", 48)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, "48 tokens")
+    speedup = page.locator("#big-numbers #speedup")
+    page.wait_for_function("() => /\\d×/.test(document.querySelector('#big-numbers #speedup')?.innerText || '')",
+                           timeout=60_000)  # greyed ("–", "measuring…") until AR is timed
+    assert "AR timed here" in speedup.inner_text() and "AR timed on this device" in speedup.get_attribute("title")
+    tau = page.locator("#big-numbers", has_text="τ — tokens per forward").bounding_box()
+    box = speedup.bounding_box()
+    assert box and tau and box["y"] < tau["y"] + tau["height"] and box["height"] < 200  # in the same row as τ
+    stats_has(page, "AR steps per forward")  # τ tied to the cost curve
+    assert no_error_badges(page)
+    page.close()
+
+
 def test_tree_labels_large_and_apart_at_b128(page_url, browser):
     from engine.sources import REGISTRY
 
@@ -291,7 +309,7 @@ def test_step_through_plays_one_cycle_in_stages(page_url, browser):
 def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
     page = open_page(browser, page_url)
     open_accordion(page, "Race: AR and the chosen method on one device, one clock")
-    set_number(page, "Race slow motion: pause k × each forward's engine time (0 = real time)", 20)
+    set_number(page, "Race length on screen: about N s (engine time scaled, proportions kept; 0 = real time)", 60)
     page.get_by_role("button", name="Race", exact=True).click()
     page.wait_for_function("() => (document.querySelector('#race-spec textarea')?.value || '').length > 5",
                            timeout=60_000)
@@ -299,7 +317,7 @@ def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
     page.wait_for_function("() => (document.querySelector('#race-board')?.innerText || '').includes('stopped')",
                            timeout=30_000)
     assert page.locator("#race-ar textarea").input_value() and page.locator("#race-spec textarea").input_value()
-    assert "128 tokens" not in page.locator("#race-board").inner_text()
+    assert "128 / 128 tokens" not in page.locator("#race-board").inner_text()
     assert no_error_badges(page)
     page.close()
 

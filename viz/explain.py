@@ -124,8 +124,8 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
     return "\n".join(lines)
 
 
-_CELL = ('<div style="display:inline-block;margin-right:1.6em;vertical-align:top{}"{}><div style="font-size:3em;'
-         'font-weight:700;line-height:1">{}</div><div style="opacity:.7">{}</div></div>')
+_CELL = ('<div style="display:inline-block;margin-right:1.2em;vertical-align:top{}"{}><div style="font-size:2.8em;'
+         'font-weight:700;line-height:1">{}</div><div style="opacity:.7;font-size:.9em">{}</div></div>')
 
 
 def big_numbers(summary, speedup=None) -> str:
@@ -147,9 +147,10 @@ def big_numbers(summary, speedup=None) -> str:
     else:
         shown, grey = "–", ";opacity:.45"
     note = html.escape(speedup.note if speedup is not None else "not measured yet")
-    label = f"speedup over AR<br><small>{note}</small>"
+    short = html.escape((speedup.short or speedup.note) if speedup is not None else "not measured yet")
+    label = f"speedup over AR<br><small>{short}</small>"
     return (_CELL.format("", "", tau, "τ — tokens per forward")
-            + _CELL.format(";max-width:13em" + grey, f' id="speedup" title="{note}"', shown, label)
+            + _CELL.format(";max-width:11em" + grey, f' id="speedup" title="{note}"', shown, label)
             + _CELL.format("", "", speed, "tokens / s"))
 
 

@@ -26,7 +26,7 @@ The output is exactly what plain decoding would write, in **τ** tokens per forw
 by what a forward over the tree costs in one-token passes (the speedup beside τ is measured).
 Press **Generate**, then **Step through** to watch one cycle in four stages.
 """
-FLAT = 1.15  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
+FLAT = 1.1  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
 
 
 def pass_cost(curve, rows: int = 16) -> str:
