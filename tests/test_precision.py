@@ -1,0 +1,130 @@
+"""Precision chosen by measurement, and losslessness that knows its precision.
+
+fp32 stays exact (tests/test_lossless.py, tests/test_smollm2.py: token ids equal ``generate``, no tolerance).
+Here: the dtype choice and its sentence, the ulp rule that tells a half-precision tie from a bug, and the
+lossless runs in bf16 on the demo model and on SmolLM2: every divergence from AR is a precision tie (zero
+bugs), and each configuration accepted draft tokens (no inconclusive run).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import precision
+from engine.config import DecodeConfig
+from engine.decode import SpecDecoder
+from engine.loading import ModelLoadError, load_model, resolve_dtype
+from engine.lossless import TIE_ULPS, Divergence, attribute, first_difference, ulp
+from engine.metrics import summarize
+from engine.reference import greedy_reference
+
+BF16_CONFIGS = {"default": {}, "c0": {"gt_threshold": 0.0}, "method-pld": {"method": "pld"},
+                "method-tr": {"method": "tr"}, "method-iso3": {"method": "iso3"}}
+
+
+def test_ulp_is_the_dtypes_spacing_at_that_magnitude():
+    assert ulp(20.0, torch.bfloat16) == 0.125 and ulp(-20.0, torch.bfloat16) == 0.125
+    assert ulp(1.5, torch.bfloat16) == 2 ** -7 and ulp(16.0, torch.float32) == 2 ** -19
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):  # the next representable number is one ulp away
+        x = torch.tensor(13.7, dtype=dtype)
+        assert float(torch.nextafter(x, torch.tensor(100.0, dtype=dtype)) - x) == ulp(float(x), dtype)
+
+
+def test_decide_keeps_the_faster_precision_and_says_why():
+    fast_bf16 = precision.decide({"fp32": [60.0, 106.0], "bf16": [45.0, 64.0]})
+    assert fast_bf16.dtype == "bf16" and fast_bf16.torch_dtype is torch.bfloat16
+    assert fast_bf16.reason.startswith("bf16: verifies 16 rows 1.7× faster than fp32 here")
+    slow_bf16 = precision.decide({"fp32": [60.0, 100.0], "bf16": [80.0, 110.0]})
+    assert slow_bf16.dtype == "fp32" and "no faster" in slow_bf16.reason
+
+
+def test_cpu_choice_is_measured_once_and_cached(tmp_path, monkeypatch, demo_lm):
+    calls = []
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "measure", lambda model: calls.append(1) or {"fp32": [5.0, 9.0], "bf16": [4.0, 6.0]})
+    first = precision.cpu_choice(demo_lm.model, "demo", cache_dir=tmp_path)
+    again = precision.cpu_choice(demo_lm.model, "demo", cache_dir=tmp_path)
+    assert first == again and first.dtype == "bf16" and calls == [1]
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)  # emulated bf16: fp32, nothing measured
+    assert precision.cpu_choice(demo_lm.model, "other", cache_dir=tmp_path).dtype == "fp32" and calls == [1]
+
+
+def test_measure_times_both_precisions(demo_lm):
+    ms = precision.measure(demo_lm.model, repeats=2)
+    assert set(ms) == {"fp32", "bf16"} and all(len(v) == 2 and min(v) > 0 for v in ms.values())
+    assert demo_lm.model.dtype == torch.float32  # the measured copies never touch the loaded model
+
+
+def test_unsupported_dtypes_fall_back_with_one_sentence():
+    assert resolve_dtype("fp16", "cpu") == (None, "fp16 is not supported on a CPU (no fast kernels); using the "
+                                                  "measured precision instead.")
+    assert resolve_dtype("fp32", "cpu") == (torch.float32, "") and resolve_dtype("auto", "cpu") == (None, "")
+    with pytest.raises(ModelLoadError, match="unknown dtype 'int3'"):
+        resolve_dtype("int3", "cpu")
+    lm = load_model("demo", device="cpu", dtype="fp16")
+    assert lm.dtype in (torch.float32, torch.bfloat16) and lm.dtype_reason.startswith("fp16 is not supported")
+    assert lm.auto_dtype and "\n" not in lm.dtype_reason
+
+
+def test_attribution_reads_ars_own_logits(demo_lm):
+    lm = demo_lm
+    ids = lm.encode_prompt("def add(a, b):\n    return")
+    want = greedy_reference(lm.model, ids, 12, ())
+    assert attribute(lm.model, ids, want, list(want)) is None and first_difference(want, want) is None
+    # a run that wrote AR's least likely token at position 5: far from a tie, a bug
+    with torch.no_grad():
+        row = lm.model(input_ids=torch.tensor([ids + want[:5]])).logits[0, -1]
+    worst = int(row.argmin())
+    found = attribute(lm.model, ids, want, want[:5] + [worst] + want[6:])
+    assert isinstance(found, Divergence) and found.position == 5 and found.is_bug
+    assert found.ar_token == want[5] and found.run_token == worst and found.gap_ulps > TIE_ULPS[torch.float32]
+    assert "NOT a tie" in found.sentence(lm.tokenizer.decode)
+    assert attribute(lm.model, ids, want, want[:7]).kind == "length"
+
+
+def _bf16_run(lm, prompts, changes: dict, max_new: int) -> tuple[int, list[Divergence]]:
+    """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (bf16)."""
+    config = DecodeConfig(max_new_tokens=max_new, **changes)
+    accepted, found = 0, []
+    for ids in prompts:
+        want = greedy_reference(lm.model, ids, max_new, lm.eos_token_ids)
+        traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(ids))
+        got = [t for tr in traces for t in tr.new_tokens]
+        counts = dict(summarize(traces).accepted_by_source)
+        accepted += sum(counts.values()) - counts["bonus"]
+        d = attribute(lm.model, ids, want, got)
+        found += [d] if d is not None else []
+    return accepted, found
+
+
+@pytest.fixture(scope="module")
+def demo_bf16():
+    return load_model("demo", device="cpu", dtype="bf16")
+
+
+@pytest.mark.parametrize("name", list(BF16_CONFIGS))
+def test_demo_model_bf16_has_no_bugs(demo_bf16, lossless_prompts, name):
+    prompts = [demo_bf16.encode_prompt(p) for p in lossless_prompts]
+    accepted, found = _bf16_run(demo_bf16, prompts, BF16_CONFIGS[name], 128)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token in bf16"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
+@pytest.fixture(scope="module")
+def smollm2_bf16(smollm2_lm):
+    return load_model("smollm2", device="cpu", dtype="bf16")
+
+
+@pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
+def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
+    from test_smollm2 import _read
+
+    lm = smollm2_bf16
+    prompts = ([lm.encode_prompt(_read("humaneval/HumanEval.jsonl", i, "prompt"), chat=False) for i in (0, 23)]
+               + [lm.encode_prompt(_read("gsm8k/test.jsonl", 0, "question"), chat=True),
+                  lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
+    accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], 64)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in bf16"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
