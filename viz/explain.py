@@ -178,7 +178,8 @@ def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = 
     """
     big = f"{speedup:.2f}×" if speedup is not None else "–"
     rows = []
-    for lane in lanes:
+    for k, lane in enumerate(lanes):
+        colour = "#9ca3af" if k == 0 else "#7c3aed"  # the baseline grey, the method violet
         done = len(lane.tokens)
         share = min(1.0, done / max(1, max_new_tokens))
         tick = " ✓" if lane.finished else ""
@@ -186,7 +187,7 @@ def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = 
             f'<div style="margin:.3em 0"><div><b>{html.escape(lane.name)}</b>{tick} — {done} / {max_new_tokens} '
             f'tokens · {lane.elapsed_s * 1000:.0f} ms engine time · {lane.tok_per_s:.0f} tok/s · τ {lane.tau:.2f}'
             f'</div><div style="background:#e5e7eb;border-radius:4px;height:14px;width:100%">'
-            f'<div class="lane-bar" style="background:#7c3aed;border-radius:4px;height:14px;width:{share:.1%}">'
+            f'<div class="lane-bar" style="background:{colour};border-radius:4px;height:14px;width:{share:.1%}">'
             f'</div></div></div>')
     extra = "".join(f'<div style="margin-top:.3em">{html.escape(line)}</div>' for line in (status, verdict) if line)
     return (f'<div style="display:flex;gap:1.5em;align-items:center"><div style="min-width:9em">'
