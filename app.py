@@ -415,7 +415,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
                 known = time_ar(lm, ids, config, curve, control)
             speedup = Speedup.of(run.traces, known) if known is not None else Speedup(None, "not measured: stopped")
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
-        yield {**numbers(run, trace, curve, speedup), "ar_clock": clock, "lesson": what_is_it(curve)}
+        yield {**numbers(run, trace, curve, speedup), "run": run, "command": command, "ar_clock": clock,
+               "lesson": what_is_it(curve)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
 
