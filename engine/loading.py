@@ -231,6 +231,19 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
                        reason, auto)
 
 
+def free_memory(device: str) -> int | None:
+    """Bytes free on ``device``: the GPU's free memory, or the host's available RAM; None when unknown."""
+    try:
+        if device.startswith("cuda"):
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, RuntimeError, ValueError):
+        pass
+    return None
+
+
 def tqdm_progress(desc: str = "model"):
     """A ``Progress`` callback drawing a tqdm bar (percent) on stderr, for the command line."""
     from tqdm import tqdm
@@ -283,6 +296,22 @@ class ModelRegistry:
         key = tuple(key) if key else self.default_key
         return self._models.get(key) or self._models.get(self.default_key) or next(iter(self._models.values()))
 
+    def _check_memory(self, name: str, device: str, dtype: torch.dtype | None) -> None:
+        """Refuse a second copy of a loaded model (another dtype or device) that would not fit in free memory.
+
+        Raises:
+            ModelLoadError: the copy needs more than 80 % of the memory now free (host RAM, or the GPU's).
+        """
+        same = next((lm for lm in self._models.values() if lm.name == name), None)
+        if same is None:
+            return
+        width = torch.finfo(dtype or torch.float32).bits // 8
+        need = same.params * width * (2 if dtype is None else 1)  # auto on a CPU loads fp32 first, then converts
+        free = free_memory(device)
+        if free is not None and need > 0.8 * free:
+            raise ModelLoadError(f"a second copy of {name!r} needs about {need / 2**30:.1f} GiB and only "
+                                 f"{free / 2**30:.1f} GiB are free; keep the loaded copy ({same.describe()})")
+
     def load(self, name: str, device: str = "auto", dtype: str = "auto",
              progress: Progress | None = None) -> LoadedModel:
         """Load (or reuse) a model; raises ``ModelLoadError`` and keeps every loaded model on failure."""
@@ -294,6 +323,7 @@ class ModelRegistry:
                 same_dtype = lm.dtype == want_dtype or (want_dtype is None and lm.auto_dtype)
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
+            self._check_memory(want_name, want_device, want_dtype)
             lm = load_model(name, device=device, dtype=dtype, progress=progress)
             lm.warm_up()
             self.put(lm)

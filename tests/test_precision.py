@@ -128,3 +128,13 @@ def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
     assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in bf16"
     bugs = [d.sentence() for d in found if d.kind != "precision tie"]
     assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
+def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, monkeypatch):
+    from engine import loading
+
+    registry = loading.ModelRegistry(demo_lm)
+    monkeypatch.setattr(loading, "free_memory", lambda device: 1000)  # bytes: nothing fits
+    with pytest.raises(ModelLoadError, match=r"a second copy of 'demo' needs about .* GiB are free; keep the loaded"):
+        registry.load("demo", device="cpu", dtype="bf16")
+    assert registry.get(None) is demo_lm  # the loaded copy stays
