@@ -231,6 +231,7 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
+           "ar_not_reproducible": kinds.count("AR not reproducible"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r]}
     if "summary" not in runs[0]:
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                 d = None if m == FP32_AR else attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"])
                 if d is not None:
                     runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}
-                    print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind != 'precision tie' else 'precision tie'}: {m} on "
+                    print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind in ('bug', 'length') else d.kind}: {m} on "
                           f"{dataset} prompt {k}: {d.sentence()}", file=sys.stderr)
         rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
     add_synergy(rows)

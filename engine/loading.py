@@ -225,6 +225,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         choice = precision.cpu_choice(model, src.name)
         torch_dtype, reason = choice.torch_dtype, " ".join(filter(None, (note, choice.reason)))
         model = model.to(torch_dtype)
+        if choice.attn and not attn_implementation:  # the measured kernel, unless the caller named one
+            model.set_attn_implementation(choice.attn)
     elif dtype == "auto":
         reason = precision.cuda_choice(dev).reason
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,

@@ -84,15 +84,27 @@ def first_difference(want: list[int], got: list[int]) -> int | None:
 
 
 @torch.no_grad()
-def attribute(model, prompt_ids: list[int], want: list[int], got: list[int]) -> Divergence | None:
-    """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
+def ar_logits(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """AR's greedy tokens and its own one-token-step logits: ``generate(do_sample=False, output_logits=True)``
+    for exactly ``max_new_tokens`` steps (no EOS stop).  Returns (tokens, (steps, |V|) logits, model dtype)."""
+    ids = torch.tensor([list(prompt_ids)], device=model.device)
+    out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+    return out.sequences[0, len(prompt_ids):].tolist(), torch.stack([row[0] for row in out.logits])
 
-    AR's own logits at the position come from ``generate`` itself (greedy, one token per step over the KV
-    cache, ``output_logits``), the reference the run is compared with.
+
+@torch.no_grad()
+def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
+              logits: torch.Tensor | None = None) -> Divergence | None:
+    """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
 
     Args:
         model: the transformers causal LM both ran on.
         prompt_ids: the prompt; want, got: the generated ids of AR and of the run.
+        logits: (≥ position + 1, |V|) AR's own step logits from the run that produced ``want`` (``ar_logits``).
+            None: AR is run again for them (``ar_logits``); where that run does not reproduce ``want`` up to the
+            position (AR itself is not reproducible here, e.g. under concurrent load), the kind is
+            "AR not reproducible" and the logits are those of the new run.
     """
     i = first_difference(want, got)
     if i is None:
@@ -100,11 +112,12 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int]) -> 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(model.dtype, str(model.dtype))
     if i >= min(len(want), len(got)):
         return Divergence(i, "length", dtype=name)
-    ids = torch.tensor([list(prompt_ids)], device=model.device)
-    out = model.generate(ids, do_sample=False, max_new_tokens=i + 1, output_logits=True, return_dict_in_generate=True,
-                         pad_token_id=want[0], eos_token_id=None)
-    logits = out.logits[i][0]  # (|V|,) AR's own one-token step at position i, the model's dtype
-    a, b = float(logits[want[i]]), float(logits[got[i]])
+    reproduced = True
+    if logits is None:
+        again, logits = ar_logits(model, prompt_ids, i + 1)
+        reproduced = again[:i] == list(want[:i])
+    row = logits[i]  # (|V|,) AR's own one-token step at position i, the model's dtype
+    a, b = float(row[want[i]]), float(row[got[i]])
     gap = (a - b) / ulp(a, model.dtype)
-    tie = 0.0 <= gap <= TIE_ULPS[model.dtype]
-    return Divergence(i, "precision tie" if tie else "bug", want[i], got[i], a, b, gap, name)
+    kind = "precision tie" if 0.0 <= gap <= TIE_ULPS[model.dtype] else "bug"
+    return Divergence(i, kind if reproduced else "AR not reproducible", want[i], got[i], a, b, gap, name)

@@ -5,8 +5,10 @@ cost of both: T(1) (an AR step, the bonus-only cycle) and T(16) (a typical verif
 half precision is the fast path by construction (bf16 where the device supports it, else fp16).  On a
 CPU it depends on the machine: a CPU with native bf16 (oneDNN's avx512_core_bf16 / AMX kernels) may run a
 16-row forward of SmolLM2 1.6x faster in bf16 than in fp32, a CPU without it emulates bf16 and runs it
-slower.  So ``dtype="auto"`` on a CPU measures both, once per (model, CPU, torch version, threads), and
-keeps the faster: the one with the lower T(1) + T(16) (an AR step plus a tree, the two forwards a run
+slower.  The attention kernel matters as much at these sizes: transformers' eager attention (plain matmuls)
+beat its sdpa one by 10-25 % at 1-16 rows in bf16 on one such CPU (issue 17's table).  So ``dtype="auto"``
+on a CPU measures fp32 and bf16, each with sdpa and eager attention, once per (model, CPU, torch version,
+threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a tree, the two forwards a run
 alternates between).  The result is cached next to the cost curves (``$GOOSE_LENS_CACHE/precision``).
 
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
@@ -32,7 +34,9 @@ from . import kv_cache
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 TREE_ROWS = 16  # the tree size the choice weighs beside one AR step (the GT-sized trees of a CPU run are 4-32)
-FORMAT = 1  # version of the cached choice file
+FORMAT = 2  # version of the cached choice file
+#: (dtype, attention implementation) pairs a CPU measures; the first is the reference the sentence compares with.
+CPU_VARIANTS = (("fp32", "sdpa"), ("fp32", "eager"), ("bf16", "sdpa"), ("bf16", "eager"))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -47,12 +51,14 @@ class PrecisionChoice:
     Attributes:
         dtype: 'fp32', 'bf16' or 'fp16'.
         reason: one sentence, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here".
-        ms: measured medians {dtype name: [T(1), T(16)]} in ms ({} when nothing was measured).
+        ms: measured medians {"dtype/attention": [T(1), T(16)]} in ms ({} when nothing was measured).
+        attn: the attention implementation to use ('sdpa', 'eager'), or "" to keep the model's own.
     """
 
     dtype: str
     reason: str
     ms: dict
+    attn: str = ""
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -75,41 +81,53 @@ def cuda_choice(device: str) -> PrecisionChoice:
 
 
 @torch.no_grad()
-def measure(model, dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16), past: int = 128,
+def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: int = 128,
             repeats: int = 9) -> dict[str, list[float]]:
-    """Median ms of one forward of 1 and of ``TREE_ROWS`` rows over ``past`` cached tokens, per dtype.
+    """Median ms of one forward of 1 and of ``TREE_ROWS`` rows over ``past`` cached tokens, per (dtype, attention).
 
-    ``model`` (any dtype) is copied once per dtype; sizes and dtypes are interleaved within each repeat so
-    machine drift hits all alike; the first repeat warms up.  Returns {dtype name: [T(1), T(16)]}.
+    ``model`` is copied once per variant (a variant its architecture cannot run is left out); sizes and
+    variants are interleaved within each repeat so machine drift hits all alike; the first repeat warms up.
+    Returns {"dtype/attention": [T(1), T(16)]}.
     """
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
-    copies = {d: (model if model.dtype == d else copy.deepcopy(model).to(d)).eval() for d in dtypes}
+    copies = {}
+    for dtype, attn in variants:
+        m = copy.deepcopy(model).to({v: k for k, v in NAMES.items()}[dtype]).eval()
+        try:
+            m.set_attn_implementation(attn)
+        except (ValueError, ImportError, AttributeError):
+            continue
+        copies[f"{dtype}/{attn}"] = m
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
     caches = {}
-    for d, m in copies.items():
-        caches[d] = kv_cache.new_cache(m, past + TREE_ROWS + 1)
-        m(input_ids=prefix, past_key_values=caches[d], use_cache=True)
-    times: dict[tuple[torch.dtype, int], list[float]] = {(d, n): [] for d in dtypes for n in (1, TREE_ROWS)}
+    for name, m in copies.items():
+        caches[name] = kv_cache.new_cache(m, past + TREE_ROWS + 1)
+        m(input_ids=prefix, past_key_values=caches[name], use_cache=True)
+    times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in copies for n in (1, TREE_ROWS)}
     for _ in range(repeats + 1):
-        for (d, n), row in times.items():
+        for (v, n), row in times.items():
             ids = torch.randint(0, vocab, (1, n), generator=gen).to(model.device)
             t0 = time.perf_counter()
-            copies[d](input_ids=ids, past_key_values=caches[d], use_cache=True).logits[0, :, :].argmax(-1).tolist()
+            copies[v](input_ids=ids, past_key_values=caches[v], use_cache=True).logits[0].argmax(-1).tolist()
             row.append((time.perf_counter() - t0) * 1000)
-            caches[d].crop(-n)
-    return {dtype_name(d): [round(statistics.median(times[(d, n)][1:]), 3) for n in (1, TREE_ROWS)] for d in dtypes}
+            caches[v].crop(-n)
+    return {v: [round(statistics.median(times[(v, n)][1:]), 3) for n in (1, TREE_ROWS)] for v in copies}
 
 
-def decide(ms: dict[str, list[float]]) -> PrecisionChoice:
-    """The faster of fp32 and bf16 by T(1) + T(16) from ``measure``'s medians, with the sentence that says why."""
-    fp32, bf16 = ms["fp32"], ms["bf16"]
-    tree = fp32[1] / bf16[1]
-    if sum(bf16) < sum(fp32):
-        return PrecisionChoice("bf16", f"bf16: verifies {TREE_ROWS} rows {tree:.1f}× faster than fp32 here "
-                                       f"(an AR step {fp32[0] / bf16[0]:.1f}×)", ms)
-    return PrecisionChoice("fp32", f"fp32: bf16 is no faster on this CPU ({TREE_ROWS} rows {1 / tree:.1f}× "
-                                   f"fp32's time)", ms)
+def decide(ms: dict[str, list[float]], reference: str = "fp32/sdpa") -> PrecisionChoice:
+    """The fastest variant by T(1) + T(16) of ``measure``'s medians, with the sentence that says why (compared
+    with fp32 and the ``reference`` attention)."""
+    best = min(ms, key=lambda v: sum(ms[v]))
+    dtype, attn = best.split("/")
+    ref = ms.get(reference) or ms[min((v for v in ms if v.startswith("fp32/")), key=lambda v: sum(ms[v]))]
+    kernel = f" with {attn} attention" if best != reference and attn != reference.split("/")[1] else ""
+    if dtype == "bf16":
+        return PrecisionChoice("bf16", f"bf16{kernel}: verifies {TREE_ROWS} rows {ref[1] / ms[best][1]:.1f}× faster "
+                                       f"than fp32 here (an AR step {ref[0] / ms[best][0]:.1f}×)", ms, attn)
+    bf16 = min((ms[v] for v in ms if v.startswith("bf16/")), key=sum, default=None)
+    than = f" ({TREE_ROWS} rows {bf16[1] / ms[best][1]:.1f}× this time)" if bf16 else ""
+    return PrecisionChoice("fp32", f"fp32{kernel}: bf16 is no faster on this CPU{than}", ms, attn)
 
 
 def _cache_file(key: str, cache_dir: str | Path | None) -> Path:
@@ -121,6 +139,16 @@ def machine_key(model_name: str) -> str:
     """What a CPU choice depends on: the model, the CPU, torch and its thread count (never a path)."""
     threads = torch.get_num_threads()
     return f"{model_name}|{platform.machine()}|{_cpu_name()}|torch {torch.__version__}|{threads} threads"
+
+
+def _available_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _cpu_name() -> str:
@@ -146,9 +174,13 @@ def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> P
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") == FORMAT and data.get("key") == key:
-            return PrecisionChoice(data["dtype"], data["reason"], data["ms"])
+            return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", ""))
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    need = 3 * sum(p.numel() for p in model.parameters()) * 4  # the copies measure() holds at once (bytes)
+    free = _available_bytes()
+    if free is not None and need > 0.7 * free:
+        return PrecisionChoice("fp32", "fp32: too little free memory to measure bf16 beside it", {})
     choice = decide(measure(model))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
