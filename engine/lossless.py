@@ -95,16 +95,18 @@ def ar_logits(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[i
 
 @torch.no_grad()
 def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
-              logits: torch.Tensor | None = None) -> Divergence | None:
+              logits: torch.Tensor | tuple[list[int], torch.Tensor] | None = None) -> Divergence | None:
     """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
 
     Args:
         model: the transformers causal LM both ran on.
         prompt_ids: the prompt; want, got: the generated ids of AR and of the run.
-        logits: (≥ position + 1, |V|) AR's own step logits from the run that produced ``want`` (``ar_logits``).
-            None: AR is run again for them (``ar_logits``); where that run does not reproduce ``want`` up to the
-            position (AR itself is not reproducible here, e.g. under concurrent load), the kind is
-            "AR not reproducible" and the logits are those of the new run.
+        logits: (≥ position + 1, |V|) AR's own step logits from the run that produced ``want`` (``ar_logits``);
+            or (tokens, logits) of another AR run (``ar_logits``), used where its tokens equal ``want`` up to the
+            position (the benchmark: one such run per prompt serves every method), else AR is run again.
+            None: AR is run again for them (``ar_logits``).  Where that run does not reproduce ``want`` up to
+            the position (the engine's AR and ``generate`` round differently in half precision, or AR is not
+            reproducible under concurrent load), the kind is "AR not reproducible" (the new run's logits shown).
     """
     i = first_difference(want, got)
     if i is None:
@@ -116,6 +118,11 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
     if logits is None:
         again, logits = ar_logits(model, prompt_ids, i + 1)
         reproduced = again[:i] == list(want[:i])
+    elif isinstance(logits, tuple):  # (tokens, logits) of another AR run: usable while it agrees with ``want``
+        again, logits = logits
+        reproduced = len(logits) > i and list(again[:i]) == list(want[:i])
+        if not reproduced:
+            again, logits = ar_logits(model, prompt_ids, i + 1)
     row = logits[i]  # (|V|,) AR's own one-token step at position i, the model's dtype
     a, b = float(row[want[i]]), float(row[got[i]])
     gap = (a - b) / ulp(a, model.dtype)
