@@ -1,0 +1,73 @@
+"""Predicted decode-phase speedup on a given cost curve: a deterministic A/B of tree policies.
+
+    python scripts/predicted_speed.py --methods goose,iso3,tr [--model smollm2] [--dtype fp32]
+        [--datasets humaneval,mbpp,gsm8k,mt_bench] [--start 10] [--limit 3] [--max-new-tokens 96]
+        [--truth 'past=128;1:60,2:69,...'] [--curve SPEC]
+
+On a 2-core VM timings drift by ±30 % within minutes, so small differences between tree policies drown in
+noise.  This script runs each method (``engine.bench`` method names and variants) on the same prompts and
+prices every cycle's forward on a fixed "truth" curve T(n) (default: the per-size medians of forward ms
+that a bf16 SmolLM2 bench run measured in its own cycles on this machine): predicted speedup =
+Σ tokens / Σ T(rows) × T(1), median over prompts.  In fp32 every method decodes the same text, so the
+comparison is of trees alone; in half precision a precision tie may send two methods down different texts.
+``--curve`` is what the size choice reads (default: the truth).  τ-like numbers only: confirm a winner with
+``python -m engine.bench``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
+from engine.config import DecodeConfig  # noqa: E402
+from engine.cost import CostCurve  # noqa: E402
+from engine.decode import SpecDecoder  # noqa: E402
+from engine.loading import load_model  # noqa: E402
+
+#: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
+IN_RUN_BF16 = ("past=128;1:60,2:69,3:67.5,4:70.6,5:76.2,6:79.7,7:85.3,8:85.3,9:88.4,10:88.9,12:99,16:100,21:109,"
+               "32:125,64:175,128:300")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="goose,iso3,tr,pld")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
+    ap.add_argument("--start", type=int, default=10, help="first prompt (10: off the bench's prompts 0-9)")
+    ap.add_argument("--limit", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--truth", default=IN_RUN_BF16, help="cost curve spec every forward is priced on")
+    ap.add_argument("--curve", default=None, help="cost curve spec the size choice reads (default: --truth)")
+    args = ap.parse_args(argv)
+    lm = load_model(args.model, device="cpu", dtype=args.dtype)
+    truth = CostCurve.from_spec(args.truth)
+    curve = CostCurve.from_spec(args.curve) if args.curve else truth
+    methods = args.methods.split(",")
+    table: dict[str, dict[str, float]] = {m: {} for m in methods}
+    for dataset in args.datasets.split(","):
+        texts = load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]
+        prompts = [encode(lm, t, DATASETS[dataset][2], args.max_new_tokens) for t in texts]
+        for m in methods:
+            config = DecodeConfig(**method_config(m), max_new_tokens=args.max_new_tokens)
+            speedups, taus = [], []
+            for ids in prompts:
+                cycles = list(SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
+                tokens = sum(len(c.new_tokens) for c in cycles)
+                ms = sum(truth.latency(len(c.tree) + c.ptd_rows) for c in cycles)
+                speedups.append(tokens / ms * truth.latency(1))
+                taus.append(tokens / len(cycles))
+            table[m][dataset] = statistics.median(speedups)
+            print(f"{dataset} {m}: predicted {table[m][dataset]:.2f}x, decode tau {statistics.fmean(taus):.2f}",
+                  flush=True)
+    print("average: " + ", ".join(f"{m} {statistics.fmean(table[m].values()):.3f}" for m in methods))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
