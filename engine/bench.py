@@ -40,7 +40,7 @@ from .config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
 from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
 from .loading import load_model
-from .lossless import ar_logits, attribute
+from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
 from .sources import SourceMemory
 from .trace import TIMING_KEYS
@@ -393,11 +393,11 @@ def main(argv: list[str] | None = None) -> int:
             for m in methods[k % len(methods):] + methods[: k % len(methods)]:  # rotate: no method always first
                 runs[m].append(run(m, ids))
                 profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
-            reference = None  # AR's own step logits (generate), computed once a method parts from AR
+            reference = None  # the engine's AR steps replayed for their logits, once a method parts from AR
             for m in methods:
                 if m == FP32_AR or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
                     continue
-                reference = reference or ar_logits(lm.model, ids, args.max_new_tokens)
+                reference = reference or engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])
                 d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)
                 if d is not None:
                     runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}

@@ -24,6 +24,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from . import kv_cache
+from .precision import dtype_name
+from .tree import DraftTree
+from .verify import forward_tree
+
 #: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a precision tie may have
 #: (measured: scripts/tie_ulps.py; docs/results.md "Precision ties").
 TIE_ULPS = {torch.bfloat16: 8.0, torch.float16: 8.0, torch.float32: 32.0}  # fp16: as bf16 (no CPU to measure it)
@@ -45,7 +50,9 @@ class Divergence:
         kind: "precision tie", "bug", or "length" (one output is a prefix of the other: a stop differs).
         ar_token, run_token: the two tokens at ``position`` (None for "length").
         ar_logit, run_logit: their logits in AR's own step (floats of the model's dtype).
-        gap_ulps: (ar_logit − run_logit) in ulps of the dtype at ``ar_logit``'s magnitude.
+        gap_ulps: (ar_logit − run_logit) in ulps of the dtype at the larger logit's magnitude; negative where
+            the AR run whose logits are read itself ranks the run's token first (two AR paths rounding a tie
+            differently): a tie either way while |gap| ≤ ``TIE_ULPS``.
         dtype: the model's dtype name.
     """
 
@@ -94,6 +101,22 @@ def ar_logits(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[i
 
 
 @torch.no_grad()
+def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int]) -> tuple[list[int], torch.Tensor]:
+    """The engine's own AR steps over ``tokens``, replayed: the prefill forward, then one one-node tree per
+    token (``verify.forward_tree``, the exact path ``--method ar`` runs).  Teacher-forced with AR's own tokens,
+    it reproduces that run's logits.  Returns (argmax tokens, (len(tokens), |V|) logits, model dtype)."""
+    cache = kv_cache.new_cache(model, len(prompt_ids) + len(tokens) + 1)
+    ids = torch.tensor([list(prompt_ids)], device=model.device)
+    rows = [model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0, -1]]  # (|V|,)
+    past = len(prompt_ids)
+    for token in tokens[:-1]:
+        rows.append(forward_tree(model, cache, DraftTree.root_only(token), past)[0])
+        past += 1
+    logits = torch.stack(rows)  # (len(tokens), |V|)
+    return logits.argmax(-1).tolist(), logits
+
+
+@torch.no_grad()
 def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
               logits: torch.Tensor | tuple[list[int], torch.Tensor] | None = None) -> Divergence | None:
     """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
@@ -111,7 +134,7 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
     i = first_difference(want, got)
     if i is None:
         return None
-    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(model.dtype, str(model.dtype))
+    name = dtype_name(model.dtype)
     if i >= min(len(want), len(got)):
         return Divergence(i, "length", dtype=name)
     reproduced = True
@@ -125,6 +148,6 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
             again, logits = ar_logits(model, prompt_ids, i + 1)
     row = logits[i]  # (|V|,) AR's own one-token step at position i, the model's dtype
     a, b = float(row[want[i]]), float(row[got[i]])
-    gap = (a - b) / ulp(a, model.dtype)
-    kind = "precision tie" if 0.0 <= gap <= TIE_ULPS[model.dtype] else "bug"
+    gap = (a - b) / ulp(max(a, b), model.dtype)  # negative where this AR run itself rounds the other way
+    kind = "precision tie" if abs(gap) <= TIE_ULPS[model.dtype] else "bug"
     return Divergence(i, kind if reproduced else "AR not reproducible", want[i], got[i], a, b, gap, name)

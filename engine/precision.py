@@ -33,6 +33,7 @@ from . import kv_cache
 
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+BY_NAME = {name: dtype for dtype, name in NAMES.items()}
 TREE_ROWS = 16  # the tree size the choice weighs beside one AR step (the GT-sized trees of a CPU run are 4-32)
 FORMAT = 2  # version of the cached choice file
 #: (dtype, attention implementation) pairs a CPU measures; the first is the reference the sentence compares with.
@@ -62,7 +63,7 @@ class PrecisionChoice:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return {v: k for k, v in NAMES.items()}[self.dtype]
+        return BY_NAME[self.dtype]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -93,7 +94,7 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
     gen = torch.Generator().manual_seed(0)
     copies = {}
     for dtype, attn in variants:
-        m = copy.deepcopy(model).to({v: k for k, v in NAMES.items()}[dtype]).eval()
+        m = copy.deepcopy(model).to(BY_NAME[dtype]).eval()
         try:
             m.set_attn_implementation(attn)
         except (ValueError, ImportError, AttributeError):

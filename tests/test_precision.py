@@ -14,7 +14,7 @@ from engine import precision
 from engine.config import DecodeConfig
 from engine.decode import SpecDecoder
 from engine.loading import ModelLoadError, load_model, resolve_dtype
-from engine.lossless import TIE_ULPS, Divergence, ar_logits, attribute, first_difference, ulp
+from engine.lossless import TIE_ULPS, Divergence, ar_logits, attribute, engine_ar_logits, first_difference, ulp
 from engine.metrics import summarize
 from engine.reference import greedy_reference
 
@@ -149,3 +149,20 @@ def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, mo
     with pytest.raises(ModelLoadError, match=r"a second copy of 'demo' needs about .* GiB are free; keep the loaded"):
         registry.load("demo", device="cpu", dtype="bf16")
     assert registry.get(None) is demo_lm  # the loaded copy stays
+
+
+def test_the_engines_ar_replayed_gives_its_own_logits(demo_bf16):
+    """The bench reads AR's logits by replaying the engine's AR steps: they give back the AR run's tokens."""
+    lm = demo_bf16
+    ids = lm.encode_prompt("import os\n\ndef list_files(path):\n")
+    traces = list(SpecDecoder(lm.model, DecodeConfig(method="ar", max_new_tokens=48), ()).generate(ids))
+    want = [t for tr in traces for t in tr.new_tokens]
+    tokens, logits = engine_ar_logits(lm.model, ids, want)
+    assert tokens == want and logits.shape == (48, lm.model.config.vocab_size) and logits.dtype == torch.bfloat16
+    # a divergence either way round within the tie width is a tie: the run's token 1 ulp above AR's in the
+    # AR run whose logits are read (two AR paths rounding a tie differently)
+    row = logits[10].float()
+    runner_up = int(row.topk(2).indices[1])
+    found = attribute(lm.model, ids, want, want[:10] + [runner_up] + want[11:], logits)
+    assert found.position == 10 and found.gap_ulps >= 0
+    assert found.kind == ("precision tie" if found.gap_ulps <= TIE_ULPS[torch.bfloat16] else "bug")
