@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from . import precision
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
+from .precision import free_memory
 
 #: Environment variable that overrides the default model (a name, hub id or local path), e.g. on a Space.
 MODEL_ENV = "GOOSE_LENS_MODEL"
@@ -231,19 +232,6 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         reason = precision.cuda_choice(dev).reason
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
                        reason, auto)
-
-
-def free_memory(device: str) -> int | None:
-    """Bytes free on ``device``: the GPU's free memory, or the host's available RAM; None when unknown."""
-    try:
-        if device.startswith("cuda"):
-            return int(torch.cuda.mem_get_info(torch.device(device))[0])
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, RuntimeError, ValueError):
-        pass
-    return None
 
 
 def tqdm_progress(desc: str = "model"):

@@ -142,12 +142,15 @@ def machine_key(model_name: str) -> str:
     return f"{model_name}|{platform.machine()}|{_cpu_name()}|torch {torch.__version__}|{threads} threads"
 
 
-def _available_bytes() -> int | None:
+def free_memory(device: str) -> int | None:
+    """Bytes free on ``device``: the GPU's free memory, or the host's available RAM; None when unknown."""
     try:
+        if device.startswith("cuda"):
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
+    except (OSError, RuntimeError, ValueError):
         pass
     return None
 
@@ -179,7 +182,7 @@ def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> P
     except (OSError, ValueError, KeyError, TypeError):
         pass
     need = 3 * sum(p.numel() for p in model.parameters()) * 4  # the copies measure() holds at once (bytes)
-    free = _available_bytes()
+    free = free_memory("cpu")
     if free is not None and need > 0.7 * free:
         return PrecisionChoice("fp32", "fp32: too little free memory to measure bf16 beside it", {})
     choice = decide(measure(model))
