@@ -43,7 +43,7 @@ from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.generate import command_line
 from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
-from engine.lossless import attribute, engine_ar_logits
+from engine.lossless import attribute
 from engine.metrics import summarize
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.page_settings import PageSettings
@@ -722,8 +722,7 @@ def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tok
         return ""
     if sampling:
         return "Sampling: the two outputs are different draws from the same distribution (lossless in distribution)."
-    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens),
-                      engine_ar_logits(lm.model, ids, list(ar_tokens)))  # the AR lane's own step logits
+    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens))  # the AR lane's steps replayed
     if found is None:
         return ""
     words = found.sentence(lm.tokenizer.decode)

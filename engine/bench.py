@@ -231,7 +231,6 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
-           "ar_not_reproducible": kinds.count("AR not reproducible"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r]}
     if "summary" not in runs[0]:
@@ -397,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             for m in methods:
                 if m == FP32_AR or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
                     continue
-                reference = reference or engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])
+                reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])[1] if reference is None \
+                    else reference
                 d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)
                 if d is not None:
                     runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}

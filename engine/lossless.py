@@ -118,18 +118,15 @@ def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int]) -> tuple[l
 
 @torch.no_grad()
 def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
-              logits: torch.Tensor | tuple[list[int], torch.Tensor] | None = None) -> Divergence | None:
+              logits: torch.Tensor | None = None) -> Divergence | None:
     """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
 
     Args:
         model: the transformers causal LM both ran on.
         prompt_ids: the prompt; want, got: the generated ids of AR and of the run.
-        logits: (≥ position + 1, |V|) AR's own step logits from the run that produced ``want`` (``ar_logits``);
-            or (tokens, logits) of another AR run (``ar_logits``), used where its tokens equal ``want`` up to the
-            position (the benchmark: one such run per prompt serves every method), else AR is run again.
-            None: AR is run again for them (``ar_logits``).  Where that run does not reproduce ``want`` up to
-            the position (the engine's AR and ``generate`` round differently in half precision, or AR is not
-            reproducible under concurrent load), the kind is "AR not reproducible" (the new run's logits shown).
+        logits: (≥ position + 1, |V|) AR's own step logits over ``want`` (``ar_logits`` for ``generate``'s AR,
+            ``engine_ar_logits`` for the engine's); None: ``engine_ar_logits`` replays them.  Two AR paths may
+            round a tie differently, so a tie counts in either direction (``Divergence.gap_ulps``).
     """
     i = first_difference(want, got)
     if i is None:
@@ -137,17 +134,10 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
     name = dtype_name(model.dtype)
     if i >= min(len(want), len(got)):
         return Divergence(i, "length", dtype=name)
-    reproduced = True
     if logits is None:
-        again, logits = ar_logits(model, prompt_ids, i + 1)
-        reproduced = again[:i] == list(want[:i])
-    elif isinstance(logits, tuple):  # (tokens, logits) of another AR run: usable while it agrees with ``want``
-        again, logits = logits
-        reproduced = len(logits) > i and list(again[:i]) == list(want[:i])
-        if not reproduced:
-            again, logits = ar_logits(model, prompt_ids, i + 1)
+        _, logits = engine_ar_logits(model, prompt_ids, list(want[: i + 1]))
     row = logits[i]  # (|V|,) AR's own one-token step at position i, the model's dtype
     a, b = float(row[want[i]]), float(row[got[i]])
     gap = (a - b) / ulp(max(a, b), model.dtype)  # negative where this AR run itself rounds the other way
     kind = "precision tie" if abs(gap) <= TIE_ULPS[model.dtype] else "bug"
-    return Divergence(i, kind if reproduced else "AR not reproducible", want[i], got[i], a, b, gap, name)
+    return Divergence(i, kind, want[i], got[i], a, b, gap, name)
