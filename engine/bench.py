@@ -2,7 +2,7 @@
 
     python -m engine.bench [--model M] [--datasets humaneval,mbpp,gsm8k,mt_bench] [--limit 20]
         [--max-new-tokens 128] [--methods ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld] [--budget 60]
-        [--gt-threshold auto|C] [--device cpu] [--dtype auto] [--draft-model D] [--data ../shared/data]
+        [--gt-threshold auto|C] [--device cpu] [--dtype auto] [--draft-model D] [--data DIR]
         [--profile] [--out DIR]
 
 Methods: the engine's own (``ar``, ``pld``, ``tr``, ``iso3``, ``iso5``, ``goose``: one decoding
@@ -45,7 +45,9 @@ from .metrics import summarize
 from .sources import SourceMemory
 from .trace import TIMING_KEYS
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: the prompt sets shipped with the project (whole files, each with its LICENSE and SOURCE.md); ``--data DIR``
+#: reads another folder of the same layout and formats
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "assets" / "datasets"
 DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt format)
     "humaneval": ("humaneval/HumanEval.jsonl", lambda r: r["prompt"], "raw"),  # code to complete
     "mbpp": ("mbpp/mbpp.jsonl", lambda r: r["text"], "chat"),  # instructions ("Write a function ...")
@@ -75,7 +77,7 @@ def load_prompts(data_dir: Path, dataset: str, limit: int) -> list[str]:
     rel, get, _ = DATASETS[dataset]
     path = data_dir / rel
     if not path.exists():
-        raise BenchError(f"{path} not found (set --data to the folder holding the benchmark files)")
+        raise BenchError(f"{path} not found (--data takes a folder laid out as assets/datasets, e.g. {rel})")
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()][:limit]
     return [get(json.loads(ln)) for ln in lines]
 
@@ -346,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                    help="folder of prompt sets laid out as assets/datasets (default: the sets the project ships)")
     ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
     ap.add_argument("--limit", type=int, default=20, help="prompts per dataset")
     ap.add_argument("--max-new-tokens", type=int, default=128)

@@ -155,7 +155,7 @@ def hsd_chain_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
     """HSD verification of a linear chain: backward scan, then one capped branch resampling.
 
     Source: HSD (Overcoming Joint Intractability with Lossless Hierarchical Speculative Decoding,
-    ICLR 2026), Algorithm 2 as summarised in ../shared/papers: the capped prefix ratio
+    ICLR 2026), Algorithm 2: the capped prefix ratio
     w_t = min(1, w_{t-1} p(X_t) / q(X_t)) (r* of the paper), the hierarchical acceptance
     h_t = D_t / (D_t + 1 - w_t) with D_t = sum_x max(w_t p(x | X<=t) - q(x | X<=t), 0) for t < gamma and
     h_gamma = w_gamma, a backward scan from gamma for the last t with eta_t <= h_t (tau), and one

@@ -1,7 +1,7 @@
 """Copy a few benchmark prompts into assets/presets.json (with attribution) for the app's preset menu.
 
-The running app must not depend on ../shared/data, so the handful of prompts it offers are copied
-here once.  Usage: python scripts/make_presets.py [--data ../shared/data]
+The page offers a handful of prompts from the prompt sets shipped in assets/datasets, copied here once with
+their source and license.  Usage: python scripts/make_presets.py [--data DIR]
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ SOURCES = {
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / "assets" / "datasets"))
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "assets" / "presets.json"))
     args = ap.parse_args()
     presets = []

@@ -5,7 +5,7 @@
 Greedy: children of a node carry distinct tokens, so the order cannot change which path is accepted
 (tau must be identical; this is checked, not assumed).  Sampling: the order decides which child is
 offered the target's mass first, so tau may differ; every order is lossless in distribution.
-Prompts: the first ``--limit`` HumanEval prompts of ../shared/data.  Medians over prompts.
+Prompts: the first ``--limit`` HumanEval prompts of assets/datasets.  Medians over prompts.
 """
 from __future__ import annotations
 

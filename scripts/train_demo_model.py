@@ -4,7 +4,7 @@ A byte-level BPE tokenizer (HF ``tokenizers``) and a small Llama-architecture ca
 (``transformers.LlamaForCausalLM``, tied embeddings) trained on the Python source of the running
 interpreter's standard library -- the only sizeable corpus of code that exists offline on every
 machine.  Test suites are excluded and about 5 % of the files (chosen by a seeded shuffle) are held
-out for validation.  Nothing in ``../shared/data`` is ever trained on: those are our benchmarks
+out for validation.  Nothing in ``assets/datasets`` is ever trained on: those are our benchmarks
 (a HumanEval prompt is only *read* at the end, for the sample continuation in the model card).
 
 Usage::
@@ -196,7 +196,7 @@ def main() -> None:
 
 def greedy_sample(model, tok, max_new_tokens: int = 64) -> dict:
     """Greedy continuation of the first HumanEval prompt (read only, never trained on)."""
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl"
+    path = Path(__file__).resolve().parents[1] / "assets" / "datasets" / "humaneval" / "HumanEval.jsonl"
     prompt = json.loads(path.read_text().splitlines()[0])["prompt"] if path.exists() else "def fib(n):\n"
     ids = tok(prompt, return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT.parent / "shared" / "data"))
+DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT / "assets" / "datasets"))  # the prompt sets the project ships
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # measure the cost curve once per test session, in a private folder (never a stale curve from $HOME) ...
