@@ -42,7 +42,15 @@ from engine.config import METHODS, ConfigError, DecodeConfig
 from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.generate import command_line
-from engine.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, load_model, tqdm_progress
+from engine.loading import (
+    DEMO_MODEL,
+    LoadedModel,
+    ModelLoadError,
+    ModelRegistry,
+    load_model,
+    sentence,
+    tqdm_progress,
+)
 from engine.lossless import attribute
 from engine.metrics import summarize
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
@@ -628,7 +636,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
             yield {"model_status": f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
     if "error" in result:
         gr.Warning(str(result["error"]))
-        yield {"model_status": f"⚠️ {result['error']}. Still using {current.describe()}."}
+        yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}
         return
     lm = result["lm"]
     yield {"model_status": f"✅ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",

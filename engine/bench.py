@@ -39,7 +39,7 @@ from transformers.generation.streamers import BaseStreamer
 from .config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
 from .cost import CostCurve, CostCurveError, load_cost_curve
 from .decode import SpecDecoder
-from .loading import load_model
+from .loading import ModelLoadError, load_model
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
 from .sources import SourceMemory
@@ -374,12 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         methods = parse_methods(args.methods, args.draft_model)
         prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-    except (BenchError, CostCurveError) as exc:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
+        fp32 = load_model(args.model, device=args.device, dtype="fp32") if args.fp32_ar else None
+    except (BenchError, CostCurveError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
-    fp32 = load_model(args.model, device=args.device, dtype="fp32") if args.fp32_ar else None
     if fp32 is not None:
         methods.append(FP32_AR)
     run = Runner(lm, args, draft, curve, fp32)

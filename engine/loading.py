@@ -14,12 +14,16 @@ model's name, the hub id, or the file / folder name of a local model.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from . import precision
@@ -178,6 +182,60 @@ def resolve(name_or_path: str | None = None) -> ModelSource:
     return ModelSource(name, name.split("/")[-1], name, False)
 
 
+def sentence(text: str) -> str:
+    """``text`` as a sentence of a page line: a capital first letter and exactly one full stop at the end (a
+    message that already ends in one is not doubled)."""
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] + "."
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the model hub can be asked for a model: False at once when ``HF_HUB_OFFLINE`` is set or the hub's
+    host has no address, else whether a TCP connection opens within ``timeout`` s.  (transformers itself would
+    retry for ~45 s before saying the hub is out of reach.)"""
+    if hub_constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        return False
+    url = urlparse(hub_constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
+            return True
+    except OSError:  # no address (offline), refused or timed out
+        return False
+
+
+def check_source(src: ModelSource) -> bool:
+    """Refuse at once what cannot load, in one sentence; returns whether loading may skip the hub.
+
+    A local folder must hold ``config.json``; a local file must be a ``.gguf``; a hub id loads from the hub
+    cache when it is there (no network), else needs a reachable hub.
+
+    Raises:
+        ModelLoadError: a folder that is not a model, a file that is not a ``.gguf``, or a hub id neither cached
+            nor reachable.
+    """
+    if src.fetch is not None:
+        return True
+    if src.local:
+        path = Path(src.path)
+        if path.is_dir() and not (path / "config.json").is_file():
+            ggufs = sorted(p.name for p in path.glob("*.gguf"))
+            hint = f"; to load its GGUF file, name the file ({ggufs[0]})" if ggufs else ""
+            raise ModelLoadError(f"could not load model {src.name!r}: the folder is not a model (no config.json: a "
+                                 f"model folder holds config.json, the tokenizer files and the weights){hint}")
+        if path.is_file() and path.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"could not load model {src.name!r}: the file is not a model (a local model is a "
+                                 f"folder or a .gguf file)")
+        return True
+    if isinstance(try_to_load_from_cache(src.path, "config.json"), str):
+        return True
+    if not hub_reachable():
+        named = ", ".join(sorted({spec.name for spec in NAMED.values()} | {DEMO_MODEL}))
+        raise ModelLoadError(f"could not load model {src.name!r}: not a named model ({named}), a local folder or "
+                             f"file, nor in the hub cache, and no hub is reachable to fetch it (give a local model "
+                             f"folder or .gguf file)")
+    return False
+
+
 def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str = "auto",
                attn_implementation: str | None = None, progress: Progress | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer.
@@ -197,11 +255,12 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             bad device/dtype); the message is one line naming the model and the cause.
     """
     src = resolve(name_or_path)
+    local = check_source(src)  # before the device, dtype and any hub traffic: what cannot load says so at once
     dev = resolve_device(device)
     want_dtype, note = resolve_dtype(dtype, dev)
     torch_dtype = want_dtype or torch.float32  # a CPU's "auto" loads fp32, then measures
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
-    kwargs = {"dtype": torch_dtype, "local_files_only": src.local}
+    kwargs = {"dtype": torch_dtype, "local_files_only": local}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if multi_gpu:
@@ -211,12 +270,12 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         if path.endswith(".gguf"):
             model, tokenizer = load_gguf(Path(path), torch_dtype)
         else:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=src.local)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except FetchError as exc:
         raise ModelLoadError(f"could not get model {src.name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure becomes one clear message naming the model
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = str(exc).strip().splitlines()[0].rstrip(" :.") if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"could not load model {src.name!r}: {reason}") from exc
     if not multi_gpu:
         model = model.to(dev)

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
-from engine.loading import ModelLoadError, load_model
+from engine.loading import ModelLoadError, ModelRegistry, load_model
 from engine.sources import REGISTRY
 
 ROOT = __import__("conftest").ROOT
@@ -53,8 +55,51 @@ def test_load_error_names_the_model(tmp_path):
     with pytest.raises(ModelLoadError, match="missing-dir"):
         load_model(str(tmp_path / "missing-dir"))
     (tmp_path / "not-a-model").mkdir()
-    with pytest.raises(ModelLoadError, match="not-a-model"):
+    (tmp_path / "not-a-model" / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match=r"'not-a-model': the folder is not a model \(no config.json"):
         load_model(str(tmp_path / "not-a-model"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ModelLoadError, match=r"'notes.txt': the file is not a model"):
+        load_model(str(tmp_path / "notes.txt"))
+
+
+def test_unknown_model_offline_fails_at_once(monkeypatch):
+    """No 45 s of hub retries: an id that is neither named, local nor cached fails at once when no hub answers."""
+    import engine.loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert not engine.loading.hub_reachable()
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError) as err:
+        load_model("someone/no-such-model-anywhere", device="cpu")
+    assert time.perf_counter() - started < 2.0
+    message = str(err.value)
+    assert "'someone/no-such-model-anywhere': not a named model (demo, smollm2-135m-instruct)" in message
+    assert "no hub is reachable" in message and ".." not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("cli", [["-m", "engine.generate", "--prompt", "x"], ["app.py"],
+                                 ["-m", "engine.bench", "--limit", "1", "--methods", "ar"]])
+def test_every_cli_says_a_bad_model_in_one_line(tmp_path, cli):
+    (tmp_path / "empty-folder").mkdir()
+    out = subprocess.run([sys.executable, *cli, "--model", str(tmp_path / "empty-folder")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2, out.stderr[-1500:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error: ")]
+    assert lines == ["error: could not load model 'empty-folder': the folder is not a model (no config.json: a "
+                     "model folder holds config.json, the tokenizer files and the weights)"], out.stderr[-1500:]
+    assert "Traceback" not in out.stderr and str(tmp_path) not in out.stderr
+
+
+def test_page_says_a_failed_load_in_one_sentence(demo_lm, tmp_path):
+    import app
+
+    (tmp_path / "empty-folder").mkdir()
+    models = ModelRegistry(demo_lm)
+    frames = list(app.load_other_model(str(tmp_path / "empty-folder"), "cpu", "fp32", None, models=models))
+    status = frames[-1]["model_status"]
+    assert status.startswith("⚠️ Could not load model 'empty-folder': the folder is not a model"), status
+    assert ".." not in status and "Still using" in status and str(tmp_path) not in status
 
 
 def test_chat_template_is_applied_when_the_tokenizer_has_one(demo_lm):
