@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import kv_cache
+from . import compat, kv_cache
 from .config import CANDIDATE_TREE_METHODS, DecodeConfig
 from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
-from .sampling import make_warper, new_generator
+from .sampling import make_rows_warper, make_warper, new_generator
 from .sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
 from .sources.base import extend_chain
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
@@ -57,6 +57,7 @@ class Plan:
     chain_tokens: int = 0  # spine chain offered to the tree: the match, extended on a confident cycle
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
     built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
+    left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,22 @@ class Session:
 
 
 class Stopwatch:
-    """Stage timings of one cycle, in ms: ``lap(stage)`` charges the time since the previous lap to ``stage``."""
+    """Stage timings of one cycle, in ms: ``lap(stage)`` charges the time since the previous lap to ``stage``.
 
-    def __init__(self) -> None:
+    ``sync`` (profiling on a CUDA device): every lap first waits for that device (``torch.cuda.synchronize``),
+    so a kernel is charged to the stage that enqueued it, at the price of one more host sync per stage.  None
+    (the default): no waiting; a stage's kernels that are still running when it ends are charged to the next
+    stage that waits for the device (the forward's read-back).
+    """
+
+    def __init__(self, sync: torch.device | None = None) -> None:
+        self.sync = sync
         self.start = self.last = time.perf_counter()
         self.ms: dict[str, float] = {}
 
     def lap(self, stage: str) -> None:
+        if self.sync is not None:
+            torch.cuda.synchronize(self.sync)
         now = time.perf_counter()
         self.ms[stage] = self.ms.get(stage, 0.0) + (now - self.last) * 1000.0
         self.last = now
@@ -135,11 +145,23 @@ class SpecDecoder:
         memory: what draft sources keep across this user's requests (the suffix source's tree of earlier
             outputs), per model; default: one of this decoder's own, so only its own ``generate`` calls share
             it.  Never share one between users.
+        profile: stage timings for profiling (``Stopwatch``): on a CUDA device each stage waits for the device
+            before its lap, so every kernel is charged to its own stage (one more sync per stage: slower).  Off
+            (default), or on a CPU, nothing waits beyond the cycle's one read-back.
+
+    Raises:
+        compat.UnsupportedModelError: a model tree verification cannot serve (``compat.model_problem``: its
+            attention kernel, ALiBi positions, recurrent or shared-KV layers), before any forward; one sentence.
     """
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
-                 cost_curve: CostCurve | None = None, memory: SourceMemory | None = None) -> None:
+                 cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
+                 profile: bool = False) -> None:
+        compat.check_model(model)  # before any forward (the cost curve's too): what cannot be served says why
+        self.positions = compat.PositionLimits.of(model)  # trees are trimmed to these (``_build``)
         self.model = model
+        device = torch.device(model.device)
+        self._sync = device if profile and device.type == "cuda" else None  # Stopwatch(sync): profiling on CUDA
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
         if cost_curve is None and config.gt_threshold in ("auto", "chord"):
             cost_curve = cached_cost_curve(model)
@@ -161,28 +183,35 @@ class SpecDecoder:
         # candidates asked of a source at once: the largest tree, or the longest chain a lookup copies
         self._draft_budget = max(config.max_budget - 1, config.max_spine, config.pld_chain_tokens)
         self.warp = make_warper(config) if config.sampling else None
+        # sampling on an accelerator: the tree rows' distributions come back with the cycle's one read-back (one
+        # copy); on a CPU, where nothing is copied, only the rows the walk visits are warped, lazily
+        self.warp_rows = make_rows_warper(config) if config.sampling and device.type != "cpu" else None
 
     def generate(self, prompt_ids: list[int], should_stop: Callable[[], bool] | None = None) -> Iterator[CycleTrace]:
         """Yield one ``CycleTrace`` per forward (prefill first) until EOS, max new tokens or ``should_stop()``.
 
         Raises:
             ValueError: empty prompt.
-            kv_cache.UnsupportedCacheError: the model's cache cannot be compacted to a tree path.
+            compat.UnsupportedModelError: prompt + max new tokens pass the model's context or sliding window
+                (``compat.PositionLimits.problem``); one sentence with the remedy.
         """
         if not prompt_ids:
             raise ValueError("the prompt is empty: give at least one token")
+        problem = self.positions.problem(len(prompt_ids), self.config.max_new_tokens)
+        if problem:
+            raise compat.UnsupportedModelError(problem)
         session, trace = self._prefill(list(prompt_ids))
         yield trace
         while not trace.finished and not (should_stop and should_stop()):
-            clock = Stopwatch()
+            clock = Stopwatch(self._sync)
             drafts = self._draft(session)  # 1. draft: every source's candidates for the anchor
             clock.lap("draft")
             plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
             logits = forward_tree(self.model, session.cache, plan.forward, session.past_len)  # 3. verify
-            back = read_back(logits, self._read_k(session))  # the cycle's one host sync
+            back = read_back(logits, self._read_k(session), self._rows(plan, logits))  # the cycle's one host sync
             clock.lap("forward")
-            walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)])  # 4. accept
+            walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
             done = self._commit(session, plan, back, walk, clock)  # 5. commit
             trace = self._trace(session, drafts, plan, back, walk, done, clock.total())
@@ -193,12 +222,10 @@ class SpecDecoder:
     @torch.no_grad()
     def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
         """Alg. 2 lines 1-3: one forward over the prompt, its rows read back for the sources, first token = argmax."""
-        cfg, clock = self.config, Stopwatch()
-        # the most rows one forward adds: the largest tree or chain, plus the ride-along rows
-        rows = max(cfg.max_budget, cfg.max_spine + 1) + self.extra_rows
+        cfg, clock = self.config, Stopwatch(self._sync)
         stats = AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
                                 counterfactual=cfg.counterfactual_rates and cfg.gt_threshold == "auto")
-        session = Session(cache=kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens + rows),
+        session = Session(cache=kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens),  # trees stay inside
                           tokens=list(prompt), sources=make_sources(cfg, stats, self.memory), stats=stats)
         if cfg.sampling:
             session.generator = new_generator(cfg.seed)
@@ -237,12 +264,19 @@ class SpecDecoder:
         return Drafts(proposals, spine, chain)
 
     def _build(self, s: Session, drafts: Drafts) -> Plan:
-        """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2)."""
-        plan = self._choose_size(s, self._route(s, drafts))  # GT "auto": the speedup-optimal top of the tree
-        forward = plan.tree
-        for _, cands in drafts.proposals:
-            forward = forward.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
-        return replace(plan, forward=forward)
+        """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2).  Nothing
+        deeper than the model's positions allow this cycle (``compat.PositionLimits.room``): the tree is trimmed, and
+        ride-along rows that would pass the limit sit this forward out (their source does not observe it)."""
+        room = self.positions.room(s.past_len)
+        plan = self._choose_size(s, _fit(self._route(s, drafts), room))  # GT "auto": the speedup-optimal top
+        forward, left_out = plan.tree, []
+        for src, cands in drafts.proposals:
+            grafted = forward.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
+            if room is not None and max(grafted.depths[len(forward):], default=0) > room:
+                left_out.append(src)
+                continue
+            forward = grafted
+        return replace(plan, forward=forward, left_out=tuple(left_out))
 
     def _route(self, s: Session, drafts: Drafts) -> Plan:
         """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR.
@@ -332,15 +366,23 @@ class SpecDecoder:
             return None
         return len(s.output) / (s.curve_ms + self._ar_ms)  # output[0]: the prefill's token
 
-    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int]) -> Walk:
-        """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling."""
+    def _rows(self, plan: Plan, logits: torch.Tensor) -> torch.Tensor | None:
+        """Sampling on an accelerator: (n, |V|) float32 warped distributions of the tree's n rows, still on the
+        device, for ``read_back`` to copy with the rest; None otherwise (greedy, or a CPU: ``_accept`` warps)."""
+        return self.warp_rows(logits[: len(plan.tree)]) if self.warp_rows is not None else None
+
+    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int],
+                probs: torch.Tensor | None = None) -> Walk:
+        """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling, over
+        ``probs`` (the tree rows' distributions, read back on the host) when given, else rows of ``logits`` warped
+        as the walk visits them (the same values: ``sampling.make_rows_warper``)."""
         if not self.config.sampling:
             return Walk(*greedy_walk(plan.tree, greedy, self.priority))
         rows: dict[int, torch.Tensor] = {}
 
         def dist(node: int) -> torch.Tensor:  # (|V|,) float64 warped target distribution, computed once
             if node not in rows:
-                rows[node] = self.warp(logits[node])
+                rows[node] = probs[node].double() if probs is not None else self.warp(logits[node])
             return rows[node]
 
         if self.config.verifier == "hsd" and plan.mode == "bypass":
@@ -359,7 +401,8 @@ class SpecDecoder:
         verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=prev, back=back,
                             accepted=walk.accepted, committed=done.tokens, output=s.output, finished=done.finished)
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
-            src.observe(verified)
+            if not any(src is out for out in plan.left_out):
+                src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
         if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
@@ -395,6 +438,20 @@ class SpecDecoder:
             elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
             ptd_rows=len(plan.forward) - len(plan.tree), confidence=drafts.confidence,
             match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens, budget=plan.budget, **_gt_fields(plan.gt))
+
+
+def _fit(plan: Plan, room: int | None) -> Plan:
+    """``plan`` without its nodes deeper than ``room`` (their positions would pass a limit of the model:
+    ``compat.PositionLimits``), ghosts re-indexed; an AR step when only the anchor is left.  Fewer drafts, same
+    greedy tokens: the output does not change."""
+    depths = plan.tree.depths
+    if room is None or max(depths) <= room:
+        return plan
+    keep = [i for i, d in enumerate(depths) if d <= room]
+    index = {old: new for new, old in enumerate(keep)}
+    ghosts = tuple(replace(g, parent=index[g.parent]) for g in plan.ghosts if depths[g.parent] < room)
+    tree = plan.tree.subtree(keep)
+    return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
 
 
 def _main_chain(cands: Candidates) -> Candidates:

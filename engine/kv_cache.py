@@ -2,7 +2,9 @@
 
 Tested with transformers >=5.0,<6 (``DynamicCache`` whose ``crop`` takes a negative count).
 Only full-attention ``DynamicLayer`` caches are supported (sliding-window models while the run fits in
-their window); linear-attention layers cannot be compacted to a tree path and are refused clearly.
+their window); linear-attention layers cannot be compacted to a tree path and are refused clearly.  Which
+models and runs qualify, and the sentence a refusal gives, is decided in ``engine/compat.py`` from the facts
+here (``unsupported_layers``, ``sliding_window``); ``new_cache`` only re-checks them.
 """
 from __future__ import annotations
 
@@ -10,37 +12,54 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from .transfer import upload
+
 
 class UnsupportedCacheError(RuntimeError):
     """The model's cache has layers that tree verification cannot compact (sliding window, linear attention)."""
 
 
+def unsupported_layers(config) -> list[str]:
+    """Class names (sorted, distinct) of the cache layers transformers builds for ``config`` that hold no plain
+    per-token keys and values, so cannot be compacted to a tree path: recurrent / linear-attention / convolution
+    state (``LinearAttentionLayer``, ``LinearAttentionAndFullAttentionLayer``, ...), placeholders of layers that
+    share another layer's KV (``DummyLayer``), indexed layers.  [] when every layer is full or sliding attention."""
+    return sorted({type(layer).__name__ for layer in DynamicCache(config=config).layers
+                   if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)})
+
+
+def sliding_window(config) -> int | None:
+    """The shortest sliding (or chunked) attention window among ``config``'s cache layers, in tokens; None when
+    every layer attends to the whole past."""
+    windows = [layer.sliding_window for layer in DynamicCache(config=config).layers
+               if isinstance(layer, DynamicSlidingWindowLayer)]
+    return min(windows) if windows else None
+
+
 def new_cache(model, max_length: int | None = None) -> DynamicCache:
     """An empty ``DynamicCache`` of full-attention layers for ``model``.
 
-    Sliding-window layers are replaced by full-attention ones when the whole run fits in the window
-    (``max_length`` = prompt + new tokens + one tree), where both attend to the same keys; the tree
-    mask passed to every forward is full attention anyway.
+    Sliding-window layers are replaced by full-attention ones when every position the run reaches is within
+    the window (``max_length``: the highest position any forward uses, plus one), where both attend to the same
+    keys; the tree mask passed to every forward is full attention anyway.  The decoder refuses a run that does
+    not fit and trims its trees to the window before this is called (``compat.PositionLimits``).
 
     Raises:
-        UnsupportedCacheError: the model has linear-attention / indexed layers, or a sliding window
+        UnsupportedCacheError: the model has linear-attention / shared / indexed layers, or a sliding window
             shorter than ``max_length`` (or ``max_length`` unknown).
     """
-    cache = DynamicCache(config=model.config)
-    sliding = [layer for layer in cache.layers if isinstance(layer, DynamicSlidingWindowLayer)]
-    other = [type(layer).__name__ for layer in cache.layers
-             if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)]
+    other = unsupported_layers(model.config)
     if other:
         raise UnsupportedCacheError(
-            f"tree verification needs full-attention KV caches; this model has {sorted(set(other))} layers")
-    if sliding:
-        window = min(layer.sliding_window for layer in sliding)
+            f"tree verification needs per-token KV caches; this model has {other} layers")
+    window = sliding_window(model.config)
+    if window is not None:
         if max_length is None or max_length > window:
             raise UnsupportedCacheError(
                 f"this model uses a sliding attention window of {window} tokens; tree verification supports it only "
-                f"while prompt + new tokens stay within the window (asked for {max_length})")
-        cache = DynamicCache()  # full-attention layers, created lazily per layer
-    return cache
+                f"while every position stays within the window (asked for {max_length})")
+        return DynamicCache()  # full-attention layers, created lazily per layer
+    return DynamicCache(config=model.config)
 
 
 def cache_length(cache: DynamicCache) -> int:
@@ -69,7 +88,7 @@ def keep_path(cache: DynamicCache, past_len: int, keep: list[int]) -> None:
     for layer in cache.layers:
         device = layer.keys.device
         if device not in rows_on:
-            rows_on[device] = torch.tensor([past_len + i for i in keep], dtype=torch.long, device=device)
+            rows_on[device] = upload([past_len + i for i in keep], torch.long, device)  # CUDA: pinned, non-blocking
         rows = rows_on[device]
         kept.append((layer.keys.index_select(-2, rows), layer.values.index_select(-2, rows)))  # (b, h, k, d) each
     cache.crop(-n_new)

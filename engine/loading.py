@@ -26,7 +26,7 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from . import precision
+from . import compat, precision
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 from .precision import free_memory
 
@@ -85,12 +85,10 @@ class LoadedModel:
         return getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
 
     def context_problem(self, prompt_tokens: int, max_new_tokens: int) -> str | None:
-        """A message when prompt + new tokens exceed the model's context, else None."""
-        limit = self.max_context
-        if limit and prompt_tokens + max_new_tokens > limit:
-            return (f"The prompt is {prompt_tokens} tokens; with {max_new_tokens} new tokens that exceeds the "
-                    f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
-        return None
+        """A sentence with the remedy when prompt + new tokens pass the model's context or sliding attention window
+        (``compat.PositionLimits.problem``, which the decoder also refuses), else None."""
+        problem = compat.PositionLimits.of(self.model).problem(prompt_tokens, max_new_tokens)
+        return f"{problem[0].upper()}{problem[1:]}." if problem else None
 
     @torch.no_grad()
     def warm_up(self) -> None:
@@ -252,7 +250,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
 
     Raises:
         ModelLoadError: the model cannot be had or loaded (missing, offline, checksum, not a causal LM,
-            bad device/dtype); the message is one line naming the model and the cause.
+            bad device/dtype), or tree verification cannot serve it (``compat.model_problem``: its attention
+            kernel, ALiBi positions, recurrent layers); the message is one line naming the model and the cause.
     """
     src = resolve(name_or_path)
     local = check_source(src)  # before the device, dtype and any hub traffic: what cannot load says so at once
@@ -277,6 +276,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     except Exception as exc:  # noqa: BLE001 - any failure becomes one clear message naming the model
         reason = str(exc).strip().splitlines()[0].rstrip(" :.") if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"could not load model {src.name!r}: {reason}") from exc
+    problem = compat.model_problem(model)  # before any forward (the precision measurement's too)
+    if problem:
+        raise ModelLoadError(f"could not use model {src.name!r}: {problem}")
     if not multi_gpu:
         model = model.to(dev)
     model.eval()
