@@ -13,9 +13,10 @@ scheduler is ``engine/race.py``, the inputs' checks ``engine/page_settings.py``,
 * a handler returns (or yields, to stream) a dict keyed by component name, holding only what it sets.
 
 Per-user data (the recorded run, the chosen model, the Stop request, an own cost curve) lives in
-``gr.State``; loaded weights are shared read-only through ``engine.loading.ModelRegistry``.  On a Hugging
-Face Space the ``spaces`` package is present and the model-bound handlers run under ``@spaces.GPU``;
-elsewhere they run as they are.
+``gr.State``; loaded weights are shared read-only through ``engine.loading.ModelRegistry``.  The handlers that
+run forward passes (Generate, Race, Re-measure) are wired through ``gpu_handler``: under ``spaces.GPU`` where
+the ``spaces`` package is installed, which on a ZeroGPU Space gives each call a GPU and elsewhere changes
+nothing (``ZERO_GPU``, ``place_models``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU asks
+    import spaces
+except ImportError:  # not installed: the handlers run as they are
+    spaces = None
+
 import gradio as gr
 import plotly.graph_objects as go
 import torch
@@ -48,6 +54,9 @@ from engine.loading import (
     ModelLoadError,
     ModelRegistry,
     load_model,
+    resolve,
+    resolve_device,
+    resolve_dtype,
     sentence,
     tqdm_progress,
 )
@@ -72,13 +81,114 @@ from viz.explain import (
 from viz.lesson import stage_sentence, stages_of, what_is_it
 from viz.tree_figure import tree_figure
 
-try:  # Hugging Face Spaces (ZeroGPU): run model-bound handlers on a GPU; a no-op everywhere else
-    import spaces
+#: A ZeroGPU Space: ``spaces`` is installed and the Space's runtime sets ``SPACES_ZERO_GPU`` (read as spaces/config.py
+#: reads it).  There this process never has a GPU: ``spaces.GPU`` runs each call in a worker process forked from it,
+#: the weights moved to a GPU, the call's arguments and each of its results pickled across (spaces/zero/wrappers.py).
+ZERO_GPU = spaces is not None and os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+GPU_SETUP_S = 20  # seconds a GPU call asks for besides its work: the worker's start and the weights' move ...
+GPU_S_PER_TOKEN = 0.05  # ... per token it may decode (a generous bound: the forward, the engine and the drawing) ...
+GPU_MAX_S = 120  # ... and at most this: ZeroGPU refuses longer requests (its limit is undocumented, "a few minutes")
+REMEASURE_S = 30  # a cost-curve measurement: 8 tree sizes x 8 rounds of one forward
 
-    on_gpu = spaces.GPU
-except ImportError:
-    def on_gpu(fn):
-        return fn
+
+def on_gpu(fn, duration=None):
+    """``fn`` under ``spaces.GPU(duration=duration)`` where ``spaces`` is installed, else ``fn`` itself.
+
+    On ZeroGPU each call of the result holds a GPU for at most ``duration`` seconds (an int, or a function of the
+    call's arguments; the shorter, the sooner a visitor's call is scheduled); elsewhere ``spaces.GPU`` returns
+    ``fn`` unchanged.  Generator functions stream their results.  Source: the ``spaces`` package (``spaces.GPU``)
+    and Hugging Face's ZeroGPU documentation.
+    """
+    return spaces.GPU(fn, duration=duration) if spaces is not None else fn
+
+
+def _gpu_seconds(tokens, paused_s: float = 0.0) -> int:
+    """GPU seconds for a call decoding up to ``tokens`` tokens and pausing ``paused_s`` s in all, capped."""
+    try:
+        tokens, paused_s = max(1, int(tokens)), max(0.0, float(paused_s or 0.0))
+    except (TypeError, ValueError):  # bad input: the handler says so at once
+        tokens, paused_s = 1, 0.0
+    return int(min(GPU_MAX_S, GPU_SETUP_S + GPU_S_PER_TOKEN * tokens + paused_s))
+
+
+def generate_gpu_seconds(settings: PageSettings, drawing=None, pace: float = 0.0, session=None, **_) -> int:
+    """``generate``'s GPU allowance on ZeroGPU (s): the run, then AR's timing run (at most ``AR_TIMING_TOKENS``),
+    and slow motion's pauses (``pace`` per cycle: at most one per token); capped at ``GPU_MAX_S``."""
+    try:
+        tokens = int(settings.max_new_tokens)
+        pace = float(pace or 0.0)
+    except (TypeError, ValueError):
+        tokens, pace = 1, 0.0
+    return _gpu_seconds(tokens + min(tokens, AR_TIMING_TOKENS), pace * tokens)
+
+
+def race_gpu_seconds(settings: PageSettings, race_seconds: float = 0.0, session=None, **_) -> int:
+    """``race``'s GPU allowance on ZeroGPU (s): both lanes, the verdict's replay of AR's steps, and the race played
+    over ``race_seconds`` of wall time; capped at ``GPU_MAX_S``."""
+    try:
+        tokens = int(settings.max_new_tokens)
+    except (TypeError, ValueError):
+        tokens = 1
+    return _gpu_seconds(3 * tokens, race_seconds)
+
+
+def gpu_handler(handler, models: ModelRegistry, duration, zero_gpu: bool = ZERO_GPU, decorate=on_gpu):
+    """``handler`` (a page handler that runs forward passes, its registry a keyword-only ``models``) bound to
+    ``models`` and run under ``decorate(fn, duration)`` (``on_gpu``), as the page wires it.
+
+    Built for ZeroGPU's pattern: the weights are placed on the GPU at start-up (``place_models``) and the decorated
+    function runs the forward passes, in a worker forked from this process.  The registry is bound here, in a
+    closure the worker inherits, so only the visitor's inputs are pickled across, never the weights, and a
+    streaming handler's frames come back one by one.  What the worker changes in the visitor's state stays there,
+    so with ``zero_gpu``, for a streaming handler:
+
+    * the visitor's source memory comes back as one more frame, ``{"memory": ...}`` (wire the ``memory`` state as
+      an output too);
+    * Stop: the worker never sees the visitor's ``control`` dict, so this process watches it between frames and,
+      once Stop is set, closes the stream; ``spaces`` then ends the worker's run at its next frame (what is on the
+      page stays; the run's closing frame, with the speedup, does not come).
+
+    Without ``zero_gpu`` nothing is added, and ``on_gpu`` returns the bound handler itself (``spaces.GPU`` is
+    effect-free off ZeroGPU): the handler runs as it is.  The result keeps ``handler``'s name and signature
+    (``wire`` reads them) and takes its arguments by keyword.
+
+    Args:
+        handler: e.g. ``generate``, ``race``, ``remeasure_curve``.
+        models: the page's registry.
+        duration: GPU seconds to ask for: an int, or a function of the handler's arguments (``generate_gpu_seconds``).
+        zero_gpu: whether calls cross into a ZeroGPU worker (default: ``ZERO_GPU``).
+        decorate: ``on_gpu``, or a stand-in with its signature (tests).
+    """
+    if not inspect.isgeneratorfunction(handler):
+        @wraps(handler)
+        def call(*args, **kwargs):
+            return handler(*args, **kwargs, models=models)
+        return decorate(call, duration)
+
+    @wraps(handler)
+    def stream(*args, **kwargs):  # where the GPU is (on ZeroGPU: in the worker)
+        yield from handler(*args, **kwargs, models=models)
+        session = kwargs.get("session")
+        if zero_gpu and session is not None and session.memory is not None:
+            yield {"memory": session.memory}  # the worker's copy, which the run updated
+
+    on_device = decorate(stream, duration)
+    if not zero_gpu:
+        return on_device
+
+    @wraps(handler)
+    def relayed(*args, **kwargs):  # in this process: Stop, relayed to the worker
+        control = (kwargs.get("session") or Session()).start()  # the visitor's own dict, which Stop sets
+        frames = on_device(*args, **kwargs)
+        try:
+            for frame in frames:
+                yield frame
+                if control.get("stop"):
+                    break
+        finally:
+            frames.close()
+
+    return relayed
 
 PRESETS = json.loads((Path(__file__).parent / "assets" / "presets.json").read_text(encoding="utf-8"))
 LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
@@ -360,7 +470,6 @@ class Throttle:
             self.light_gap = max(LIGHT_EVERY_S, (self.last_light - started) / DRAW_SHARE)
 
 
-@on_gpu
 def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float = 0.0, session: Session = Session(),
              *, models: ModelRegistry) -> Iterator[dict]:
     """Generate: stream frames (``GENERATE_OUT``) while decoding; the last holds the whole ``run``.
@@ -582,15 +691,16 @@ class PageOptions:
     allowed_models: tuple[str, ...] = (DEMO_MODEL, SMOLLM2.name)  # public mode only (ids, see canonical_model_name)
     max_new_tokens: int = 1024  # the slider's maximum; public mode: 512, so one run cannot hold the device for long
     notice: str | None = None  # shown under the title, e.g. why the default model was replaced by the demo model
+    zero_gpu: bool = False  # a ZeroGPU Space: the picker only switches between the models placed at start-up
 
     @classmethod
     def from_env(cls, public: bool = False, notice: str | None = None) -> PageOptions:
         """Public when ``public`` or ``$SPACE_ID`` is set; the allowlist from ``$GOOSE_LENS_ALLOWED_MODELS``."""
         if not (public or os.environ.get("SPACE_ID")):
-            return cls(notice=notice)
+            return cls(notice=notice, zero_gpu=ZERO_GPU)
         listed = [canonical_model_name(n) for n in os.environ.get(ALLOWED_ENV, "").split(",") if n.strip()]
         return cls(public=True, allowed_models=tuple(listed) or cls.allowed_models, max_new_tokens=512,
-                   notice=notice)
+                   notice=notice, zero_gpu=ZERO_GPU)
 
     def refusal(self, name: str) -> str | None:
         """Why this page will not load ``name``, or None when it may."""
@@ -608,7 +718,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     looked up."""
     current = models.get(model_key)
     name = (model_name or "").strip() or models.get(None).name
-    refusal = options.refusal(name)
+    refusal = options.refusal(name) or (zero_gpu_refusal(models, name, device, dtype) if options.zero_gpu else None)
     if refusal:
         gr.Warning(refusal)
         yield {"model_status": f"⚠️ {refusal} Still using {current.describe()}."}
@@ -643,6 +753,56 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
            "model_key": list(models.key_of(lm))}
 
 
+def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) -> str | None:
+    """ZeroGPU: why the picker will not switch to ``name`` on ``device`` in ``dtype``, or None when that model is
+    loaded already (the picker then only switches to it).  A GPU worker is a fork of this process, so a model loaded
+    after it started would be missing there: only the models placed at start-up (``place_models``) are offered."""
+    try:
+        dev = resolve_device(device or "auto")
+        want = (resolve(name).name, dev, str(resolve_dtype(dtype or "auto", dev)[0]).removeprefix("torch."))
+    except ModelLoadError:
+        want = None
+    if want is not None and models.key_of(models.get(want)) == want:
+        return None
+    return ("This ZeroGPU Space places its models on the GPU when it starts and offers only those, with device and "
+            "dtype auto (run goose-lens yourself to load any other).")
+
+
+def place_models(first: LoadedModel, options: PageOptions, zero_gpu: bool = ZERO_GPU) -> ModelRegistry:
+    """The page's models, ready to serve.
+
+    Elsewhere: ``first`` alone, warmed up (one small forward, so the first Generate does not pay for torch's lazy
+    initialisation); the model picker loads others when asked.
+
+    On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
+    decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
+    worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``);
+    then one GPU call warms each up and measures its cost curve into the disk cache (``engine.cost``), which this
+    process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
+    """
+    if not zero_gpu:
+        first.warm_up()
+        return ModelRegistry(first)
+    placed = [first]
+    for name in options.allowed_models:
+        if name != first.name:
+            try:
+                placed.append(load_model(name, progress=tqdm_progress(name)))
+            except ModelLoadError as exc:
+                print(f"warning: {sentence(str(exc))} It is left out.", file=sys.stderr)
+    models = ModelRegistry(first, capacity=max(2, len(placed)))
+    for lm in placed[1:]:
+        models.put(lm)
+
+    def prepare() -> None:  # in a GPU worker
+        for lm in placed:
+            lm.warm_up()
+            cached_cost_curve(lm.model)
+
+    on_gpu(prepare, min(GPU_MAX_S, GPU_SETUP_S + REMEASURE_S * len(placed)))()
+    return models
+
+
 def using_words(lm: LoadedModel) -> str:
     """The model status line: "Using SmolLM2-135M-Instruct (135M, bf16, CPU) — auto: bf16: verifies …"."""
     why = dtype_words(lm)
@@ -666,7 +826,6 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
 RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
 
 
-@on_gpu
 def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
          models: ModelRegistry) -> Iterator[dict]:
     """AR vs the chosen method on one device and a shared clock (``engine.race``): stream both texts and the
@@ -979,11 +1138,14 @@ def _wire_runs(page: Page, models: ModelRegistry) -> None:
     """Generate, Race and Stop: the runs that hold the model (one at a time, counted by a ``RunBoard``)."""
     board = RunBoard()
     waiting = lambda: board.waiting_words()  # noqa: E731
-    model_bound = dict(fixed={"models": models}, around=board.wrap, concurrency_limit=1, concurrency_id="model")
+    model_bound = dict(around=board.wrap, concurrency_limit=1, concurrency_id="model")
+    back = ("memory",) if ZERO_GPU else ()  # ZeroGPU: the worker's copy of the visitor's memory comes back
     page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
-    wire(page.go_btn.click, generate, page, GENERATE_OUT, api_name="generate", **model_bound)  # its first frame
-    page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")  # replaces it
-    wire(page.race_btn.click, race, page, RACE_OUT, api_name="race", **model_bound)
+    wire(page.go_btn.click, gpu_handler(generate, models, generate_gpu_seconds), page, GENERATE_OUT + back,
+         api_name="generate", **model_bound)  # its first frame replaces it
+    page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")
+    wire(page.race_btn.click, gpu_handler(race, models, race_gpu_seconds), page, RACE_OUT + back, api_name="race",
+         **model_bound)
     wire(page.stop_btn.click, request_stop, page, queue=False, api_visibility="private")
 
 
@@ -1015,8 +1177,8 @@ def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOp
     wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key"),
          fixed={"models": models, "options": options}, api_name="load_model", concurrency_id="load",
          concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
-    wire(page.remeasure.click, remeasure_curve, page, ("curve", "cost_plot", "lesson"), fixed={"models": models},
-         api_visibility="private", concurrency_id="model", concurrency_limit=1)
+    wire(page.remeasure.click, gpu_handler(remeasure_curve, models, REMEASURE_S), page,
+         ("curve", "cost_plot", "lesson"), api_visibility="private", concurrency_id="model", concurrency_limit=1)
     wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private")
     page.dark_btn.click(None, js=TOGGLE_DARK)
     page.full_btn.click(None, js=FULLSCREEN)
@@ -1057,8 +1219,8 @@ def main(argv=None) -> int:
         return 2
     if notice:
         print(notice, file=sys.stderr)
-    lm.warm_up()  # the first Generate should not pay for torch's lazy initialisation
-    demo = build_demo(lm, PageOptions.from_env(args.public or args.share, notice))
+    options = PageOptions.from_env(args.public or args.share, notice)
+    demo = build_demo(place_models(lm, options), options)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)
     return 0

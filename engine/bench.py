@@ -155,7 +155,8 @@ class Runner:
         fields = {"gt_threshold": self.args.gt_threshold, **method_config(method)}  # a "/c=" variant wins
         config = DecodeConfig(**fields, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
         memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
-        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory)
+        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
+                              profile=self.args.profile)  # --profile on CUDA: each stage waits for its kernels
         self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
@@ -219,7 +220,9 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
     Speedups are medians over prompts of the ratio to AR on the same prompt in the same run: end to end
     (``speedup_vs_ar``) and in the decode phase, prefill excluded (``decode_speedup``); ``vs_fp32_ar``
     compares tokens/s with AR on an fp32 copy (``--fp32-ar``).  An engine method's ``limit`` is what its τ
-    allows at its tree sizes on the cost curve, τ·T(1)/T(n̄) in the decode phase (n̄: mean forward rows).
+    allows at its tree sizes on the cost curve, τ·T(1)/T(n̄) in the decode phase (n̄: mean forward rows), and its
+    ``eta`` (η) the decode-phase speedup over τ: the share of τ that became speed (1 for AR; below 1 as forwards
+    of many rows and the engine's own work cost more than a one-token step).
     ``lossless`` is True when no divergence from AR is a bug (precision ties are counted apart).
     """
     new_tokens = sum(len(r["tokens"]) for r in runs)
@@ -255,6 +258,8 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
         mean_forward_rows=sum(s.mean_forward_rows * s.cycles for s in sums) / max(1, sum(s.cycles for s in sums)),
         stage_ms=stage_ms, stage_share={k: v / sum(stage_ms.values()) for k, v in stage_ms.items()},
     )
+    if row["decode_speedup"] is not None:
+        row["eta"] = row["decode_speedup"] / row["tau"]  # η = decode-phase speedup / τ
     cycles = sum(s.cycles for s in sums)
     if curve is not None and cycles:
         tau_decode = (new_tokens - len(runs)) / cycles  # tokens after each prefill per decoding forward
@@ -289,17 +294,19 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
            f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
            "## Speedup (median per prompt, vs AR in the same run) and τ", "",
            "Spd: end to end (prefill included); dec: decode phase (prefill excluded, the same for every method); "
+           "η = dec / τ, the share of τ that became speed (AR: 1); "
            "vs fp32 AR: tokens/s over AR on an fp32 copy (``--fp32-ar``).", "",
-           "| method | " + " | ".join(f"{d} Spd | {d} dec | {d} τ" for d in datasets)
-           + " | Avg Spd | Avg dec | Avg vs fp32 AR |",
-           "|---|" + "---|---|---|" * len(datasets) + "---|---|---|"]
+           "| method | " + " | ".join(f"{d} Spd | {d} dec | {d} τ | {d} η" for d in datasets)
+           + " | Avg Spd | Avg dec | Avg η | Avg vs fp32 AR |",
+           "|---|" + "---|---|---|---|" * len(datasets) + "---|---|---|---|"]
     mean = lambda vals: None if any(v is None for v in vals) else statistics.fmean(vals)  # noqa: E731
     for m in methods:
         cells = [cell[(m, d)] for d in datasets]
         out.append(f"| {m} | " + " | ".join(f"{fmt(c['speedup_vs_ar'])} | {fmt(c.get('decode_speedup'))} | "
-                                            f"{fmt(c.get('tau'))}" for c in cells)
+                                            f"{fmt(c.get('tau'))} | {fmt(c.get('eta'))}" for c in cells)
                    + f" | {fmt(mean([c['speedup_vs_ar'] for c in cells]))}"
                    + f" | {fmt(mean([c.get('decode_speedup') for c in cells]))}"
+                   + f" | {fmt(mean([c.get('eta') for c in cells]))}"
                    + f" | {fmt(mean([c.get('vs_fp32_ar') for c in cells]))} |")
     limited = [r for r in rows if r.get("limit")]
     if limited:

@@ -78,6 +78,15 @@ class CycleTrace:
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
 
+    def __getstate__(self) -> dict:
+        """Pickled with ``timings_ms`` as a dict (a read-only mapping proxy does not pickle): a page's frames cross
+        into another process on a ZeroGPU Space (app.gpu_handler)."""
+        return {**self.__dict__, "timings_ms": dict(self.timings_ms)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @property
     def extended(self) -> bool:
         """True when a confident match was extended past one lookup this cycle."""

@@ -14,6 +14,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from .transfer import upload
+
 
 class Source(str, enum.Enum):
     """Where a node's token came from; drawn in these colours by viz."""
@@ -147,17 +149,18 @@ class DraftTree:
     def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> TreeInputs:
         """The verification forward's inputs, built on ``device`` from the parent array.
 
-        One host-to-device copy (tokens and parents, (2, n) int64); the ancestor relation, depths,
-        positions and mask are derived there, so a GPU cycle builds them without a host round trip.
+        One host-to-device copy (tokens and parents, (2, n) int64; on CUDA from pinned memory, non-blocking:
+        ``transfer.upload``); the ancestor relation, depths, positions and mask are derived there, so a GPU cycle
+        builds them without waiting for the device (tests/test_cuda.py checks; ``scatter_`` takes ``True`` as a
+        value, where a tensor-indexed assignment of a Python scalar may copy it to the device and wait).
         Ancestors by pointer doubling: after j rounds ``anc[i]`` holds the ancestors of node i up to
         2^(j+1) - 1 levels above it, so ceil(log2(depth + 1)) rounds cover the deepest node.
         """
         n = len(self)
-        packed = torch.tensor([self.tokens, (0, *self.parents[1:])], dtype=torch.long, device=device)  # (2, n)
+        packed = upload([self.tokens, (0, *self.parents[1:])], torch.long, device)  # (2, n)
         tokens, parents = packed[0], packed[1]  # (n,), (n,); the root is its own parent here
-        rows = torch.arange(n, device=device)  # (n,)
         anc = torch.eye(n, dtype=torch.bool, device=device)  # (n, n): anc[i, j] iff j is i or an ancestor
-        anc[rows, parents] = True
+        anc.scatter_(1, parents[:, None], True)  # anc[i, parents[i]] = True
         up = parents[parents]  # (n,) the 2nd ancestor (clamped at the root)
         for _ in range(max(0, math.ceil(math.log2(max(self.depths) + 1)) - 1)):
             anc |= anc[up]  # (n, n)
@@ -180,7 +183,7 @@ class DraftTree:
 
     def input_ids(self, device: torch.device | str) -> torch.Tensor:
         """(1, n) int64 node tokens in forward order."""
-        return torch.tensor(self.tokens, dtype=torch.long, device=device)[None]
+        return upload([self.tokens], torch.long, device)
 
 
 @dataclass(frozen=True)

@@ -61,30 +61,54 @@ class ReadBack:
         greedy: (n,) the target's argmax token after each row.
         successor_ids, successor_scores: (n, k) each row's top-k successors for the adjacency table
             (``adjacency.top_successors``); empty rows when ``k`` = 0 (TR off).
+        probs: sampling on an accelerator: (m, |V|) float32 warped target distributions of the first m rows (the
+            tree's), on the host (``sampling.make_rows_warper``); None otherwise.
     """
 
     greedy: list[int]
     successor_ids: list[list[int]]
     successor_scores: list[list[float]]
+    probs: torch.Tensor | None = None
 
 
 @torch.no_grad()
-def read_back(logits: torch.Tensor, k: int) -> ReadBack:
+def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -> ReadBack:
     """Argmax and top-``k`` successors of every row, computed on the logits' device and copied to the host
     together: the cycle's single host sync (ids travel as float64, exact below 2^53).
+
+    With ``probs`` (sampling on an accelerator) the rows' distributions travel in the same copy: both tables
+    are packed as raw bytes into one buffer (float64 ids and scores, then float32 probabilities), copied once,
+    and viewed back in their own dtypes on the host, bit for bit.
 
     Args:
         logits: (n, |V|) verification logits (any dtype, any device).
         k: successors per row for the adjacency table; 0 reads the argmax alone.
+        probs: (m, |V|) float32 distributions on the logits' device, m <= n; None reads none.
+
+    Returns:
+        ``ReadBack``; its ``probs`` is ``probs`` on the host (float32), or None.
     """
     greedy = logits.argmax(dim=-1, keepdim=True).double()  # (n, 1)
-    if k == 0:
+    if k == 0 and probs is None:
         rows = greedy.flatten().tolist()  # the one device->host copy
         return ReadBack([int(t) for t in rows], [[] for _ in rows], [[] for _ in rows])
-    scores, ids = top_successors(logits, k)  # (n, k), (n, k)
-    k = ids.shape[-1]
-    rows = torch.cat([greedy, ids.double(), scores.double()], dim=-1).tolist()  # (n, 1 + 2k): the one copy
-    return ReadBack([int(r[0]) for r in rows], [[int(t) for t in r[1:1 + k]] for r in rows], [r[1 + k:] for r in rows])
+    if k:
+        scores, ids = top_successors(logits, k)  # (n, k), (n, k)
+        k = ids.shape[-1]
+        table = torch.cat([greedy, ids.double(), scores.double()], dim=-1)  # (n, 1 + 2k)
+    else:
+        table = greedy
+    host_probs = None
+    if probs is None:
+        rows = table.tolist()  # (n, 1 + 2k): the one copy
+    else:
+        small = table.flatten().view(torch.uint8)  # (8 n (1 + 2k),) bytes
+        big = probs.to(torch.float32).contiguous().flatten().view(torch.uint8)  # (4 m |V|,) bytes
+        host = torch.cat([small, big]).cpu()  # the one device->host copy
+        rows = host[: small.numel()].view(torch.float64).view(table.shape).tolist()
+        host_probs = host[small.numel():].view(torch.float32).view(probs.shape)
+    return ReadBack([int(r[0]) for r in rows], [[int(t) for t in r[1:1 + k]] for r in rows], [r[1 + k:] for r in rows],
+                    host_probs)
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int],

@@ -135,9 +135,17 @@ def open_accordion(page, title: str) -> None:
 
 
 def set_number(page, name: str, value) -> None:
-    box = page.get_by_role("spinbutton", name=name)
-    box.fill(str(value))
-    box.press("Enter")
+    """Type ``value`` into a number box (a slider's too) as a user would, until the page holds it: a box in an
+    accordion just opened can be re-mounted with its old value right after the first fill (seen under load)."""
+    box, track = page.get_by_role("spinbutton", name=name), page.get_by_role("slider", name=name)
+    for _ in range(5):
+        box.fill(str(value))
+        box.press("Enter")
+        page.wait_for_timeout(300)
+        held = [box.input_value()] + ([track.input_value()] if track.count() else [])
+        if all(h and float(h) == float(value) for h in held):
+            return
+    raise AssertionError(f"the number box {name!r} did not take {value!r} (it holds {held})")
 
 
 def upload(page, path: Path) -> None:

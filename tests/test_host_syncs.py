@@ -1,9 +1,12 @@
-"""GPU-ready cycle: one device-to-host copy per greedy cycle, counted on the CPU.
+"""GPU-ready cycle: one device-to-host copy per cycle, greedy and sampling, counted on the CPU.
 
 On an accelerator every read of a tensor's values on the host (``tolist``, ``item``, ``bool``, ``int``,
-``float``, ``cpu``, ``numpy``) waits for the device.  This test counts those calls per decoding cycle
+``float``, ``cpu``, ``numpy``) waits for the device.  Greedy: these calls are counted per decoding cycle
 outside the model's own forward; a count of 1 means the cycle enqueues its work and waits once, for
-the read-back of the greedy tokens and the adjacency rows (``verify.read_back``).
+the read-back of the greedy tokens and the adjacency rows (``verify.read_back``).  Sampling walks host
+tensors (its random draws), so there only reads of what would live on the device are counted: the model's
+logits and every tensor computed from them (``OnDevice``); the inputs and the cache are the greedy cycle's.
+Host-to-device uploads: on a CPU nothing is pinned (``transfer.upload``).  On a real GPU, tests/test_cuda.py.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import torch
 
 from engine.config import DecodeConfig
 from engine.decode import SpecDecoder
+from engine.sampling import make_rows_warper
 
 READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
@@ -95,3 +99,85 @@ def test_device_inputs_match_the_parent_array(seed):
     allowed = inputs.attention_mask[0, 0] == 0  # (n, past + n)
     assert allowed[:, :past].all()
     assert (allowed[:, past:].numpy() == tree.ancestor_matrix).all()
+
+
+class OnDevice(torch.Tensor):
+    """What would live on an accelerator: the model's logits and every tensor computed from them (a subclass that
+    every torch op passes on).  Reading one's values on the host counts as a device read in ``reads`` (a list,
+    one entry per read); ``.cpu()`` / ``.to("cpu")`` is the copy itself: counted, and its result is a plain host
+    tensor that is free to read."""
+
+    reads: list = []  # replaced per test by the fixture
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        to_host = func is torch.Tensor.cpu or (func is torch.Tensor.to and _device_of(args, kwargs) == "cpu")
+        if to_host or getattr(func, "__name__", "") in READS:
+            cls.reads.append(getattr(func, "__name__", str(func)))
+        out = super().__torch_function__(func, types, args, kwargs)
+        return out.as_subclass(torch.Tensor) if to_host else out
+
+
+def _device_of(args, kwargs) -> str | None:
+    """The device type ``Tensor.to(*args, **kwargs)`` moves to (None: it keeps the device)."""
+    device = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
+    return device.type if device is not None else None
+
+
+@pytest.fixture
+def device_reads(monkeypatch, demo_lm):
+    """Marks the model's logits ``OnDevice``; yields the list their host reads are appended to."""
+    reads: list = []
+    monkeypatch.setattr(OnDevice, "reads", reads)
+    forward = demo_lm.model.forward
+
+    def marked(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits = out.logits.as_subclass(OnDevice)
+        return out
+    monkeypatch.setattr(demo_lm.model, "forward", marked)
+    return reads
+
+
+@pytest.mark.parametrize("fields", [{"temperature": 0.8}, {"temperature": 1.0, "top_p": 0.9, "sample_top_k": 20},
+                                    {"temperature": 0.7, "method": "pld", "verifier": "hsd"},
+                                    {"temperature": 0.9, "sources": ("pld", "tr", "ptd")}],
+                         ids=["tree", "top-p-top-k", "hsd-chain", "goose+ptd"])
+def test_one_device_read_per_sampling_cycle(demo_lm, device_reads, fields):
+    """The accelerator's sampling path (``SpecDecoder.warp_rows``, forced here on the CPU): the tree rows'
+    distributions come back in the cycle's one read-back, and the walk reads only host tensors.  It samples
+    exactly what the CPU's path (the rows the walk visits, warped one by one) samples: the same tokens."""
+    config = DecodeConfig(max_new_tokens=48, seed=5, **fields)
+    ids = demo_lm.encode_prompt(PROMPT)
+    lazy = [t for tr in SpecDecoder(demo_lm.model, config, ()).generate(ids) for t in tr.new_tokens]
+    decoder = SpecDecoder(demo_lm.model, config, ())
+    assert decoder.warp_rows is None  # a CPU warps lazily: nothing is copied there
+    decoder.warp_rows = make_rows_warper(config)
+    cycles = decoder.generate(ids)
+    out = list(next(cycles).new_tokens)  # prefill: not a cycle
+    per_cycle, drafted = [], 0
+    while True:
+        device_reads.clear()
+        trace = next(cycles, None)
+        if trace is None:
+            break
+        per_cycle.append(list(device_reads))
+        out += trace.new_tokens
+        drafted += len(trace.accepted)
+    assert len(per_cycle) >= 3 and all(r == ["cpu"] for r in per_cycle), per_cycle
+    assert drafted > 0, "no draft accepted: inconclusive"
+    assert out == lazy
+
+
+def test_uploads_on_a_cpu_pin_nothing(demo_lm, monkeypatch):
+    """``transfer.upload`` on a CPU is ``torch.tensor`` itself: a greedy run never pins memory."""
+    from engine.transfer import upload
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pinned memory on a CPU")
+    monkeypatch.setattr(torch.Tensor, "pin_memory", refuse)
+    traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24, gt_threshold=0.0), ()).generate(
+        demo_lm.encode_prompt(PROMPT)))
+    assert any(len(t.tree) > 2 for t in traces)
+    assert upload([[1, 2], [3, 4]], torch.long, "cpu").tolist() == [[1, 2], [3, 4]]

@@ -220,6 +220,16 @@ class SourceMemory:
         """A fresh, empty memory: gradio deep-copies a ``gr.State`` default for every visitor."""
         return SourceMemory()
 
+    def __getstate__(self) -> dict:
+        """Pickled without its lock (a lock does not pickle; the copy gets its own): on a ZeroGPU Space a visitor's
+        memory crosses into the GPU worker and back (app.gpu_handler)."""
+        with self.lock:
+            return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
 
 def extend_chain(source: DraftSource, context: Sequence[int], chain: Candidates, limit: int, budget: int,
                  saturated: bool) -> Candidates:

@@ -135,6 +135,15 @@ class SuffixMemory:
         self.tokens = 0
         self.lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Pickled without its lock, which the copy makes anew (``SourceMemory.__getstate__``)."""
+        with self.lock:
+            return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
     def add(self, output: Sequence[int]) -> None:
         """Add a finished request's output, then evict the oldest outputs beyond ``max_tokens``."""
         with self.lock:

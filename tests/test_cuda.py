@@ -1,0 +1,164 @@
+"""On a CUDA GPU: the bf16 lossless suite with every decoding cycle free of host syncs but its one read-back.
+
+Skipped without CUDA.  Run on a GPU machine with ``python -m pytest -q tests/test_cuda.py`` (SmolLM2 is fetched
+and converted on first use, as on a CPU).
+
+``torch.cuda.set_sync_debug_mode("error")`` makes every operation that makes the host wait for the device an
+error (a blocking copy either way, ``.item()``, ``.tolist()``, ``nonzero``, ``torch.cuda.synchronize``).  It is
+on while each decoding cycle runs, and off only inside the cycle's read-back (``verify.read_back``, as
+``engine.decode`` calls it), which must run exactly once per cycle.  The prefill and the decoder's set-up (the
+cost curve, AR's reference run) run outside it.
+
+* Greedy, bf16, the configurations of tests/test_precision.py: the demo model (10 prompts × 128 tokens) and
+  SmolLM2-135M-Instruct (4 prompts × 64 tokens).  Every divergence from AR (``generate``'s own step logits) is a
+  precision tie (``engine.lossless``): zero bugs; each configuration accepted draft tokens (else inconclusive).
+* Sampling: the tree rows' distributions come back with the same one read-back (``SpecDecoder.warp_rows``).
+* Uploads (``transfer.upload``) go from pinned memory without a sync; a pageable one would be caught.
+* ``profile=True`` (bench ``--profile``) synchronises at every stage, and only then.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from test_precision import BF16_CONFIGS
+
+from engine import decode
+from engine.config import DecodeConfig
+from engine.decode import SpecDecoder
+from engine.loading import load_model
+from engine.lossless import Divergence, ar_logits, attribute
+from engine.metrics import summarize
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+SMOLLM2_CONFIGS = ("default", "method-pld", "method-tr")  # as tests/test_precision.py runs SmolLM2 in bf16
+
+
+@pytest.fixture(scope="module")
+def demo_cuda():
+    return load_model("demo", device="cuda", dtype="bf16")
+
+
+@pytest.fixture(scope="module")
+def smollm2_cuda():
+    return load_model("smollm2", device="cuda", dtype="bf16")
+
+
+@pytest.fixture
+def read_backs(monkeypatch):
+    """The decoder's ``read_back`` run with the sync debug mode off (the one host sync a cycle may make), the mode
+    restored after it; yields the list each call appends to.  The mode is left at "default" afterwards."""
+    calls: list[int] = []
+    real = decode.read_back
+
+    def allowed(*args, **kwargs):
+        calls.append(1)
+        before = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            return real(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+
+    monkeypatch.setattr(decode, "read_back", allowed)
+    yield calls
+    torch.cuda.set_sync_debug_mode("default")
+
+
+def strict_cycles(decoder: SpecDecoder, ids: list[int], read_backs: list[int]) -> list:
+    """Every trace of ``decoder.generate(ids)``; each cycle after the prefill runs under sync debug mode "error"
+    and must call ``read_back`` exactly once."""
+    cycles = decoder.generate(ids)
+    traces = [next(cycles)]  # the prefill: its prompt upload and first token read are outside the strict mode
+    try:
+        while True:
+            read_backs.clear()
+            torch.cuda.set_sync_debug_mode("error")
+            trace = next(cycles, None)
+            torch.cuda.set_sync_debug_mode("default")
+            if trace is None:
+                return traces
+            assert len(read_backs) == 1, f"cycle {trace.index}: {len(read_backs)} read-backs"
+            traces.append(trace)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def strict_bf16_run(lm, prompts: list[list[int]], changes: dict, max_new: int,
+                    read_backs: list[int]) -> tuple[int, list[Divergence]]:
+    """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (as test_precision's
+    ``_bf16_run``), each run's cycles strict (``strict_cycles``)."""
+    config = DecodeConfig(max_new_tokens=max_new, **changes)
+    accepted, found = 0, []
+    for ids in prompts:
+        want, logits = ar_logits(lm.model, ids, max_new)  # AR's tokens and its own step logits
+        eos = next((k for k, t in enumerate(want) if t in lm.eos_token_ids), None)
+        want = want if eos is None else want[: eos + 1]
+        traces = strict_cycles(SpecDecoder(lm.model, config, lm.eos_token_ids), ids, read_backs)
+        got = [t for tr in traces for t in tr.new_tokens]
+        counts = dict(summarize(traces).accepted_by_source)
+        accepted += sum(counts.values()) - counts["bonus"]
+        d = attribute(lm.model, ids, want, got, logits)
+        found += [d] if d is not None else []
+    return accepted, found
+
+
+@pytest.mark.parametrize("name", list(BF16_CONFIGS))
+def test_demo_model_bf16_on_cuda_has_no_bugs_and_one_sync_per_cycle(demo_cuda, lossless_prompts, read_backs, name):
+    prompts = [demo_cuda.encode_prompt(p) for p in lossless_prompts]
+    accepted, found = strict_bf16_run(demo_cuda, prompts, BF16_CONFIGS[name], 128, read_backs)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
+@pytest.mark.parametrize("name", SMOLLM2_CONFIGS)
+def test_smollm2_bf16_on_cuda_has_no_bugs_and_one_sync_per_cycle(smollm2_cuda, read_backs, name):
+    from test_smollm2 import _read
+
+    lm = smollm2_cuda
+    prompts = ([lm.encode_prompt(_read("humaneval/HumanEval.jsonl", i, "prompt"), chat=False) for i in (0, 23)]
+               + [lm.encode_prompt(_read("gsm8k/test.jsonl", 0, "question"), chat=True),
+                  lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
+    accepted, found = strict_bf16_run(lm, prompts, BF16_CONFIGS[name], 64, read_backs)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
+@pytest.mark.parametrize("fields", [{"temperature": 0.8}, {"temperature": 1.0, "top_p": 0.9, "sample_top_k": 20},
+                                    {"temperature": 0.7, "method": "pld", "verifier": "hsd"}],
+                         ids=["tree", "top-p-top-k", "hsd-chain"])
+def test_sampling_on_cuda_reads_back_once_per_cycle(demo_cuda, lossless_prompts, read_backs, fields):
+    decoder = SpecDecoder(demo_cuda.model, DecodeConfig(max_new_tokens=96, seed=1, **fields), ())
+    assert decoder.warp_rows is not None  # an accelerator: the rows come back with the read-back
+    traces = strict_cycles(decoder, demo_cuda.encode_prompt(lossless_prompts[0]), read_backs)
+    assert len(traces) > 3 and sum(len(t.accepted) for t in traces) > 0, "no draft accepted: inconclusive"
+
+
+def test_uploads_are_pinned_and_do_not_sync():
+    from engine.transfer import upload
+
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError):  # the test has power: a pageable upload waits, and is caught
+            torch.tensor([[1, 2], [3, 4]], dtype=torch.long, device="cuda")
+        up = upload([[1, 2], [3, 4]], torch.long, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert up.device.type == "cuda" and up.tolist() == [[1, 2], [3, 4]]
+
+
+def test_profiling_synchronises_each_stage_and_only_then(demo_cuda, monkeypatch):
+    syncs: list[int] = []
+    real = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1) or real(*a, **k))
+    ids = demo_cuda.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
+    config = DecodeConfig(max_new_tokens=32)
+    SpecDecoder(demo_cuda.model, config, ())  # the cost curve is measured (and synchronised) before counting
+    syncs.clear()
+    plain = list(SpecDecoder(demo_cuda.model, config, ()).generate(ids))
+    assert not syncs
+    profiled = list(SpecDecoder(demo_cuda.model, config, (), profile=True).generate(ids))
+    stages = sum(len(t.timings_ms) - 1 for t in profiled)  # a lap per stage ("total" is not one)
+    assert len(syncs) == stages and [t.new_tokens for t in profiled] == [t.new_tokens for t in plain]
