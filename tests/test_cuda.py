@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_precision import BF16_CONFIGS
+from test_precision import BF16_CONFIGS, _bf16_run
 
 from engine import decode
 from engine.config import DecodeConfig
 from engine.decode import SpecDecoder
 from engine.loading import load_model
-from engine.lossless import Divergence, ar_logits, attribute
-from engine.metrics import summarize
+from engine.lossless import Divergence
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -86,21 +85,8 @@ def strict_cycles(decoder: SpecDecoder, ids: list[int], read_backs: list[int]) -
 
 def strict_bf16_run(lm, prompts: list[list[int]], changes: dict, max_new: int,
                     read_backs: list[int]) -> tuple[int, list[Divergence]]:
-    """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (as test_precision's
-    ``_bf16_run``), each run's cycles strict (``strict_cycles``)."""
-    config = DecodeConfig(max_new_tokens=max_new, **changes)
-    accepted, found = 0, []
-    for ids in prompts:
-        want, logits = ar_logits(lm.model, ids, max_new)  # AR's tokens and its own step logits
-        eos = next((k for k, t in enumerate(want) if t in lm.eos_token_ids), None)
-        want = want if eos is None else want[: eos + 1]
-        traces = strict_cycles(SpecDecoder(lm.model, config, lm.eos_token_ids), ids, read_backs)
-        got = [t for tr in traces for t in tr.new_tokens]
-        counts = dict(summarize(traces).accepted_by_source)
-        accepted += sum(counts.values()) - counts["bonus"]
-        d = attribute(lm.model, ids, want, got, logits)
-        found += [d] if d is not None else []
-    return accepted, found
+    """test_precision's ``_bf16_run`` with each run's cycles strict (``strict_cycles``)."""
+    return _bf16_run(lm, prompts, changes, max_new, lambda decoder, ids: strict_cycles(decoder, ids, read_backs))
 
 
 @pytest.mark.parametrize("name", list(BF16_CONFIGS))

@@ -91,15 +91,17 @@ def test_attribution_reads_ars_own_logits(demo_lm):
     assert attribute(lm.model, ids, want, want[:5] + [worst] + want[6:], logits) == found
 
 
-def _bf16_run(lm, prompts, changes: dict, max_new: int) -> tuple[int, list[Divergence]]:
-    """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (bf16)."""
+def _bf16_run(lm, prompts, changes: dict, max_new: int,
+              cycles=lambda decoder, ids: list(decoder.generate(ids))) -> tuple[int, list[Divergence]]:
+    """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (bf16); ``cycles`` runs
+    one decoder on one prompt (tests/test_cuda.py: under the CUDA sync check)."""
     config = DecodeConfig(max_new_tokens=max_new, **changes)
     accepted, found = 0, []
     for ids in prompts:
         want, logits = ar_logits(lm.model, ids, max_new)  # AR's tokens and its own step logits, one run
         eos = next((k for k, t in enumerate(want) if t in lm.eos_token_ids), None)
         want = want if eos is None else want[: eos + 1]
-        traces = list(SpecDecoder(lm.model, config, lm.eos_token_ids).generate(ids))
+        traces = cycles(SpecDecoder(lm.model, config, lm.eos_token_ids), ids)
         got = [t for tr in traces for t in tr.new_tokens]
         counts = dict(summarize(traces).accepted_by_source)
         accepted += sum(counts.values()) - counts["bonus"]
