@@ -233,7 +233,7 @@ SOURCE_CHOICES = [(info.label, info.name) for info in REGISTRY]
 PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
 FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
 SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen committed
-COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#c4b5fd"}
+COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart from every source's tint
 INITIAL = PageSettings()  # the settings components' initial values
 
 HOW_TO_READ = f"""
@@ -241,7 +241,7 @@ HOW_TO_READ = f"""
   grows to the right. Hover a node for its token, score, estimated acceptance and, for a rejected node, the
   token the model wanted in its place. Each other node is a draft token, coloured by its source:
 {chr(10).join(f"  * **{i.label}**: {i.blurb}" for i in REGISTRY)}
-* **The thick violet path** is what the model accepted; the **star** is the bonus token the model adds itself.
+* **The thick sky-blue path** is what the model accepted; the **star** is the bonus token the model adds itself.
   Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
   **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
   them for their tokens.

@@ -46,18 +46,23 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     names = {tr.name for tr in fig.data}
     assert {"PLD spine", "TR branch", "PTD perturbation", "accepted path", "bonus token"} <= names
     hovers = " ".join(h for tr in fig.data if tr.hovertext for h in tr.hovertext)
-    assert "↵" in hovers and "the model wanted here" in hovers and "ghost" in hovers
+    assert "↵" in hovers and "ghost" not in hovers
+    by_token = {h.split("</b>")[0][3:]: h for tr in fig.data if tr.hovertext for h in tr.hovertext}
     # a rejected node's hover names what the model wanted at its place: the target's token at its PARENT
     # (TR node 4 hangs off the anchor, where the target wanted greedy[0] = 1 = ' f'), not the token after it
-    node4 = next(h for tr in fig.data if tr.hovertext for h in tr.hovertext if h.startswith("<b>↵</b>"))
-    assert "status: rejected" in node4 and "the model wanted here: ␣f" in node4
+    assert "status: rejected: the model wanted ␣f here" in by_token["↵"]
+    # node 6 hangs off the rejected node 4: the walk never compared it; the ghost was never verified
+    assert "status: not reached: its parent was rejected" in by_token["y"] and "wanted" not in by_token["y"]
+    ghost = next(h for tr in fig.data if tr.hovertext for h in tr.hovertext if "GT" in h)
+    assert ghost.endswith("status: pruned by GT, never verified") and "wanted" not in ghost
+    assert "the model wanted" not in by_token["("] and "status: accepted" in by_token["("]
     labels = [tr for tr in fig.data if tr.mode == "markers+text"]
     assert labels and all(tr.textfont.size >= 16 for tr in labels)  # legible from the back row
     legend = {tr.name for tr in fig.data if tr.showlegend is not False}
     assert {"accepted path", "rejected (faded)", "ghost: pruned by GT, never verified", "bonus token"} <= legend
     assert fig.layout.uirevision == "draft-tree"
     no_ghosts = tree_figure(make_trace(), TEXT.get, show_ghosts=False)
-    assert "ghost" not in " ".join(h for tr in no_ghosts.data if tr.hovertext for h in tr.hovertext)
+    assert "pruned by GT" not in " ".join(h for tr in no_ghosts.data if tr.hovertext for h in tr.hovertext)
 
 
 def test_visible_token_escapes_and_shows_whitespace():
@@ -189,3 +194,148 @@ def test_explain_cycle_says_why_gt_auto_chose_the_size():
     text = explain_cycle(pruned, TEXT.get)
     assert text.startswith("GT kept none of the 11 drafted nodes") and "plain AR step" in text
     assert "GT" not in explain_cycle(make_trace(), TEXT.get)  # a fixed c, or a trace without the fields
+
+
+def broken_spine_trace(length: int = 59) -> CycleTrace:
+    """A spine of ``length`` PLD tokens that broke at its first token, a TR branch off every spine node, and a TR
+    child of the anchor that was accepted (issue 19: the whole spine used to fold into a grey "+59")."""
+    parents, sources = [None, 0], [Source.ROOT, Source.TR]  # node 1: the accepted TR child of the anchor
+    spine = []
+    for k in range(length):
+        parents.append(0 if k == 0 else spine[-1])
+        sources.append(Source.PLD)
+        spine.append(len(parents) - 1)
+    for s in spine:  # one rejected TR branch (two tokens deep) off every spine node
+        parents.append(s)
+        sources.append(Source.TR)
+        parents.append(len(parents) - 1)
+        sources.append(Source.TR)
+    n = len(parents)
+    tree = DraftTree(tokens=tuple(i % 50 for i in range(n)), parents=tuple(parents), sources=tuple(sources),
+                     scores=(1.0,) * n, est_accept=(0.5,) * n)
+    return CycleTrace(index=7, mode="tree", tree=tree, ghosts=(), greedy=(1,) * n, accepted=(1,), bonus=7,
+                      new_tokens=(1, 7), spine_ratio=0.9, p_s_ema=0.4, timings_ms={"total": 6.0}, elapsed_s=0.1,
+                      total_tokens=2, finished=False)
+
+
+def test_a_spine_that_broke_at_once_stays_blue():
+    """Spine tokens are never folded into "+N": its first and last tokens show in the spine's colour, its middle
+    as a "⋯N" square of the same colour (with the branches hanging off it), and the tree still fits."""
+    from viz.tree_figure import FIG_HEIGHT_PX, MAX_COLUMNS, label_boxes
+
+    trace = broken_spine_trace()
+    fig = tree_figure(trace, lambda i: f"t{i}")
+    pld = next(tr for tr in fig.data if tr.name == "PLD spine")
+    shown = [t for t, x in zip(pld.text, pld.x) if x is not None]
+    assert len(shown) >= 3 and any(t.startswith("⋯") for t in shown), shown  # first, ⋯N, last
+    spine = trace.tree.spine
+    texts = {t for t in shown}
+    assert f"t{spine[0] % 50}" in texts and f"t{spine[-1] % 50}" in texts
+    groups = [h for tr in fig.data if tr.name.startswith("folded") for h in (tr.hovertext or ())]
+    assert all("PLD" not in h for h in groups)  # no spine token inside a "+N"
+    folded = next(h for h, t in zip(pld.hovertext, pld.text) if t.startswith("⋯"))
+    assert "PLD spine tokens in a row, rejected" in folded and "side nodes hanging off them" in folded
+    xs = [x for tr in fig.data if tr.mode == "markers+text" for x in tr.x if x is not None]
+    assert max(xs) + 1 <= MAX_COLUMNS and fig.layout.height == FIG_HEIGHT_PX and not overlapping(label_boxes(fig))
+    count = sum(int(t[1:]) if t[0] in "+⋯" else 1 for tr in fig.data if tr.mode == "markers+text" for t in tr.text)
+    sides = sum(h.count("side node") for h in [folded])
+    assert count <= len(trace.tree) + 1 and sides
+
+
+def test_edges_start_at_their_parent():
+    """Every edge leaves its parent right after the parent's own label (not at a column-wide x), so a child of a
+    short label is visibly attached to it; it then runs level at the parent's row."""
+    from viz.tree_figure import CHAR_PX, MARKER_PX
+
+    trace = make_trace()
+    short = {0: "d", 1: "␣x", 2: "(", 3: "x", 4: "a very long label", 5: ")", 6: "y", 9: ":"}
+    fig = tree_figure(trace, lambda i: short.get(i, "?"))
+    nodes = {(x, y): t for tr in fig.data if tr.mode == "markers+text" for x, y, t in zip(tr.x, tr.y, tr.text)
+             if x is not None}
+    span = fig.layout.xaxis.range[1] - fig.layout.xaxis.range[0]
+    px_per_col = 860 / span
+    starts = []
+    for tr in fig.data:
+        if tr.mode != "lines" or not tr.name.endswith("edges"):
+            continue
+        pts = list(zip(tr.x, tr.y))
+        for k in range(0, len(pts) - 3, 4):  # (own label end, column end, child, None)
+            (x0, y0), (_, y1) = pts[k], pts[k + 1]
+            assert y0 == y1  # level at the parent's row
+            parent = next((x, y) for (x, y) in nodes if y == y0 and x < x0 and x0 - x < 1)
+            label = nodes[parent]
+            expected = parent[0] + (MARKER_PX / 2 + 4 + len(label) * CHAR_PX) / px_per_col
+            assert abs(x0 - expected) < 1e-9, (label, x0, expected)
+            starts.append(label)
+    assert "␣x" in starts  # the short label's child hangs from it
+
+
+def test_title_counts_and_says_when_the_path_was_cut():
+    from dataclasses import replace
+
+    one = replace(make_trace(), accepted=(), new_tokens=(9,))
+    assert " · 1 token (" in tree_figure(one, TEXT.get).layout.title.text
+    cut = replace(make_trace(), new_tokens=(1,), finished=True)  # 3 accepted + bonus, max new tokens kept 1
+    title = tree_figure(cut, TEXT.get).layout.title.text
+    assert " · 1 token (" in title and "cut at 1 of 4 by EOS / max new tokens" in title
+
+
+# -- colour-blind-safe palette: Machado, Oliveira & Fernandes (2009), severity 1, in linear RGB; CIE76 ΔE in Lab --
+CVD = {"normal": ((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+       "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216),
+                      (-0.003882, -0.048116, 1.051998)),
+       "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413),
+                        (-0.011820, 0.042940, 0.968881)),
+       "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602),
+                      (0.004733, 0.691367, 0.303900))}
+MIN_DELTA_E = 15  # CIE76: ~2.3 is a just-noticeable difference; 15 tells two swatches apart at a glance
+
+
+def _lab(hex_colour: str, vision: str) -> tuple[float, float, float]:
+    rgb = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    lin = [min(1.0, max(0.0, sum(m * c for m, c in zip(row, lin)))) for row in CVD[vision]]
+    xyz = [sum(m * c for m, c in zip(row, lin)) / w for row, w in zip(
+        ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505)), (0.95047, 1.0, 1.08883))]
+    f = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in xyz]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def _closest_pair(colours: dict[str, str]) -> tuple[float, str, str, str]:
+    import itertools
+    import math
+
+    return min((math.dist(_lab(colours[a], v), _lab(colours[b], v)), a, b, v)
+               for v in CVD for a, b in itertools.combinations(colours, 2))
+
+
+def test_palette_every_mark_distinct_for_colour_blind_eyes():
+    """Issue 19: "bonus" and "Suffix" were hard to tell apart, and the violet path and the blue spine were one
+    colour to a deuteranope (ΔE 1.7).  Every source, the bonus and the path mark in the tree, and every label of the
+    coloured output, stay ``MIN_DELTA_E`` apart in normal vision and under each of the three dichromacies."""
+    import app
+    from engine.sources import REGISTRY
+    from viz.tree_figure import ACCEPT_COLOR, BONUS_COLOR
+
+    marks = {**{i.name: i.colour for i in REGISTRY}, "bonus": BONUS_COLOR, "path": ACCEPT_COLOR}
+    assert _closest_pair(marks)[0] >= MIN_DELTA_E, _closest_pair(marks)
+    output = {k: v for k, v in app.COLOR_MAP.items()}
+    assert set(output) >= {i.short for i in REGISTRY} | {"bonus", "AR", app.SHOWN}
+    assert _closest_pair(output)[0] >= MIN_DELTA_E, _closest_pair(output)
+    assert _closest_pair({"path": "#7c3aed", "pld": "#2563eb"})[0] < 5  # the check catches the old pair
+
+
+def test_step_through_numbers_the_stages_the_cycle_has():
+    """A cycle with no PLD drafts used to start at "1b"; its one source stage is "1", two are "1a", "1b"."""
+    from viz.lesson import stage_sentence, stages_of
+
+    tr_only = DraftTree(tokens=(0, 4, 6), parents=(None, 0, 1), sources=(Source.ROOT, Source.TR, Source.TR),
+                        scores=(1, .3, .4), est_accept=(1, .3, .12))
+    from dataclasses import replace
+
+    trace = replace(make_trace(), tree=tr_only, ghosts=(), greedy=(4, 6, 0), accepted=(1, 2), new_tokens=(4, 6, 9))
+    assert stages_of(trace)[0] == "tr"
+    assert stage_sentence(trace, "tr", TEXT.get).startswith("**1 · drafts: TR branch**")
+    both = make_trace()
+    assert stage_sentence(both, "pld", TEXT.get).startswith("**1a · drafts: PLD spine**")
+    assert stage_sentence(both, "tr", TEXT.get).startswith("**1b · drafts: TR branch**")

@@ -82,8 +82,9 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
     return f"{trace.mode}: " + "; ".join(parts)
 
 
-#: Output-token colours by the source that produced each token (the page's coloured output).
-TOKEN_COLORS = {**{i.short: i.colour + "66" for i in REGISTRY}, "bonus": "#fca5a5", "AR": "#e5e7eb"}  # 40 % alpha
+#: Output-token colours by the source that produced each token (the page's coloured output): each source's
+#: ``tint``, the bonus token's in the bonus star's vermillion, plain AR steps a light grey.
+TOKEN_COLORS = {**{i.short: i.tint for i in REGISTRY}, "bonus": "#db7626", "AR": "#f3f4f6"}
 
 
 def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[tuple[str, str]]:
@@ -179,7 +180,7 @@ def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = 
     big = f"{speedup:.2f}×" if speedup is not None else "–"
     rows = []
     for k, lane in enumerate(lanes):
-        colour = "#9ca3af" if k == 0 else "#7c3aed"  # the baseline grey, the method violet
+        colour = "#9ca3af" if k == 0 else "#0072B2"  # the baseline grey, the method blue
         done = len(lane.tokens)
         share = min(1.0, done / max(1, max_new_tokens))
         tick = " ✓" if lane.finished else ""

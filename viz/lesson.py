@@ -55,9 +55,19 @@ WHAT_IS_IT = what_is_it()  # the lesson with no curve (generic cost sentence)
 
 #: The source stages: each source's drafts, in ``REGISTRY`` order.
 SOURCE_STAGES = {i.name: i for i in REGISTRY}
-STAGE_TITLES = {**{i.name: f"1{'abcdefgh'[k]} · drafts: {i.label}" for k, i in enumerate(REGISTRY)},
-                "scored": "2 · one forward scores them all", "walk": "3 · the walk accepts the longest match",
+STAGE_TITLES = {"scored": "2 · one forward scores them all", "walk": "3 · the walk accepts the longest match",
                 "bonus": "4 · the bonus token"}
+
+
+def stage_title(trace: CycleTrace, stage: str) -> str:
+    """The stage's numbered title: the source stages of the cycle are 1a, 1b, … in the order shown (just "1"
+    when one source drafted), so the first is always 1 or 1a whichever sources drafted."""
+    if stage not in SOURCE_STAGES:
+        return STAGE_TITLES.get(stage, stage)
+    shown = [s for s in stages_of(trace) if s in SOURCE_STAGES]
+    k = shown.index(stage) if stage in shown else 0
+    number = "1" if len(shown) <= 1 else f"1{'abcdefgh'[k]}"
+    return f"{number} · drafts: {SOURCE_STAGES[stage].label}"
 
 
 def stages_of(trace: CycleTrace) -> list[str]:
@@ -75,20 +85,20 @@ def stage_sentence(trace: CycleTrace, stage: str, token_text: Callable[[int], st
     tree = trace.tree
     count = {s: sum(x is s for x in tree.sources) for s in Source}
     if trace.mode in ("prefill", "ar"):
-        return (f"**{STAGE_TITLES.get(stage, stage)}** — this cycle had no drafts: one forward gave the next "
+        return (f"**{stage_title(trace, stage)}** — this cycle had no drafts: one forward gave the next "
                 f"token {q(trace.bonus)}.")
     if stage in SOURCE_STAGES:
         src = SOURCE_STAGES[stage]
         n = count[src.source]
         role = " — the spine" if tree.spine and tree.sources[tree.spine[0]] is src.source else ""
-        return f"**{STAGE_TITLES[stage]}** — {n} guess{'es' * (n != 1)}{role}: {src.blurb}."
+        return f"**{stage_title(trace, stage)}** — {n} guess{'es' * (n != 1)}{role}: {src.blurb}."
     if stage == "scored":
         return (f"**{STAGE_TITLES[stage]}** — one forward over all {len(tree)} nodes gives the model's own next "
                 f"token at every node at once; ✓ marks a guess equal to what the model wanted at its place.")
     if stage == "walk":
         n = len(trace.accepted)
         return (f"**{STAGE_TITLES[stage]}** — from the anchor, the walk follows ✓ nodes as far as they go: "
-                f"{n} draft token{'s' * (n != 1)} accepted (violet path); every other node is discarded.")
+                f"{n} draft token{'s' * (n != 1)} accepted (the thick sky-blue path); every other node is discarded.")
     n_new = len(trace.new_tokens)
     return (f"**{STAGE_TITLES['bonus']}** — the model's token after the last accepted one, {q(trace.bonus)}, "
             f"is free: {n_new} token{'s' * (n_new != 1)} committed from one forward (plain decoding: 1).")

@@ -7,10 +7,13 @@ candidates as ghosts, and the bonus token as a star after the last accepted node
 
 Projector geometry (the page's tree area at 1280×800 is about ``PLOT_WIDTH_PX`` wide and the figure
 ``FIG_HEIGHT_PX`` high): labels are ``LABEL_PX`` monospace, rows ``ROW_PX`` apart, and a label never
-runs past its column, so no two labels or markers overlap.  Edges start after the longest label of
-their column, so no line runs through a label.  A tree with more leaves than rows first has its
-rejected subtrees folded into one node each ("+N", largest first, just enough), then rejected siblings
-merged; a tree deeper than ``MAX_COLUMNS`` has the middle of its longest straight chains folded ("⋯N").
+runs past its column, so no two labels or markers overlap.  An edge leaves its parent right after the
+parent's own label and runs level to the end of the column's longest label before it turns to the child,
+so it is attached to its parent and never runs through a label.  A tree with more leaves than rows first
+has its rejected side subtrees folded into one node each ("+N", largest first, just enough), then rejected
+siblings merged, then the middle of the spine with the side subtrees hanging off it ("⋯N"); a tree deeper
+than ``MAX_COLUMNS`` has the middle of its longest chains folded ("⋯N").  Spine tokens are never folded
+into a "+N": a spine that broke at its first token still shows its first and last tokens in its colour.
 ``show_all=True`` draws every node instead (the figure grows).  ``label_boxes`` returns the pixel
 boxes this geometry gives, for tests.
 """
@@ -26,12 +29,15 @@ from engine.sources import REGISTRY
 from engine.trace import CycleTrace
 from engine.tree import WALK_PRIORITY, Source
 
-#: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.
-SOURCE_STYLE = {Source.ROOT: ("#6b7280", "anchor"), **{i.source: (i.colour, i.label) for i in REGISTRY}}
-BONUS_COLOR = "#dc2626"
-ACCEPT_COLOR = "#7c3aed"  # the accepted path: violet reads on a light and on a dark page
+#: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.  The
+#: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set (tests/test_viz.py checks every
+#: pair stays apart under protanopia, deuteranopia and tritanopia).
+ANCHOR_COLOR = "#4b5563"
+SOURCE_STYLE = {Source.ROOT: (ANCHOR_COLOR, "anchor"), **{i.source: (i.colour, i.label) for i in REGISTRY}}
+BONUS_COLOR = "#D55E00"  # vermillion
+ACCEPT_COLOR = "#56B4E9"  # the accepted path: sky blue reads on a light and on a dark page
 EDGE_COLOR = "#9ca3af"
-GROUP_COLOR = "#9ca3af"
+GROUP_COLOR = ANCHOR_COLOR  # folded rejected nodes ("+N"), squares
 
 LABEL_PX = 16  # label font size: legible from the back row of a room at 1280×800
 CHAR_PX = 9.8  # width of one monospace character at LABEL_PX (DejaVu Sans Mono: 0.602 em, rounded up)
@@ -61,26 +67,29 @@ def tree_graph(trace: CycleTrace) -> nx.DiGraph:
     """DiGraph of the cycle: verified nodes (int ids), ghosts ('g<i>') and the bonus node ('bonus').
 
     Node data: kind, token, source, depth, score, est, greedy (what the target wants after this node),
-    wanted (what the target wanted at this node's place: ``greedy`` of its parent), accepted, rank.
+    wanted (what the target wanted at this node's place: ``greedy`` of its parent), accepted, rank,
+    spine (on ``DraftTree.spine``), reached (its parent is the anchor or was accepted: the walk compared it).
     """
     tree, on_path = trace.tree, {0, *trace.accepted}
+    spine = set(tree.spine)
     g = nx.DiGraph()
     for i in range(len(tree)):
         parent = tree.parents[i]
         g.add_node(i, kind="node", token=tree.tokens[i], source=tree.sources[i], depth=tree.depths[i],
                    score=tree.scores[i], est=tree.est_accept[i], greedy=trace.greedy[i],
                    wanted=trace.greedy[parent] if i else None, accepted=i in on_path,
-                   rank=(WALK_PRIORITY.index(tree.sources[i]) if i else 0, i))
+                   rank=(WALK_PRIORITY.index(tree.sources[i]) if i else 0, i), spine=i in spine,
+                   reached=i == 0 or parent in on_path)
         if i:
             g.add_edge(parent, i)
     for k, ghost in enumerate(trace.ghosts):
         g.add_node(f"g{k}", kind="ghost", token=ghost.token, source=ghost.source, depth=tree.depths[ghost.parent] + 1,
                    score=ghost.score, est=ghost.est_accept, greedy=None, wanted=trace.greedy[ghost.parent],
-                   accepted=False, rank=(9, 10_000 + k))
+                   accepted=False, rank=(9, 10_000 + k), spine=False, reached=False)
         g.add_edge(ghost.parent, f"g{k}")
     last = trace.accepted[-1] if trace.accepted else 0
     g.add_node("bonus", kind="bonus", token=trace.bonus, source=None, depth=tree.depths[last] + 1, score=None,
-               est=None, greedy=None, wanted=None, accepted=True, rank=(-1, -1))
+               est=None, greedy=None, wanted=None, accepted=True, rank=(-1, -1), spine=False, reached=True)
     g.add_edge(last, "bonus")
     return g
 
@@ -104,31 +113,101 @@ def _fold(g: nx.DiGraph, parent, members: list, name: str, kind: str) -> None:
     g.remove_nodes_from(everything)
     g.add_node(name, kind=kind, token=None, source=first["source"], depth=first["depth"], score=None, est=None,
                greedy=None, wanted=first.get("wanted"), accepted=False, rank=first["rank"], members=data,
-               ghost=all(d["kind"] == "ghost" for d in data))
+               ghost=all(d["kind"] == "ghost" for d in data), spine=False, reached=first.get("reached", False))
     g.add_edge(parent, name)
 
 
+def _next_in_chain(g: nx.DiGraph, v):
+    """The child that continues ``v``'s chain, or None: a spine node's spine child when none of its side children
+    (branches hanging off the spine) is accepted, else a node's only child."""
+    kids = list(g.successors(v))
+    if g.nodes[v].get("spine"):
+        on = [c for c in kids if g.nodes[c].get("spine")]
+        if len(on) == 1 and not any(g.nodes[c]["accepted"] for c in kids if c != on[0]):
+            return on[0]
+        return None
+    return kids[0] if len(kids) == 1 else None
+
+
+def _chains(g: nx.DiGraph) -> list[list]:
+    """Maximal chains of drawn draft nodes (root excluded), each all accepted or all rejected, linked by
+    ``_next_in_chain``: straight runs, and spine runs with their side subtrees hanging off."""
+    def links(u, v) -> bool:
+        return (u != 0 and _next_in_chain(g, u) == v and g.nodes[v]["kind"] == g.nodes[u]["kind"] == "node"
+                and g.nodes[v]["accepted"] == g.nodes[u]["accepted"])
+    chains = []
+    for v in g:
+        if g.nodes[v]["kind"] != "node" or v == 0 or links(next(g.predecessors(v)), v):
+            continue
+        chain = [v]
+        while (nxt := _next_in_chain(g, chain[-1])) is not None and links(chain[-1], nxt):
+            chain.append(nxt)
+        chains.append(chain)
+    return chains
+
+
+def _fold_chain(g: nx.DiGraph, chain: list, start: int, count: int, name: str) -> None:
+    """Replace ``chain[start:start + count]`` (with the side subtrees hanging off it) by one "⋯N" node ``name``
+    between ``chain[start - 1]`` and ``chain[start + count]``; its colour and status are the chain's."""
+    middle, after = chain[start: start + count], chain[start + count]
+    side = (set(nx.descendants(g, middle[0])) - {after} - set(nx.descendants(g, after))) - set(middle)
+    data = [g.nodes[m] for m in middle]
+    sides = [g.nodes[m] for m in side if g.nodes[m]["kind"] in ("node", "ghost")]
+    sides += [d for m in side if g.nodes[m]["kind"] == "group" for d in g.nodes[m]["members"]]
+    first = data[0]
+    g.remove_nodes_from([*middle, *side])
+    g.add_node(name, kind="run", token=None, source=first["source"], depth=first["depth"], score=None, est=None,
+               greedy=None, wanted=None, accepted=first["accepted"], rank=first["rank"], members=data, sides=sides,
+               ghost=False, spine=first.get("spine", False), reached=first.get("reached", False))
+    g.add_edge(chain[start - 1], name)
+    g.add_edge(name, after)
+
+
+def _fold_spine_rows(g: nx.DiGraph, need: int, n: int) -> bool:
+    """Fold the middle of the spine run with the most rows in its side subtrees into "⋯N", just enough to save
+    ``need`` rows (its first and last tokens stay).  False when no spine run has side rows to save."""
+    best = None
+    for chain in _chains(g):
+        if len(chain) < 3 or not g.nodes[chain[0]].get("spine"):
+            continue
+        mid = (len(chain) - 1) / 2
+        for count in range(1, len(chain) - 1):  # the shortest window round the middle that saves enough
+            start = min(max(1, round(mid - count / 2)), len(chain) - 1 - count)
+            saved = _leaves(g, chain[start]) - _leaves(g, chain[start + count])
+            if saved >= need or count == len(chain) - 2:
+                if saved > 0 and (best is None or (saved >= need, -count) > (best[0] >= need, -best[3])):
+                    best = (saved, chain, start, count)
+                break
+    if best is None:
+        return False
+    _fold_chain(g, best[1], best[2], best[3], f"s{n}")
+    return True
+
+
 def fit_rows(g: nx.DiGraph, max_rows: int) -> nx.DiGraph:
-    """Fold rejected subtrees until the tree has at most ``max_rows`` leaves (rows); the accepted path,
-    the anchor and the bonus are never folded.  First the rejected subtree that saves just enough rows
-    (else the largest), then the rejected children of the parent that has most of them."""
+    """Fold until the tree has at most ``max_rows`` leaves (rows); the accepted path, the anchor, the bonus and
+    the spine's first and last tokens are never folded, and spine tokens never go into a "+N".  In turn: the
+    rejected side subtree that saves just enough rows (else the largest), the rejected side children of the
+    parent that has most of them, then the middle of the spine with what hangs off it (``_fold_spine_rows``)."""
     g = g.copy()
     n = 0
     while _leaves(g, 0) > max_rows:
         need = _leaves(g, 0) - max_rows
-        off = [v for v in g if not g.nodes[v]["accepted"] and g.nodes[v]["kind"] != "group" and _leaves(g, v) > 1]
+        side = lambda v: not g.nodes[v]["accepted"] and not g.nodes[v].get("spine")  # noqa: E731
+        off = [v for v in g if side(v) and g.nodes[v]["kind"] not in ("group", "run") and _leaves(g, v) > 1]
         if off:
             enough = [v for v in off if _leaves(g, v) - 1 >= need]
             v = min(enough, key=lambda v: (_leaves(g, v), str(v))) if enough else \
                 max(off, key=lambda v: (_leaves(g, v), str(v)))
             _fold(g, next(g.predecessors(v)), [v], f"c{n}", "group")
         else:
-            parents = [p for p in g if sum(not g.nodes[c]["accepted"] for c in g.successors(p)) >= 2]
-            if not parents:
+            parents = [p for p in g if sum(side(c) for c in g.successors(p)) >= 2]
+            if parents:
+                p = max(parents, key=lambda p: (sum(side(c) for c in g.successors(p)), str(p)))
+                kids = sorted((c for c in g.successors(p) if side(c)), key=lambda c: g.nodes[c]["rank"])
+                _fold(g, p, kids, f"c{n}", "group")
+            elif not _fold_spine_rows(g, need, n):
                 break
-            p = max(parents, key=lambda p: (sum(not g.nodes[c]["accepted"] for c in g.successors(p)), str(p)))
-            kids = sorted((c for c in g.successors(p) if not g.nodes[c]["accepted"]), key=lambda c: g.nodes[c]["rank"])
-            _fold(g, p, kids, f"c{n}", "group")
         n += 1
     return g
 
@@ -141,44 +220,19 @@ def _columns(g: nx.DiGraph) -> dict:
 
 
 def fit_columns(g: nx.DiGraph, max_cols: int) -> nx.DiGraph:
-    """Fold the middle of the longest straight chain (nodes with one child each, all accepted or all
-    rejected) into one "⋯N" node until the tree spans at most ``max_cols`` columns."""
+    """Fold the middle of the longest chain (``_chains``: all accepted or all rejected; a spine run takes the
+    side subtrees hanging off its middle with it) into one "⋯N" node until the tree spans at most ``max_cols``
+    columns."""
     g = g.copy()
     n = 0
     while max(_columns(g).values()) + 1 > max_cols:
         need = max(_columns(g).values()) + 1 - max_cols
-        best = []
-        for v in g:
-            d = g.nodes[v]
-            if d["kind"] != "node" or v == 0:
-                continue
-            parent = next(g.predecessors(v))
-            if g.out_degree(parent) == 1 and g.nodes[parent]["kind"] == "node" and parent != 0 \
-                    and g.nodes[parent]["accepted"] == d["accepted"]:
-                continue  # not the start of a chain
-            chain = [v]
-            while g.out_degree(chain[-1]) == 1:
-                nxt = next(g.successors(chain[-1]))
-                if g.nodes[nxt]["kind"] != "node" or g.nodes[nxt]["accepted"] != d["accepted"]:
-                    break
-                chain.append(nxt)
-            if len(chain) > len(best):
-                best = chain
+        best = max(_chains(g), key=len, default=[])
         if len(best) < 4:  # keep a chain's first and last token; folding fewer than 2 saves nothing
             break
         fold = min(need + 1, len(best) - 2)  # nodes replaced by one: saves fold - 1 columns
         start = max(1, (len(best) - fold) // 2)  # the middle of the chain: its first and last tokens stay
-        middle = best[start: start + fold]
-        last = middle[-1]
-        after = next(g.successors(last))
-        data = [g.nodes[m] for m in middle]
-        first = data[0]
-        g.remove_nodes_from(middle)
-        g.add_node(f"r{n}", kind="run", token=None, source=first["source"], depth=first["depth"], score=None,
-                   est=None, greedy=None, wanted=None, accepted=first["accepted"], rank=first["rank"], members=data,
-                   ghost=False)
-        g.add_edge(best[start - 1], f"r{n}")
-        g.add_edge(f"r{n}", after)
+        _fold_chain(g, best, start, fold, f"r{n}")
         n += 1
     return g
 
@@ -223,9 +277,18 @@ def _text_width(label: str) -> float:
 def default_title(trace: CycleTrace) -> str:
     """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
     a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not)
-    and the node budget, e.g. "· confidence 0.90, chain 20 → 34 tokens, budget 96"."""
-    return (f"cycle {trace.index} · {trace.mode} · {len(trace.tree)} nodes · "
-            f"{len(trace.new_tokens)} tokens ({trace.path_category}){_shape_note(trace)}")
+    and the node budget, e.g. "· confidence 0.90, chain 20 → 34 tokens, budget 96".  When EOS or max new
+    tokens cut the accepted path, the title says how many of its tokens were kept."""
+    n = len(trace.new_tokens)
+    cut = (f", cut at {n} of {len(trace.accepted) + 1} by EOS / max new tokens"
+           if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
+    return (f"cycle {trace.index} · {trace.mode} · {_count(len(trace.tree), 'node')} · "
+            f"{_count(n, 'token')} ({trace.path_category}{cut}){_shape_note(trace)}")
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 token', '2 tokens'."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _shape_note(trace: CycleTrace) -> str:
@@ -271,18 +334,18 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     chars = max(1, min(MAX_LABEL_CHARS, int((px_per_col - MARKER_PX - 10) / CHAR_PX)))
     visible = _stage_nodes(g, stage)
     labels = {v: _label(g.nodes[v], token_text, chars, stage) for v in visible}
-    ends = {}  # per column: where the longest label ends (data units); edges start there
+    own = {v: (MARKER_PX / 2 + 4 + _text_width(labels[v])) / px_per_col for v in visible}  # label ends (data units)
+    ends = {}  # per column: where its longest label ends; an edge runs level to there before it turns
     for v in visible:
-        x = pos[v][0]
-        ends[x] = max(ends.get(x, 0.0), (MARKER_PX / 2 + 4 + _text_width(labels[v])) / px_per_col)
+        ends[pos[v][0]] = max(ends.get(pos[v][0], 0.0), own[v])
     fig = go.Figure()
-    _add_edges(fig, g, pos, visible, ends, stage, px_per_col)
+    _add_edges(fig, g, pos, visible, (own, ends), stage, px_per_col)
     walked = stage in (None, "walk", "bonus")
-    for src, (color, label) in SOURCE_STYLE.items():
+    for src, (color, label) in SOURCE_STYLE.items():  # a folded chain ("⋯N") keeps its source's colour
         _add_nodes(fig, g, pos, visible, labels, token_text, walked,
-                   lambda d, s=src: d["kind"] in ("node", "ghost") and d["source"] is s, color, label)
-    _add_nodes(fig, g, pos, visible, labels, token_text, walked, lambda d: d["kind"] in ("group", "run"),
-               GROUP_COLOR, "folded nodes (+N / ⋯N)", symbol="square")
+                   lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color, label)
+    _add_nodes(fig, g, pos, visible, labels, token_text, walked, lambda d: d["kind"] == "group",
+               GROUP_COLOR, "folded rejected nodes (+N)")
     _add_nodes(fig, g, pos, visible, labels, token_text, walked, lambda d: d["kind"] == "bonus", BONUS_COLOR,
                "bonus token", symbol="star")
     _add_legend_marks(fig)
@@ -317,9 +380,12 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     return keep
 
 
-def _add_edges(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, ends: dict, stage: str | None,
-               px_per_col: float) -> None:
+def _add_edges(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, label_ends: tuple[dict, dict],
+               stage: str | None, px_per_col: float) -> None:
+    """Edges, each from its parent's own label end, level to its column's longest label end, then to the child's
+    marker (``label_ends``: per node and per column, in data units right of the marker's centre)."""
     walked = stage in (None, "walk", "bonus")
+    own, ends = label_ends
     groups = {"accepted": ([], []), "other": ([], []), "ghost": ([], [])}
     for u, v in g.edges:
         if u not in visible or v not in visible:
@@ -329,9 +395,8 @@ def _add_edges(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, ends: dic
             "accepted" if walked and g.nodes[u]["accepted"] and dv["accepted"] else "other")
         xs, ys = groups[kind]
         (x0, y0), (x1, y1) = pos[u], pos[v]
-        start = x0 + ends[x0]
-        xs += [start, x1 - (MARKER_PX / 2 + 2) / px_per_col, None]  # from after the labels to the marker
-        ys += [y0, y1, None]
+        xs += [x0 + own[u], x0 + ends[x0], x1 - (MARKER_PX / 2 + 2) / px_per_col, None]
+        ys += [y0, y0, y1, None]
     style = {"accepted": dict(color=ACCEPT_COLOR, width=5), "other": dict(color=EDGE_COLOR, width=1.5),
              "ghost": dict(color=EDGE_COLOR, width=1.5, dash="dot")}
     for kind, (xs, ys) in groups.items():
@@ -353,8 +418,9 @@ def _add_legend_marks(fig: go.Figure) -> None:
 
 def _add_nodes(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, labels: dict, token_text, walked: bool,
                keep, color: str, label: str, symbol: str = "circle") -> None:
+    """One trace of the nodes ``keep`` selects; folded nodes ("+N", "⋯N") are squares."""
     nodes = [v for v, d in g.nodes(data=True) if v in visible and keep(d)]
-    xs, ys, texts, hovers, opacity, lines = [], [], [], [], [], []
+    xs, ys, texts, hovers, opacity, lines, symbols = [], [], [], [], [], [], []
     for v in nodes:
         d = g.nodes[v]
         xs.append(pos[v][0])
@@ -363,17 +429,21 @@ def _add_nodes(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, labels: d
         hovers.append(_hover(d, token_text, walked))
         ghost = d["kind"] == "ghost" or d.get("ghost")
         opacity.append(1.0 if d["accepted"] or not walked else (0.25 if ghost else 0.45))
-        lines.append(3 if walked and d["accepted"] and d["kind"] == "node" else 0)
+        lines.append(3 if walked and d["accepted"] and d["kind"] in ("node", "run") else 0)
+        symbols.append("square" if d["kind"] in ("group", "run") else symbol)
     fig.add_trace(go.Scatter(
         x=xs or [None], y=ys or [None], mode="markers+text", name=label, text=texts, textposition="middle right",
         textfont=dict(size=LABEL_PX, family="DejaVu Sans Mono, Menlo, Consolas, monospace"),
         hovertext=hovers, hoverinfo="text",
-        marker=dict(color=color, size=MARKER_PX, symbol=symbol, opacity=opacity or 1.0,
+        marker=dict(color=color, size=MARKER_PX, symbol=symbols or symbol, opacity=opacity or 1.0,
                     line=dict(color=ACCEPT_COLOR, width=lines or 0)),
     ))
 
 
 def _hover(d: dict, token_text, walked: bool = True) -> str:
+    """A node's hover text: its token, source, depth, scores and what the walk made of it.  Only a node the walk
+    reached (the anchor's child, or an accepted node's) says what the model wanted at its place; a node under a
+    rejected parent was never compared, and a GT ghost was never verified at all."""
     q = lambda t: visible_token(token_text(t))  # noqa: E731
     if d["kind"] == "bonus":
         return f"<b>{q(d['token'])}</b><br>bonus token: the target's greedy token after the accepted path"
@@ -381,18 +451,28 @@ def _hover(d: dict, token_text, walked: bool = True) -> str:
         members = d["members"]
         shown = " ".join(q(m["token"]) for m in members[:12]) + (" …" if len(members) > 12 else "")
         if d["kind"] == "run":
-            what = "accepted tokens in a row" if d["accepted"] else "rejected draft tokens in a row"
+            src = SOURCE_STYLE[d["source"]][1] if d["source"] in SOURCE_STYLE else "draft"
+            what = f"{src} tokens in a row, " + ("accepted" if d["accepted"] else "rejected")
+            sides = d.get("sides") or ()
+            if sides:
+                what += f" (and {len(sides)} side node{'s' * (len(sides) != 1)} hanging off them)"
         else:
             what = "GT-pruned candidates" if d["ghost"] else "rejected nodes (with their subtrees)"
         return f"<b>{len(members)} {what}</b>, folded to fit the screen<br>{shown}"
     src = SOURCE_STYLE[d["source"]][1]
-    status = "ghost (removed by the GT principle, never verified)" if d["kind"] == "ghost" else (
-        "accepted" if d["accepted"] else "rejected") if walked else "not yet verified"
     lines = [f"<b>{q(d['token'])}</b>", f"source: {src}", f"depth: {d['depth']}", f"draft score: {d['score']:.3f}",
-             f"est. acceptance: {d['est']:.3f}", f"status: {status}"]
-    if d["wanted"] is not None and walked:
-        lines.append("the model wanted this token here" if d["wanted"] == d["token"] else
-                     f"the model wanted here: {q(d['wanted'])}")
+             f"est. acceptance: {d['est']:.3f}"]
+    if d["kind"] == "ghost":
+        lines.append("status: pruned by GT, never verified")
+    elif not walked:
+        lines.append("status: not yet verified")
+    elif d["accepted"]:
+        lines.append("status: accepted")
+    elif not d.get("reached", True):
+        lines.append("status: not reached: its parent was rejected")
+    else:
+        lines.append("status: rejected" + (f": the model wanted {q(d['wanted'])} here" if d["wanted"] is not None
+                                            else ""))
     if d["greedy"] is not None and walked and d["accepted"]:
         lines.append(f"the model's next token after it: {q(d['greedy'])}")
     return "<br>".join(lines)

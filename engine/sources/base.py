@@ -35,7 +35,9 @@ class SourceInfo:
     """What the page, the figures, the tables and the tree builder know of a source.
 
     ``short`` names its tokens in the coloured output and in tables ("PLD"); ``label`` names its nodes in
-    the legend and the page's toggles ("PLD spine"); ``blurb`` says where its tokens come from.
+    the legend and the page's toggles ("PLD spine"); ``blurb`` says where its tokens come from.  The colours
+    are from Okabe & Ito's colour-blind-safe set; a new source picks a pair that tests/test_viz.py's contrast
+    check (every pair apart under protanopia, deuteranopia and tritanopia) still passes.
     """
 
     source: Source
@@ -44,6 +46,7 @@ class SourceInfo:
     colour: str  # node colour (CSS hex)
     role: Role
     blurb: str
+    tint: str  # background of its tokens in the coloured output (CSS hex; dark text stays legible on it)
 
     @property
     def name(self) -> str:

@@ -23,8 +23,9 @@ class PldSource:
     rarely reached, start from what the spine achieves instead of 0.5 (docs/results.md, "GT principle").
     """
 
-    info = SourceInfo(Source.PLD, "PLD spine", "PLD", "#2563eb", Role.SPINE,
-                      "copied from an earlier n-gram match in the prompt or the output (prompt lookup)")
+    info = SourceInfo(Source.PLD, "PLD spine", "PLD", "#0072B2", Role.SPINE,
+                      "copied from an earlier n-gram match in the prompt or the output (prompt lookup)",
+                      tint="#b2d5e8")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

@@ -20,8 +20,9 @@ class PtdSource:
     keeps its best nodes), with T's rows to ride along; nothing below other nodes.  A candidate's estimate
     is the per-depth PTD acceptance rate, Beta(1, 1) prior."""
 
-    info = SourceInfo(Source.PTD, "PTD perturbation", "PTD", "#10b981", Role.POOL,
-                      "a candidate from the pool progressive tree drafting grows in the forward's extra rows")
+    info = SourceInfo(Source.PTD, "PTD perturbation", "PTD", "#009E73", Role.POOL,
+                      "a candidate from the pool progressive tree drafting grows in the forward's extra rows",
+                      tint="#1aa881")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

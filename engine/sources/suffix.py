@@ -174,9 +174,10 @@ class SuffixSource:
     checked).  ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not frequencies.
     """
 
-    info = SourceInfo(Source.SUFFIX, "Suffix tree", "Suffix", "#db2777", Role.SPINE,
+    info = SourceInfo(Source.SUFFIX, "Suffix tree", "Suffix", "#CC79A7", Role.SPINE,
                       "the most frequent continuations of the longest suffix match, over the prompt, the output "
-                      "and this visitor's earlier outputs (SuffixDecoding)")
+                      "and this visitor's earlier outputs (SuffixDecoding)",
+                      tint="#d48db4")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

@@ -23,8 +23,9 @@ class TrSource:
     (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent was accepted.
     """
 
-    info = SourceInfo(Source.TR, "TR branch", "TR", "#f59e0b", Role.BRANCH,
-                      "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)")
+    info = SourceInfo(Source.TR, "TR branch", "TR", "#E69F00", Role.BRANCH,
+                      "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)",
+                      tint="#e8a91a")
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         self.top_k = cfg.top_k
