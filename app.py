@@ -45,7 +45,7 @@ import plotly.graph_objects as go
 import torch
 
 from engine.config import METHODS, ConfigError, DecodeConfig
-from engine.cost import cached_cost_curve, curve_key, measure_cost_curve
+from engine.cost import CostCurveError, cached_cost_curve, curve_key, load_cost_curve, measure_cost_curve
 from engine.decode import SpecDecoder
 from engine.generate import command_line
 from engine.loading import (
@@ -63,7 +63,7 @@ from engine.loading import (
 from engine.lossless import attribute
 from engine.metrics import summarize
 from engine.models import DEMO_NAMES, NAMED, SMOLLM2
-from engine.page_settings import PageSettings
+from engine.page_settings import RANGES, PageSettings
 from engine.race import Pacer, Race
 from engine.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
 from engine.sources import REGISTRY, SourceMemory
@@ -211,6 +211,17 @@ CSS = """
   justify-content: center; width: 100vw; height: 100vh}
 #draft-tree:fullscreen .js-plotly-plot {width: var(--tree-w) !important; flex: none;
   transform: scale(var(--tree-zoom, 1)); transform-origin: center center}
+#settings label {padding-right: 2.6em}
+/* phones and narrow windows: the columns dissolve so the tree comes right after Generate (prompt, run views,
+   then the settings and the rest), and the tree keeps the width its labels were fitted to, scrolling sideways */
+@media (max-width: 820px) {
+  #main-row {flex-direction: column !important; flex-wrap: nowrap !important}
+  #main-row > #left-column, #main-row > #right-column {display: contents}
+  #prompt-block {order: 1} #run-block {order: 2} #settings-block {order: 3} #more-block {order: 4}
+  #prompt-block, #run-block, #settings-block, #more-block {width: 100%; min-width: 0}
+  #draft-tree {overflow-x: auto}
+  #draft-tree .js-plotly-plot, #draft-tree .plot-container {min-width: 880px}
+}
 """
 TOGGLE_DARK = "() => { document.body.classList.toggle('dark'); }"
 #: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
@@ -371,19 +382,33 @@ def ar_key(models: ModelRegistry, lm: LoadedModel, ids: list[int], config: Decod
     return (*models.key_of(lm), tuple(ids), int(config.max_new_tokens), bool(config.sampling))
 
 
-def stats_line(summary, trace, run: Run, cost: str = "") -> str:
-    """The line above the tree: the run's numbers (tokens by source, from ``REGISTRY``) and the cycle's, then
-    ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own."""
+def stats_line(summary, run: Run, cost: str = "") -> str:
+    """The line above the tree: the run's totals so far (tokens by source, from ``REGISTRY``), labelled as such,
+    then ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own.  The cycle on
+    screen is described under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
-    rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
-    ratio = f"{trace.spine_ratio:.2f}" if trace.spine_ratio is not None else "–"
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
-    return (f"**τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · {summary.cycles} cycles · "
-            f"{summary.new_tokens} tokens — by source: {by_source} · bonus {src.get('bonus', 0)} · "
-            f"cycle {trace.index}: {trace.mode}, {len(trace.tree)} nodes{rows}, "
-            f"{len(trace.new_tokens)} tokens, r = {ratio}, "
-            f"{gt_words(run.config.get('gt_threshold'), trace)}{sent}" + (f"  \n{cost}" if cost else ""))
+    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · "
+            f"{_count(summary.new_tokens, 'token')} in {summary.forwards} forwards (the prefill and "
+            f"{_count(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
+            f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))
+
+
+def cycle_line(trace, run: Run) -> str:
+    """The cycle on screen in one line, e.g. "**Cycle 20 of 60** · tree · 12 nodes · 3 tokens · r = 0.91 · GT:
+    auto, n* = 12 of 60 nodes" (cycle 0 is the prefill; numbers rounded for people)."""
+    last = len(run.traces) - 1
+    rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
+    ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""
+    gt = gt_words(run.config.get("gt_threshold"), trace) if trace.mode != "prefill" else ""
+    return (f"**Cycle {trace.index} of {last}** · {trace.mode} · {_count(len(trace.tree), 'node')}{rows} · "
+            f"{_count(len(trace.new_tokens), 'token')}{ratio}" + (f" · {gt}" if gt else ""))
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 token', '2 tokens'."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def token_text(run: Run, lm: LoadedModel | None):
@@ -391,27 +416,23 @@ def token_text(run: Run, lm: LoadedModel | None):
     return run.text_of(None if lm is None else lambda i: lm.tokenizer.decode([i]))
 
 
-def numbers(run: Run, trace, curve=None, speedup: Speedup | None = None) -> dict:
-    """The big numbers (τ, the speedup over AR, tokens/s) and the stats line of ``run`` up to ``trace``, with τ
-    tied to ``curve`` (the cost curve the run read; None: no sentence)."""
-    traces = run.traces[: trace.index + 1]  # traces[k].index == k
-    summary = summarize(traces)
-    steps = ar_steps_per_forward(traces, curve)
+def numbers(run: Run, curve=None, speedup: Speedup | None = None) -> dict:
+    """The big numbers (τ, the speedup over AR, tokens/s) and the stats line: ``run``'s totals so far, with τ tied
+    to ``curve`` (the cost curve the run read; None: no sentence)."""
+    summary = summarize(run.traces)
+    steps = ar_steps_per_forward(run.traces, curve)
     cost = cost_sentence(summary.tau, steps, speedup.value if speedup is not None else None)
-    return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, trace, run, cost)}
+    return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, run, cost)}
 
 
-def views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing(), curve=None,
-          speedup: Speedup | None = None) -> dict:
-    """The tree, big numbers, stats line, explanation and theory panel of ``trace`` within ``run`` (the numbers:
-    ``numbers``, up to ``trace``'s cycle)."""
+def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing()) -> dict:
+    """What describes the cycle on screen: its tree, its line and sentence (``explain``) and the theory panel
+    (the run's measured rates beside the bound for this cycle's shape)."""
     text = token_text(run, lm)
-    summary = summarize(run.traces[: trace.index + 1])
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
-            **numbers(run, trace, curve, speedup),
-            "explain": explain_cycle(trace, text),
-            "theory": theory_panel(summary, trace, int(run.config.get("budget", INITIAL.budget)),
+            "explain": f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}",
+            "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
                                    int(run.config.get("max_depth", INITIAL.depth)))}
 
 
@@ -439,10 +460,23 @@ def _problem(message: str, where: str = "stats") -> dict:
     return {where: f"⚠️ {message}"}
 
 
+def keep_in_range(value, *, name: str, cap: int | None = None) -> float | None:
+    """A number typed into a settings box (``name``, a ``RANGES`` field) outside the page's range (``cap``: the
+    page's max new tokens): the nearest bound, which goes back into the box at once, with a sentence saying so in a
+    toast (not gradio's red "Error" toast, after which the box kept the typed number while its slider showed the
+    bound); None when it is inside."""
+    if value is None:
+        return None
+    inside, notes = PageSettings(auto_r=False, auto_c=False, **{name: value}).clamped(cap)
+    for note in notes:
+        gr.Warning(note)
+    return getattr(inside, name) if notes else None
+
+
 # ---------------------------------------------------------------- Generate
 
 GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
-                "ar_clock", "lesson")
+                "ar_clock", "lesson", "prompt_format")
 
 
 class Throttle:
@@ -477,7 +511,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     ``pace`` pauses that many seconds after each cycle (slow motion); Stop (``session.control``) ends the
     run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
     Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
-    message in ``stats``.
+    message in ``stats``.  When the model has no chat template, the prompt format shown is set to what the
+    prompt really went through.
 
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
@@ -495,10 +530,12 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
                               memory=session.memory)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
-                  config=decoder.config.to_dict())
+                  config=decoder.config.to_dict(),
+                  cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
         text = token_text(run, lm)
-        command = command_line(decoder.config, model=lm.name, prompt_format=run.prompt_format,
-                               cost_curve=decoder.cost_curve)
+        command = run_command(run)
+        if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
+            yield {"prompt_format": run.prompt_format}
         curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
@@ -528,11 +565,11 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
             speedup = Speedup(None, "not measured: the run was stopped")
         else:
             if known is None:
-                yield numbers(run, trace, curve, MEASURING)
+                yield numbers(run, curve, MEASURING)
                 known = time_ar(lm, ids, config, curve, control)
             speedup = Speedup.of(run.traces, known) if known is not None else Speedup(None, "not measured: stopped")
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
-        yield {**numbers(run, trace, curve, speedup), "run": run, "command": command, "ar_clock": clock,
+        yield {**numbers(run, curve, speedup), "run": run, "command": command, "ar_clock": clock,
                "lesson": what_is_it(curve)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
@@ -544,8 +581,9 @@ def _frame(run: Run, trace, lm: LoadedModel, drawing: Drawing, command: str, hea
     frame = {"output": list(run.segments), "run": run, "command": command,
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=trace.index)}
     if heavy:
-        return {**frame, **views(run, trace, lm, drawing, curve, speedup), "speed_plot": speed_figure(run.traces)}
-    return {**frame, **numbers(run, trace, curve, speedup)}
+        return {**frame, **cycle_views(run, trace, lm, drawing), **numbers(run, curve, speedup),
+                "speed_plot": speed_figure(run.traces)}
+    return {**frame, **numbers(run, curve, speedup)}
 
 
 def time_ar(lm: LoadedModel, ids: list[int], config: DecodeConfig, curve, control: dict) -> ArTiming | None:
@@ -567,13 +605,13 @@ CYCLE_OUT = ("scrubber", "tree_plot", "explain", "theory", "output")
 
 def show_cycle(run: Run | None, scrubber, drawing: Drawing = Drawing(), model_key=None, step: int = 0, *,
                models: ModelRegistry) -> dict:
-    """Scrubber: recorded cycle ``scrubber + step`` (clamped): its tree, explanation, theory and the output
-    with its tokens marked (``CYCLE_OUT``)."""
+    """Scrubber: recorded cycle ``scrubber + step`` (clamped): its tree, line and sentence, the theory panel's
+    bound for its shape, and the output with its tokens marked (``CYCLE_OUT``).  The big numbers and the stats
+    line stay: they are the run's totals and say so."""
     if not run or not run.traces:
         return {"explain": "Generate first: the scrubber steps through the cycles of the last run."}
     k = max(0, min(int(scrubber or 0) + int(step), len(run.traces) - 1))
-    shown = views(run, run.traces[k], models.get(model_key), drawing)
-    return {"scrubber": k, "tree_plot": shown["tree_plot"], "explain": shown["explain"], "theory": shown["theory"],
+    return {"scrubber": k, **cycle_views(run, run.traces[k], models.get(model_key), drawing),
             "output": marked_output(run, k)}
 
 
@@ -622,7 +660,7 @@ def request_stop(control: dict) -> None:
 
 # ---------------------------------------------------------------- trace files
 
-IMPORT_OUT = (*GENERATE_OUT, "import_file", "prompt", "prompt_format")
+IMPORT_OUT = (*GENERATE_OUT, "import_file", "prompt", "prompt_format", "header")
 
 
 def export_trace(run: Run | None, model_key=None, *, models: ModelRegistry) -> dict:
@@ -636,11 +674,12 @@ def export_trace(run: Run | None, model_key=None, *, models: ModelRegistry) -> d
     return {"export_file": str(path)}
 
 
-def import_trace(import_file, drawing: Drawing = Drawing()) -> dict:
+def import_trace(import_file, drawing: Drawing = Drawing(), model_key=None, *, models: ModelRegistry) -> dict:
     """Replay an exported trace with no model run (``IMPORT_OUT``); a bad file leaves the current run as it is.
 
     Shows the run's own numbers (every cycle summarised), its last cycle, its prompt, prompt format and the
-    command that reproduces it; clears the import box."""
+    command that reproduces it (with the cost curve it read, when the file says); the header says an imported
+    run of which model is on screen; clears the import box."""
     if not import_file:
         return {}
     try:
@@ -652,18 +691,27 @@ def import_trace(import_file, drawing: Drawing = Drawing()) -> dict:
     text = token_text(run, None)
     run.segments = [seg for t in run.traces for seg in cycle_segments(t, text)]
     last = run.traces[-1]
-    frame = views(run, last, None, drawing, speedup=Speedup(None, "an imported run: AR not timed here"))
-    frame["stats"] = f"Imported trace of `{run.model}` ({len(run.traces)} cycles), replayed with no model: " + \
-        frame["stats"]
-    try:
-        frame["command"] = command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto")
-    except (ConfigError, TypeError, ValueError) as exc:
-        frame["command"] = f"(the trace's settings do not make a valid config here: {exc})"
+    frame = {**cycle_views(run, last, None, drawing),
+             **numbers(run, speedup=Speedup(None, "an imported run: AR not timed here"))}
+    frame["stats"] = f"Imported trace of `{run.model}`, replayed with no model. " + frame["stats"]
+    frame["command"] = run_command(run)
     if run.prompt_format in FORMAT_NAMES:
         frame["prompt_format"] = run.prompt_format
     return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index), "import_file": None,
-            "prompt": run.prompt}
+            "prompt": run.prompt, "header": header_text(models.get(model_key), shown=run.model)}
+
+
+def run_command(run: Run) -> str:
+    """The command that reproduces ``run`` (``engine.generate.command_line``): its config, prompt format, the
+    prompt itself (so it needs no other file) and the cost curve it read; or why its settings do not make a
+    config here (a trace from another version)."""
+    try:
+        curve = load_cost_curve(run.cost_curve) if run.cost_curve else None
+        return command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto",
+                            cost_curve=curve, prompt=run.prompt)
+    except (ConfigError, CostCurveError, TypeError, ValueError) as exc:
+        return f"(the trace's settings do not make a valid config here: {exc})"
 
 
 # ---------------------------------------------------------------- models and the server
@@ -713,7 +761,8 @@ class PageOptions:
 def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegistry,
                      options: PageOptions = PageOptions()) -> Iterator[dict]:
     """Model picker: yields progress lines (``model_status``: a named model's fetch and conversion step by
-    step), then the new model's key (``model_key``); on failure keeps the current model.  An empty name means
+    step), then the new model's key (``model_key``), the header naming it and, for a model without a chat
+    template, the prompt format its prompts really get (raw); on failure keeps the current model.  An empty name means
     the page's default model.  In public mode a model outside the allowlist is refused before anything is
     looked up."""
     current = models.get(model_key)
@@ -750,7 +799,8 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         return
     lm = result["lm"]
     yield {"model_status": f"✅ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
-           "model_key": list(models.key_of(lm))}
+           "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
+           **({} if lm.has_chat_template else {"prompt_format": "raw"})}
 
 
 def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) -> str | None:
@@ -818,7 +868,9 @@ def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
 def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
     lm = models.get(model_key)
-    return {"cost_plot": cost_figure(session_curve(curve, lm) or cached_cost_curve(lm.model), int(budget))}
+    low, high, _ = RANGES["budget"]
+    return {"cost_plot": cost_figure(session_curve(curve, lm) or cached_cost_curve(lm.model),
+                                     int(min(max(float(budget or low), low), high)))}
 
 
 # ---------------------------------------------------------------- Race
@@ -970,6 +1022,12 @@ class RunBoard:
 
 # ---------------------------------------------------------------- the page's layout
 
+def _slider(name: str, value, step, label: str, high=None, **kwargs) -> gr.Slider:
+    """The slider of ``RANGES[name]`` (``high`` lowers its maximum, e.g. public mode's max new tokens)."""
+    low, top, _ = RANGES[name]
+    return gr.Slider(low, top if high is None else min(top, high), value=value, step=step, label=label, **kwargs)
+
+
 def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptions()) -> gr.Blocks:
     """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
 
@@ -986,14 +1044,20 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         page.ar_clock = gr.State(None)  # this visitor's AR timings per (model, prompt, max new tokens): the speedup
         page.memory = gr.State(SourceMemory())  # what draft sources keep across this visitor's runs (deep-copied
         # per session: never shared between visitors)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=300):
-                _prompt_inputs(page, start_preset(first), cached_cost_curve(first.model))
-                _settings_inputs(page, options)
-                _model_and_trace_files(page, first, options)
-            with gr.Column(scale=3):
-                _run_views(page)
-                _race_and_cost_views(page, first)
+        with gr.Row(elem_id="main-row"):  # on a phone: prompt, run views, settings, the rest (CSS)
+            with gr.Column(scale=1, min_width=300, elem_id="left-column"):
+                preset = start_preset(first)
+                with gr.Column(elem_id="prompt-block"):
+                    _prompt_inputs(page, preset)
+                with gr.Column(elem_id="settings-block"):
+                    _lesson_and_presets(page, preset, cached_cost_curve(first.model))
+                    _settings_inputs(page, options)
+                    _model_and_trace_files(page, first, options)
+            with gr.Column(scale=3, elem_id="right-column"):
+                with gr.Column(elem_id="run-block"):
+                    _run_views(page)
+                with gr.Column(elem_id="more-block"):
+                    _race_and_cost_views(page, first)
         _wire_runs(page, models)
         _wire_cycles(page, models)
         _wire_settings_and_models(page, models, options)
@@ -1009,25 +1073,32 @@ def dtype_words(lm: LoadedModel) -> str:
         else ""
 
 
-def header_text(lm: LoadedModel, notice: str | None = None) -> str:
-    """The page's header (Markdown): the model, its precision and why (``dtype_words``), and a notice."""
+def header_text(lm: LoadedModel, notice: str | None = None, shown: str | None = None) -> str:
+    """The page's header (Markdown): the visitor's model, its precision and why (``dtype_words``), a notice, and
+    (``shown``) the model of an imported run on screen when it is another one."""
     why = dtype_words(lm)
+    other = f" · on screen: an imported run of `{shown}`" if shown and shown != lm.name else ""
     return (f"**goose-lens** — speculative decoding, one draft tree per cycle · model **{lm.describe()}**"
-            + (f" · {why}" if why else "") + (f"\n\n{notice}" if notice else ""))
+            + (f" · {why}" if why else "") + other + (f"\n\n{notice}" if notice else ""))
 
 
 def _header(page: Page, first: LoadedModel, notice: str | None) -> None:
     with gr.Row(equal_height=True):
-        gr.Markdown(header_text(first, notice), elem_id="page-header")
+        page.header = gr.Markdown(header_text(first, notice), elem_id="page-header")
         page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
 
 
-def _prompt_inputs(page: Page, preset: dict, lesson_curve=None) -> None:
+def _prompt_inputs(page: Page, preset: dict) -> None:
+    """The prompt box (holding ``preset``'s prompt, so the first click works), Generate and Stop."""
     page.prompt = gr.Textbox(preset["prompt"], label="Prompt", lines=5, max_lines=8,
                              placeholder="Type a prompt or pick a preset")
     with gr.Row():
         page.go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
         page.stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
+
+
+def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None) -> None:
+    """The preset picker (the prompt box starts with ``preset``), the prompt format and the first lesson."""
     page.preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset["label"])
     page.prompt_format = gr.Radio(PROMPT_FORMATS, value=preset["format"], elem_id="prompt-format",
                                   label="Prompt format (code presets are raw completions; chat presets go through "
@@ -1042,34 +1113,35 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
     with gr.Accordion("Method and tree shape", open=False):
         page.method = gr.Dropdown(METHOD_CHOICES, value=s.method, label="Method")
         page.sources = gr.CheckboxGroup(SOURCE_CHOICES, value=list(s.sources), label="Draft sources (Goose, Iso)")
-        page.budget = gr.Slider(1, 128, value=s.budget, step=1, label="Node budget B (anchor included)")
+        page.budget = _slider("budget", s.budget, 1, "Node budget B (anchor included)")
         page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")
-        page.spine_ratio = gr.Slider(0.05, 0.95, value=s.spine_ratio, step=0.05, interactive=not s.auto_r,
-                                     label="Spine ratio r (untick adaptive to set it)")
-        page.depth = gr.Slider(1, 16, value=s.depth, step=1, label="Max depth D of the TR branches (the PLD spine "
-                               "and bypass chains are not bounded by D)")
+        page.spine_ratio = _slider("spine_ratio", s.spine_ratio, 0.05, "Spine ratio r (untick adaptive to set it)",
+                                   interactive=not s.auto_r)
+        page.depth = _slider("depth", s.depth, 1, "Max depth D of the TR branches (the PLD spine and bypass chains "
+                             "are not bounded by D)")
         page.bypass = gr.Checkbox(value=s.bypass, label="Bypass: verify the bare PLD chain when the anchor has no "
                                   "TR entry (chains are not bounded by D)")
         page.auto_c = gr.Checkbox(value=s.auto_c, label="GT principle auto: the speedup-optimal tree size from the "
                                   "measured cost curve")
-        page.gt_threshold = gr.Slider(0.0, 0.5, value=s.gt_threshold, step=0.01, interactive=not s.auto_c,
-                                      label="GT threshold c (untick auto to set it; 0 = no pruning)")
+        page.gt_threshold = _slider("gt_threshold", s.gt_threshold, 0.01,
+                                    "GT threshold c (untick auto to set it; 0 = no pruning)", interactive=not s.auto_c)
     with gr.Accordion("Run and display", open=False):
-        page.max_new_tokens = gr.Slider(1, options.max_new_tokens, value=s.max_new_tokens, step=1,
-                                        label="Max new tokens")
+        page.max_new_tokens = _slider("max_new_tokens", s.max_new_tokens, 1, "Max new tokens",
+                                      high=options.max_new_tokens)
         page.pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
         page.show_ghosts = gr.Checkbox(value=Drawing.show_ghosts, label="Show GT-pruned candidates as ghosts")
         page.show_all = gr.Checkbox(value=Drawing.show_all, label="Draw every node (no +N / ⋯N folding; the tree "
                                     "grows taller than the screen)")
     with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
-        page.temperature = gr.Slider(0.0, 2.0, value=s.temperature, step=0.05, label="Temperature")
-        page.top_p = gr.Slider(0.05, 1.0, value=s.top_p, step=0.05, label="Top-p")
-        page.top_k = gr.Slider(0, 100, value=s.top_k, step=1, label="Top-k (0 = off)")
+        page.temperature = _slider("temperature", s.temperature, 0.05, "Temperature")
+        page.top_p = _slider("top_p", s.top_p, 0.05, "Top-p")
+        page.top_k = _slider("top_k", s.top_k, 1, "Top-k (0 = off)")
         page.seed = gr.Number(s.seed, precision=0, label="Seed")
         page.verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value=s.verifier,
                                  label="Verifier")
-    page.command = gr.Textbox(label="Settings of the last run (a command that reproduces it)", lines=2,
-                              buttons=["copy"], interactive=False, elem_id="settings")
+    page.command = gr.Textbox(label="The last run as a command", lines=2, buttons=["copy"], interactive=False,
+                              elem_id="settings", info="It carries the prompt and the cost curve the run read: "
+                              "the same trees anywhere.")
 
 
 def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions) -> None:
@@ -1135,17 +1207,19 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
 # ---------------------------------------------------------------- the page's events
 
 def _wire_runs(page: Page, models: ModelRegistry) -> None:
-    """Generate, Race and Stop: the runs that hold the model (one at a time, counted by a ``RunBoard``)."""
+    """Generate, Race and Stop: the runs that hold the model (one at a time, counted by a ``RunBoard``).  While a
+    run waits in line, the words saying so stay readable: the queue's progress shows on the tree (Generate) and
+    the race's text boxes (Race), not over them."""
     board = RunBoard()
     waiting = lambda: board.waiting_words()  # noqa: E731
     model_bound = dict(around=board.wrap, concurrency_limit=1, concurrency_id="model")
     back = ("memory",) if ZERO_GPU else ()  # ZeroGPU: the worker's copy of the visitor's memory comes back
     page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
     wire(page.go_btn.click, gpu_handler(generate, models, generate_gpu_seconds), page, GENERATE_OUT + back,
-         api_name="generate", **model_bound)  # its first frame replaces it
+         api_name="generate", show_progress_on=[page.tree_plot], **model_bound)  # its first frame replaces it
     page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")
     wire(page.race_btn.click, gpu_handler(race, models, race_gpu_seconds), page, RACE_OUT + back, api_name="race",
-         **model_bound)
+         show_progress_on=[page.race_ar, page.race_spec], **model_bound)
     wire(page.stop_btn.click, request_stop, page, queue=False, api_visibility="private")
 
 
@@ -1166,7 +1240,7 @@ def _wire_cycles(page: Page, models: ModelRegistry) -> None:
          fixed={"models": models}, api_name="step_through")
     wire(page.export_btn.click, export_trace, page, ("export_file",), fixed={"models": models},
          api_visibility="private")
-    wire(page.import_file.upload, import_trace, page, IMPORT_OUT, api_name="import_trace")
+    wire(page.import_file.upload, import_trace, page, IMPORT_OUT, fixed={"models": models}, api_name="import_trace")
 
 
 def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOptions) -> None:
@@ -1174,14 +1248,26 @@ def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOp
     wire(page.preset.input, preset_fields, page, ("prompt", "prompt_format"), api_visibility="private")
     page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
     page.auto_c.input(lambda a: gr.Slider(interactive=not a), page.auto_c, page.gt_threshold, api_visibility="private")
-    wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key"),
+    wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key", "header", "prompt_format"),
          fixed={"models": models, "options": options}, api_name="load_model", concurrency_id="load",
          concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
     wire(page.remeasure.click, gpu_handler(remeasure_curve, models, REMEASURE_S), page,
          ("curve", "cost_plot", "lesson"), api_visibility="private", concurrency_id="model", concurrency_limit=1)
-    wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private")
+    # a number typed outside a slider's range: gr.Slider's own check (its preprocess) would raise a red "Error"
+    # toast while the box kept the number, so these two read the raw values (preprocess=False) and bring it back
+    wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private",
+         preprocess=False)
+    for name in RANGES:  # at once, with a sentence (queued: toasts show only from the queue; it holds no model)
+        box = page[name]
+        box.input(lambda value, n=name: _or_skip(keep_in_range(value, name=n, cap=options.max_new_tokens)), box, box,
+                  api_visibility="private", show_progress="hidden", concurrency_limit=None, preprocess=False)
     page.dark_btn.click(None, js=TOGGLE_DARK)
     page.full_btn.click(None, js=FULLSCREEN)
+
+
+def _or_skip(value):
+    """``value``, or gradio's "leave the component as it is" for None."""
+    return gr.skip() if value is None else value
 
 
 def placeholder_figure():

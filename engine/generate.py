@@ -47,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "auto (default): chat when the tokenizer has a template")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
+    add_config_options(ap)
+    ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
+    return ap
+
+
+def add_config_options(ap: argparse.ArgumentParser) -> None:
+    """The options that set ``DecodeConfig`` fields (each option's ``dest`` is its field), ``--preset`` and
+    ``--cost-curve``: the decoding settings every CLI of the engine takes alike (``engine.sweep`` too)."""
     ap.add_argument("--method", default="goose", choices=METHODS)
     ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
                     help="named configuration the other options change (paper = the Goose authors' implementation)")
@@ -73,9 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep the k most likely tokens when sampling (0 = off)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator and of PTD's initial rows")
     ap.add_argument("--verifier", default="tree", choices=VERIFIERS, help="sampling verifier for chains (tree | hsd)")
-    ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")
-    return ap
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -96,16 +102,19 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
 
 
 def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
-                 prompt_file: str = "PROMPT.txt") -> str:
+                 prompt_file: str = "PROMPT.txt", prompt: str | None = None) -> str:
     """One copyable command (``python -m engine.generate ...``) that runs ``config`` again, written from
     ``build_parser``'s own options: the options whose value differs from what leaving them out gives.
+    ``prompt`` given: the command carries it (``--prompt``, shell-quoted), so it needs no other file; else it
+    reads ``prompt_file``.
 
     ``cost_curve`` (a ``CostCurve``, the one a GT "auto" / "chord" run read) travels as ``--cost-curve`` so
     the trees are the same anywhere.  A config no command line can express (a field no option sets, or a
     preset field set back to the default) gets a trailing ``# not expressible: field=value`` comment.
     """
     parser = build_parser()
-    head = ["--model", model, "--prompt-format", prompt_format, "--prompt-file", prompt_file]
+    head = ["--model", model, "--prompt-format", prompt_format,
+            *(["--prompt", prompt] if prompt is not None else ["--prompt-file", prompt_file])]
     preset = next((name for name, changes in PRESETS.items() if changes
                    and all(getattr(config, k) == v for k, v in changes.items())), "default")
     if preset != "default":

@@ -7,7 +7,7 @@ prompt plus new tokens beyond the model's context.  No gradio here: the page (``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .config import ConfigError, DecodeConfig
@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 _DEFAULT = DecodeConfig()
+
+#: The page's range of each number a visitor sets (its slider's minimum and maximum), and its name for people.
+#: The sliders are built from these; a typed value outside is brought inside by ``PageSettings.clamped``, which
+#: says so in words (gradio's own check would raise a red "Error" toast while the box then shows its bound).
+RANGES = {"budget": (1, 128, "node budget B"), "spine_ratio": (0.05, 0.95, "spine ratio r"),
+          "depth": (1, 16, "max depth D"), "gt_threshold": (0.0, 0.5, "GT threshold c"),
+          "max_new_tokens": (1, 1024, "max new tokens"), "temperature": (0.0, 2.0, "temperature"),
+          "top_p": (0.05, 1.0, "top-p"), "top_k": (0, 100, "top-k")}
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,32 @@ class PageSettings:
     seed: Any = _DEFAULT.seed
     verifier: str = _DEFAULT.verifier
     prompt_format: str = "chat"  # "chat": through the chat template when the model has one; "raw": as is
+
+    def clamped(self, max_new_tokens: int | None = None) -> tuple[PageSettings, list[str]]:
+        """These settings with every number brought into the page's range (``RANGES``; ``max_new_tokens`` caps
+        max new tokens lower, e.g. public mode's 512), and one sentence per value that was moved, e.g. "Node
+        budget B = 500 is above this page's maximum, 128: the run uses 128."  Values that are not numbers are left
+        for ``to_config`` to refuse; r and c are left as they are while adaptive / auto."""
+        changes, notes = {}, []
+        unused = {"spine_ratio": self.auto_r, "gt_threshold": self.auto_c}  # set aside while r / c are auto
+        for name, (low, high, words) in RANGES.items():
+            if unused.get(name):
+                continue
+            if name == "max_new_tokens" and max_new_tokens is not None:
+                high = min(high, max_new_tokens)
+            value = getattr(self, name)
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            inside = min(max(number, low), high)
+            if inside != number:
+                side = "above this page's maximum" if number > high else "below this page's minimum"
+                shown = type(low)(inside)
+                changes[name] = shown
+                notes.append(f"{words[:1].upper()}{words[1:]} = {value:g} is {side}, {shown:g}: the run uses "
+                             f"{shown:g}.")
+        return replace(self, **changes), notes
 
     def to_config(self) -> DecodeConfig:
         """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""

@@ -32,6 +32,8 @@ class Run:
         segments: (text, label) of every output token, as the page colours it (filled by the page:
             labels are the figures' business).
         token_cycles: the cycle that committed each output token.
+        cost_curve: the spec of the cost curve the run's GT rule read (``CostCurve.spec``), so its command
+            reproduces its trees; None when it read none (or an older trace file did not say).
     """
 
     model: str
@@ -42,6 +44,7 @@ class Run:
     token_text: dict[int, str] | None = None
     segments: list[tuple[str, str]] = field(default_factory=list)
     token_cycles: list[int] = field(default_factory=list)
+    cost_curve: str | None = None
 
     def record(self, trace: CycleTrace, segments: list[tuple[str, str]]) -> None:
         """Append one cycle and the (text, label) segments of the tokens it committed."""
@@ -71,7 +74,7 @@ class Run:
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
         """The run as a trace file's JSON text (``trace_io.export_run``); ``token_text`` decodes its ids."""
         return export_run(model=self.model, prompt=self.prompt, config=self.config, traces=self.traces,
-                          token_text=token_text, prompt_format=self.prompt_format)
+                          token_text=token_text, prompt_format=self.prompt_format, cost_curve=self.cost_curve)
 
     @classmethod
     def from_trace_file(cls, data: bytes | str) -> Run:
@@ -82,7 +85,7 @@ class Run:
         """
         doc = load_run(data)
         run = cls(model=doc["model"], prompt=doc["prompt"], prompt_format=doc["prompt_format"], config=doc["config"],
-                  token_text=doc["token_text"])
+                  token_text=doc["token_text"], cost_curve=doc["cost_curve"])
         for trace in doc["traces"]:
             run.record(trace, [])
         return run

@@ -44,20 +44,21 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6)}
 
 
-def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace],
-               token_text: Callable[[int], str], prompt_format: str | None = None) -> str:
+def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace], token_text: Callable[[int], str],
+               prompt_format: str | None = None, cost_curve: str | None = None) -> str:
     """The run as a JSON string (schema ``goose-lens-trace``, version ``VERSION``).
 
     Args:
         model: model id (never a machine path).  prompt: the prompt text.  config: ``DecodeConfig.to_dict()``
         as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
         traces: every cycle, prefill first.  token_text: token id -> its text (the tokenizer's decode).
+        cost_curve: the spec of the cost curve the run read (``CostCurve.spec``; optional, None: none).
     """
     ids: set[int] = set()
     for t in traces:
         ids.update(t.tree.tokens, t.greedy, t.new_tokens, (g.token for g in t.ghosts), (t.bonus,))
     doc = {"schema": SCHEMA, "version": VERSION, "model": model, "prompt": prompt, "prompt_format": prompt_format,
-           "config": config,
+           "config": config, "cost_curve": cost_curve,
            "token_text": {str(i): token_text(i) for i in sorted(ids)},
            "cycles": [trace_to_dict(t) for t in traces]}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
@@ -154,8 +155,8 @@ def load_run(data: bytes | str) -> dict:
     """Parse and validate an exported run.
 
     Returns:
-        {"model", "prompt", "prompt_format" ("chat", "raw" or None), "config", "token_text": {id: text},
-        "traces": [CycleTrace, ...]}.
+        {"model", "prompt", "prompt_format" ("chat", "raw" or None), "config", "cost_curve" (a spec or None),
+        "token_text": {id: text}, "traces": [CycleTrace, ...]}.
 
     Raises:
         TraceFormatError: too large, not JSON, another schema or version, or a malformed field.
@@ -179,8 +180,10 @@ def load_run(data: bytes | str) -> dict:
           "expected an object of strings")
     _need(isinstance(doc.get("config", {}), dict), "config", "expected an object")
     prompt_format = doc.get("prompt_format")
+    curve = doc.get("cost_curve")
+    _need(curve is None or isinstance(curve, str), "cost_curve", "expected a cost-curve spec (a string) or null")
     return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")),
-            "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None,
+            "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None, "cost_curve": curve,
             "config": doc.get("config", {}),
             "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
             "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}

@@ -79,7 +79,8 @@ def test_unknown_model_offline_fails_at_once(monkeypatch):
 
 
 @pytest.mark.parametrize("cli", [["-m", "engine.generate", "--prompt", "x"], ["app.py"],
-                                 ["-m", "engine.bench", "--limit", "1", "--methods", "ar"]])
+                                 ["-m", "engine.bench", "--limit", "1", "--methods", "ar"],
+                                 ["-m", "engine.sweep", "--param", "budget", "--values", "4,8", "--prompt", "x"]])
 def test_every_cli_says_a_bad_model_in_one_line(tmp_path, cli):
     (tmp_path / "empty-folder").mkdir()
     out = subprocess.run([sys.executable, *cli, "--model", str(tmp_path / "empty-folder")], cwd=ROOT,
@@ -132,7 +133,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
 
         latest = [next((value(u[k]) for u in reversed(updates) if value(u[k]) is not None), None)
                   for k in range(len(updates[-1]))]  # the last frames set only some components
-        text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson = latest
+        text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson, *_ = latest
         assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.generate")
         assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed after the run
         assert scrubber and ("bonus" in explanation or "AR step" in explanation)  # GT may prune a cycle to AR

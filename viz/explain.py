@@ -113,6 +113,8 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
              f"| measured p_t (branch acceptance) | {summary.p_t:.3f} |" if summary.p_t is not None else
              "| measured p_t (branch acceptance) | – (no branch token verified yet) |",
              f"| measured τ (tokens per forward) | **{summary.tau:.2f}** |"]
+    lines.insert(0, f"Measured: the whole run so far ({summary.forwards} forwards, as the big numbers); "
+                    f"the bound: the cycle on screen.\n")
     if trace is not None and trace.mode in ("tree", "bypass"):
         m, widths = tree_shape(trace.tree)
         bound = spine_yield_bound(p_s, p_t, m, widths, max_depth)

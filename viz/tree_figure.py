@@ -45,8 +45,8 @@ MARKER_PX = 14  # marker diameter
 ROW_PX = 24  # vertical distance between rows (a label is ~19 px high)
 PLOT_WIDTH_PX = 860  # plot area assumed for label lengths: the page's tree area at 1280×800 (wider only helps)
 FIG_HEIGHT_PX = 450  # the figure's height on the page (fits one 1280×800 screen with the controls)
-MARGIN = dict(l=10, r=10, t=40, b=64)  # title on top, legend below the plot
-MAX_ROWS = (FIG_HEIGHT_PX - MARGIN["t"] - MARGIN["b"]) // ROW_PX  # 14
+MARGIN = dict(l=10, r=10, t=62, b=64)  # the title's two lines on top, legend below the plot
+MAX_ROWS = (FIG_HEIGHT_PX - MARGIN["t"] - MARGIN["b"]) // ROW_PX  # 13
 MIN_COLUMNS = 6  # the x range spans at least this many depths (a short tree is not stretched)
 MAX_COLUMNS = 10  # deeper trees fold the middle of straight chains, so a label keeps >= 6 characters
 MAX_LABEL_CHARS = 12
@@ -277,13 +277,14 @@ def _text_width(label: str) -> float:
 def default_title(trace: CycleTrace) -> str:
     """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
     a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not)
-    and the node budget, e.g. "· confidence 0.90, chain 20 → 34 tokens, budget 96".  When EOS or max new
-    tokens cut the accepted path, the title says how many of its tokens were kept."""
+    and the node budget on a second, smaller line, e.g. "confidence 0.90, chain 20 → 34 tokens, budget 96".  When
+    EOS or max new tokens cut the accepted path, the title says how many of its tokens were kept."""
     n = len(trace.new_tokens)
     cut = (f", cut at {n} of {len(trace.accepted) + 1} by EOS / max new tokens"
            if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
+    note = _shape_note(trace)
     return (f"cycle {trace.index} · {trace.mode} · {_count(len(trace.tree), 'node')} · "
-            f"{_count(n, 'token')} ({trace.path_category}{cut}){_shape_note(trace)}")
+            f"{_count(n, 'token')} ({trace.path_category}{cut})" + (f"<br><sup>{note[3:]}</sup>" if note else ""))
 
 
 def _count(n: int, noun: str) -> str:
@@ -352,7 +353,8 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     rows_shown = max(n_rows, MAX_ROWS)
     height = FIG_HEIGHT_PX if rows_shown <= MAX_ROWS else MARGIN["t"] + MARGIN["b"] + ROW_PX * rows_shown
     fig.update_layout(
-        title=dict(text=title or default_title(trace), y=0.985, x=0.01, font=dict(size=18)),
+        title=dict(text=title or default_title(trace), y=0.99, yanchor="top", x=0.01, font=dict(size=18)),
+        modebar=dict(orientation="v"),  # down the right edge, below the title's lines, never over them
         uirevision="draft-tree",  # keep the user's zoom / pan across cycles
         showlegend=True, legend=dict(orientation="h", x=0, y=0, yanchor="top", font=dict(size=14),
                                      bgcolor="rgba(0,0,0,0)"),
