@@ -67,6 +67,8 @@ from engine.page_settings import RANGES, PageSettings
 from engine.race import Pacer, Race
 from engine.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
 from engine.sources import REGISTRY, SourceMemory
+from engine.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
+from engine.sweep import summary as sweep_summary
 from engine.trace_io import MAX_BYTES, TraceFormatError
 from viz.charts import cost_figure, speed_figure
 from viz.explain import (
@@ -79,6 +81,7 @@ from viz.explain import (
     theory_panel,
 )
 from viz.lesson import stage_sentence, stages_of, what_is_it
+from viz.sweep_figure import sweep_figure
 from viz.tree_figure import tree_figure
 
 #: A ZeroGPU Space: ``spaces`` is installed and the Space's runtime sets ``SPACES_ZERO_GPU`` (read as spaces/config.py
@@ -962,6 +965,92 @@ def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bo
                                      verdict)}
 
 
+# ---------------------------------------------------------------- Sweep
+
+SWEEP_OUT = ("sweep_plot", "sweep_status", "sweep_state", "sweep_open")
+SWEEP_CHOICES = [(f"{info.what} ({name})", name) for name, info in PARAMETERS.items()]
+@dataclass(frozen=True)
+class SweepOnPage:
+    """A visitor's last sweep (``gr.State``) and what opening one of its runs needs: the prompt and its format."""
+
+    sweep: Sweep
+    prompt: str
+    prompt_format: str
+
+
+def sweep_gpu_seconds(settings: PageSettings, sweep_param=None, sweep_values: str = "", session=None, **_) -> int:
+    """``sweep``'s GPU allowance on ZeroGPU (s): AR and one run per value, capped at ``GPU_MAX_S``."""
+    try:
+        tokens = int(settings.max_new_tokens) * (1 + len([v for v in str(sweep_values).split(",") if v.strip()]))
+    except (TypeError, ValueError):
+        tokens = 1
+    return _gpu_seconds(tokens)
+
+
+def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = Session(), *,
+          models: ModelRegistry) -> Iterator[dict]:
+    """Sweep: the prompt once per value of one parameter (``engine.sweep.run_sweep``: AR timed once, every run on
+    one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
+    tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
+    and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the
+    runs so far; bad input: one sentence, nothing run."""
+    control = session.start()
+    lm = models.get(session.model_key)
+    try:
+        ids, config = settings.prepare(lm)
+        spec = SweepSpec.parse(sweep_param or "", sweep_values or "")
+    except ConfigError as exc:
+        yield _problem(str(exc), "sweep_status")
+        return
+    curve = session_curve(session.curve, lm) or (cached_cost_curve(lm.model) if spec.needs_cost_curve(config)
+                                                 else None)
+    yield {"sweep_status": sweep_board(None, len(spec.values))}
+    try:
+        for snap in run_sweep(lm.model, lm.eos_token_ids, ids, config, spec, curve,
+                              should_stop=lambda: bool(control.get("stop"))):
+            state = SweepOnPage(snap, settings.prompt, settings.format_used(lm))
+            yield {"sweep_plot": sweep_figure(snap), "sweep_status": sweep_board(snap, snap.total),
+                   "sweep_state": state,
+                   "sweep_open": gr.Radio(choices=[(r.label, r.index) for r in snap.runs], value=None)}
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the sweep stopped
+        yield {"sweep_status": f"⚠️ the sweep stopped: {type(exc).__name__}: {exc}"}
+
+
+def sweep_board(snap: Sweep | None, total: int) -> str:
+    """Markdown: a progress bar (AR and each value one step), the sentence on the texts and the table so far."""
+    done = 0 if snap is None else round(snap.fraction * (total + 1))
+    bar = "▰" * done + "▱" * (total + 1 - done)
+    if snap is None:
+        return f"{bar} timing AR on this prompt …"
+    step = "done" if snap.complete or snap.stopped else f"run {len(snap.runs) + 1} of {total} …"
+    return f"{bar} {step} ({snap.seconds:.1f} s)\n\n{sweep_summary(snap)}\n\n{markdown_table(snap)}"
+
+
+def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing = Drawing(), model_key=None, *,
+                   models: ModelRegistry) -> dict:
+    """A run of the last sweep (``sweep_open``: its index) in the tree viewer: its
+    trees, numbers, output and command, as if it had just been generated (``IMPORT_OUT`` less the import box)."""
+    if sweep_state is None or sweep_open is None:
+        return {}
+    found = [r for r in sweep_state.sweep.runs if r.index == int(sweep_open)]
+    if not found:
+        return {}
+    swept, lm = found[0], models.get(model_key)
+    curve = sweep_state.sweep.cost_curve
+    run = Run(model=lm.name, prompt=sweep_state.prompt, prompt_format=sweep_state.prompt_format,
+              config=swept.config.to_dict(), cost_curve=curve.spec() if curve is not None else None)
+    text = token_text(run, lm)
+    for trace in swept.traces:
+        run.record(trace, cycle_segments(trace, text))
+    last = run.traces[-1]
+    ar = sweep_state.sweep.ar
+    frame = {**cycle_views(run, last, lm, drawing), **numbers(run, curve, Speedup.of(run.traces, ar))}
+    frame["stats"] = f"Sweep run {swept.label}: " + frame["stats"]
+    return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
+            "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index),
+            "command": run_command(run)}
+
+
 def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
     """The model the page starts with, and a notice for the page when the default could not be had.
 
@@ -1042,6 +1131,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
         page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
         page.ar_clock = gr.State(None)  # this visitor's AR timings per (model, prompt, max new tokens): the speedup
+        page.sweep_state = gr.State(None)  # this visitor's last sweep (SweepOnPage)
         page.memory = gr.State(SourceMemory())  # what draft sources keep across this visitor's runs (deep-copied
         # per session: never shared between visitors)
         with gr.Row(elem_id="main-row"):  # on a phone: prompt, run views, settings, the rest (CSS)
@@ -1198,6 +1288,18 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
         with gr.Row():
             page.race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
             page.race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
+    with gr.Accordion("Sweep: one parameter, many values, one prompt", open=False, elem_id="sweep"):
+        with gr.Row():
+            page.sweep_param = gr.Dropdown(SWEEP_CHOICES, value="budget", label="Parameter", scale=1)
+            page.sweep_values = gr.Textbox("4,8,16,32,64,128", label="Values (comma-separated; sources: pld+tr, …)",
+                                           scale=2)
+            page.sweep_btn = gr.Button("Sweep", variant="primary", scale=0, min_width=90)
+            page.sweep_stop = gr.Button("Stop", variant="stop", scale=0, min_width=70)
+        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above; AR is "
+                                        "timed once. Pick a run below to open it in the tree viewer.",
+                                        elem_id="sweep-status")
+        page.sweep_plot = gr.Plot(show_label=False, elem_id="sweep-plot")
+        page.sweep_open = gr.Radio([], label="Open a run in the tree viewer", elem_id="sweep-open")
     with gr.Accordion("Verification cost curve and the GT principle", open=False):
         page.cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), INITIAL.budget), show_label=False,
                                  elem_id="cost-curve")
@@ -1221,6 +1323,10 @@ def _wire_runs(page: Page, models: ModelRegistry) -> None:
     wire(page.race_btn.click, gpu_handler(race, models, race_gpu_seconds), page, RACE_OUT + back, api_name="race",
          show_progress_on=[page.race_ar, page.race_spec], **model_bound)
     wire(page.stop_btn.click, request_stop, page, queue=False, api_visibility="private")
+    page.sweep_btn.click(waiting, None, page.sweep_status, queue=False, api_visibility="private")
+    wire(page.sweep_btn.click, gpu_handler(sweep, models, sweep_gpu_seconds), page, SWEEP_OUT, api_name="sweep",
+         show_progress_on=[page.sweep_plot], **model_bound)
+    wire(page.sweep_stop.click, request_stop, page, queue=False, api_visibility="private")
 
 
 def _wire_cycles(page: Page, models: ModelRegistry) -> None:
@@ -1241,6 +1347,8 @@ def _wire_cycles(page: Page, models: ModelRegistry) -> None:
     wire(page.export_btn.click, export_trace, page, ("export_file",), fixed={"models": models},
          api_visibility="private")
     wire(page.import_file.upload, import_trace, page, IMPORT_OUT, fixed={"models": models}, api_name="import_trace")
+    wire(page.sweep_open.input, open_sweep_run, page, (*GENERATE_OUT, "header"), fixed={"models": models},
+         api_visibility="private")
 
 
 def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOptions) -> None:

@@ -229,3 +229,28 @@ def test_on_a_phone_the_tree_follows_generate(chat_page, browser):
     assert title and (bar is None or title["y"] + title["height"] <= bar["y"] or
                       title["x"] + title["width"] <= bar["x"]), (title, bar)
     page.close()
+
+
+def test_sweep_runs_plots_and_opens_a_run(chat_page, browser):
+    """Issue 19's sweep on the demo model: six values of B, a progress bar, the sentence on the texts, the figure
+    (τ, tokens/s, speedup against the value; each point carries its run's index), and a picked run opens in the
+    tree viewer."""
+    page = open_at(browser, chat_page)
+    page.get_by_text("Sweep: one parameter, many values, one prompt", exact=True).click()
+    page.get_by_role("button", name="Sweep", exact=True).click()
+    page.wait_for_function("() => (document.querySelector('#sweep-status')?.innerText || '').includes('done')",
+                           timeout=120_000)
+    status = page.locator("#sweep-status").inner_text()
+    assert "All 6 runs produced AR's text token for token." in status, status
+    seconds = float(re.search(r"done \(([\d.]+) s\)", status).group(1))
+    print(f"6-value sweep on the demo model: {seconds:.1f} s")
+    state = page.evaluate("""() => { const p = document.querySelector('#sweep-plot .js-plotly-plot');
+        return p.data.map(t => (t.x || []).length); }""")
+    assert state[:3] == [6, 6, 6], state
+    expect(page.locator("#sweep-open input[type=radio]")).to_have_count(6)
+    page.locator("#sweep-open label").nth(2).click()  # B = 16
+    stats_has(page, "Sweep run B = 16", timeout=20_000)
+    page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=20_000)
+    assert "--budget 16" in page.locator("#settings textarea").input_value()
+    assert no_error_badges(page)
+    page.close()
