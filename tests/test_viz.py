@@ -97,11 +97,11 @@ def test_confidence_shows_in_the_sentence_and_the_title():
     extended = replace(plain, confidence=0.9, match_tokens=2, chain_tokens=34, budget=84)
     text = explain_cycle(extended, TEXT.get)
     assert text.startswith("tree: confident match (0.90): spine extended to 3 tokens (of a 34-token chain), budget 84;")
-    title = tree_figure(extended, TEXT.get).layout.title.text
-    assert title.endswith("<br><sup>confidence 0.90, chain 2 → 34 tokens, budget 84</sup>")
+    title = tree_figure(extended, TEXT.get).layout.title  # the shape on a second, smaller line
+    assert title.subtitle.text == "confidence 0.90, chain 2 → 34 tokens, budget 84" and "budget" not in title.text
     short = replace(plain, confidence=0.3, match_tokens=4, chain_tokens=4, budget=72)
     assert "confident" not in explain_cycle(short, TEXT.get)
-    assert tree_figure(short, TEXT.get).layout.title.text.endswith("confidence 0.30, match 4 tokens, budget 72</sup>")
+    assert tree_figure(short, TEXT.get).layout.title.subtitle.text == "confidence 0.30, match 4 tokens, budget 72"
 
 
 def test_cycle_segments_label_tokens_by_source():

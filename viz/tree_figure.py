@@ -284,7 +284,17 @@ def default_title(trace: CycleTrace) -> str:
            if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
     note = _shape_note(trace)
     return (f"cycle {trace.index} · {trace.mode} · {_count(len(trace.tree), 'node')} · "
-            f"{_count(n, 'token')} ({trace.path_category}{cut})" + (f"<br><sup>{note[3:]}</sup>" if note else ""))
+            f"{_count(n, 'token')} ({trace.path_category}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
+
+
+SUBTITLE = "<br><sup>"  # in a title text: what follows goes on the second, smaller line (``_title``)
+
+
+def _title(text: str) -> dict:
+    """The figure's title layout: ``text`` up to ``SUBTITLE`` on top, the rest as plotly's subtitle below it."""
+    head, _, rest = text.partition(SUBTITLE)
+    return dict(text=head, y=0.985, x=0.01, font=dict(size=18),
+                subtitle=dict(text=rest.removesuffix("</sup>"), font=dict(size=13)) if rest else None)
 
 
 def _count(n: int, noun: str) -> str:
@@ -353,7 +363,7 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     rows_shown = max(n_rows, MAX_ROWS)
     height = FIG_HEIGHT_PX if rows_shown <= MAX_ROWS else MARGIN["t"] + MARGIN["b"] + ROW_PX * rows_shown
     fig.update_layout(
-        title=dict(text=title or default_title(trace), y=0.99, yanchor="top", x=0.01, font=dict(size=18)),
+        title=_title(title or default_title(trace)),
         modebar=dict(orientation="v"),  # down the right edge, below the title's lines, never over them
         uirevision="draft-tree",  # keep the user's zoom / pan across cycles
         showlegend=True, legend=dict(orientation="h", x=0, y=0, yanchor="top", font=dict(size=14),
