@@ -257,8 +257,11 @@ HOW_TO_READ = f"""
 {chr(10).join(f"  * **{i.label}**: {i.blurb}" for i in REGISTRY)}
 * **The thick sky-blue path** is what the model accepted; the **star** is the bonus token the model adds itself.
   Faded nodes were rejected; ghost nodes were never verified (the GT principle judged them not worth a row).
-  **+N** folds N rejected nodes and **⋯N** N tokens of a straight chain, so the tree fits the screen: hover
-  them for their tokens.
+  **+N** folds N rejected side nodes and **⋯N** N tokens of a long chain (a spine's middle with the branches
+  off it; spine tokens never go into a +N), so the tree fits the screen: hover them for their tokens.
+* **Run totals and the cycle on screen:** the big numbers, the stats line and the theory panel's measured rates
+  are the whole run so far; the line under the tree, its sentence, the tree and the theory panel's bound are the
+  cycle on the scrubber.
 * **Max depth D** bounds the TR branches only. The PLD spine copies up to {DecodeConfig().max_spine} tokens of a
   match, a confident match is extended further (up to {DecodeConfig().max_extended_chain} × its confidence), and
   **bypass chains** likewise: none of them is bounded by D.
@@ -268,6 +271,9 @@ HOW_TO_READ = f"""
   token in the output jumps to its cycle, and the tokens of the cycle on screen are marked {SHOWN!r}.
 * **Greedy** (temperature 0) output is token-for-token the output of plain AR decoding; **sampling** output
   has exactly the distribution of plain AR sampling.
+* **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
+  tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
+  text, and opens any run in the tree viewer (`python -m engine.sweep` does the same from a shell).
 """
 
 
