@@ -268,9 +268,8 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
                             sources=("pld", "tr", "ptd"))
     last = frames_of(app.generate, settings, session=app.Session(curve=own), models=ModelRegistry(demo_lm))[-1]
     run, command = last["run"], last["command"]
-    (tmp_path / "PROMPT.txt").write_text(CODE, encoding="utf-8")
     args = shlex.split(command)[3:]
-    args[args.index("PROMPT.txt")] = str(tmp_path / "PROMPT.txt")
+    assert args[args.index("--prompt") + 1] == CODE  # the command carries the prompt: no other file needed
     assert cli.main([*args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["token_ids"] == [t for tr in run.traces for t in tr.new_tokens]
