@@ -356,17 +356,18 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     last = frames_of(app.generate, settings, models=models)[-1]
     run, stats = last["run"], last["stats"]
     path = app.export_trace(run, models=models)["export_file"]
-    out = app.import_trace(path)
+    out = app.import_trace(path, models=models)
     imported = out["run"]
     assert isinstance(imported, Run) and imported.token_cycles == run.token_cycles
     assert imported.decode_config() == run.decode_config()  # JSON lists back as tuples
-    assert stats.startswith(out["stats"].split(":", 1)[1].strip())  # every cycle summarised, the last one shown
+    assert out["stats"].split("  \n")[0].endswith(stats.split("  \n")[0])  # every cycle summarised ...
+    assert out["explain"].startswith(f"**Cycle {len(run.traces) - 1} of {len(run.traces) - 1}**")  # ... the last shown
     assert out["scrubber"].value == len(run.traces) - 1 and out["prompt"] == CODE and out["prompt_format"] == "raw"
     assert out["command"].startswith("python -m engine.generate") and "--budget 24" in out["command"]
     assert len(imported.segments) == 24 and out["import_file"] is None
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "goose-lens-trace", "version": 99}')
-    refused = app.import_trace(str(bad))  # a bad file: a message, the current run kept (no "run" key)
+    refused = app.import_trace(str(bad), models=models)  # a bad file: a message, the current run kept (no "run" key)
     assert set(refused) == {"stats", "import_file"} and "version 99" in refused["stats"]
 
 
