@@ -82,7 +82,7 @@ from viz.explain import (
 )
 from viz.lesson import stage_sentence, stages_of, what_is_it
 from viz.sweep_figure import sweep_figure
-from viz.tree_figure import tree_figure
+from viz.tree_figure import count_words, tree_figure
 
 #: A ZeroGPU Space: ``spaces`` is installed and the Space's runtime sets ``SPACES_ZERO_GPU`` (read as spaces/config.py
 #: reads it).  There this process never has a GPU: ``spaces.GPU`` runs each call in a worker process forked from it,
@@ -399,8 +399,8 @@ def stats_line(summary, run: Run, cost: str = "") -> str:
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · "
-            f"{_count(summary.new_tokens, 'token')} in {summary.forwards} forwards (the prefill and "
-            f"{_count(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
+            f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (the prefill and "
+            f"{count_words(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
             f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))
 
 
@@ -411,13 +411,8 @@ def cycle_line(trace, run: Run) -> str:
     rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
     ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""
     gt = gt_words(run.config.get("gt_threshold"), trace) if trace.mode != "prefill" else ""
-    return (f"**Cycle {trace.index} of {last}** · {trace.mode} · {_count(len(trace.tree), 'node')}{rows} · "
-            f"{_count(len(trace.new_tokens), 'token')}{ratio}" + (f" · {gt}" if gt else ""))
-
-
-def _count(n: int, noun: str) -> str:
-    """'1 token', '2 tokens'."""
-    return f"{n} {noun}{'s' * (n != 1)}"
+    return (f"**Cycle {trace.index} of {last}** · {trace.mode} · {count_words(len(trace.tree), 'node')}{rows} · "
+            f"{count_words(len(trace.new_tokens), 'token')}{ratio}" + (f" · {gt}" if gt else ""))
 
 
 def token_text(run: Run, lm: LoadedModel | None):

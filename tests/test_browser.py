@@ -153,6 +153,18 @@ def upload(page, path: Path) -> None:
     page.locator("#import-trace input[data-testid=file-upload]").set_input_files(str(path), timeout=10_000)
 
 
+def export_trace_file(page, path: Path) -> Path:
+    """Export the page's last run as a user does (the accordion, the button, the download link) into ``path``."""
+    open_accordion(page, "Trace file: export the last run, or replay one")
+    page.get_by_role("button", name="Export trace (JSON)").click()
+    link = page.locator("#export-trace a[download]").first
+    link.wait_for(timeout=30_000)
+    with page.expect_download() as dl:
+        link.click()
+    dl.value.save_as(path)
+    return path
+
+
 def no_error_badges(page) -> bool:
     return page.locator(".error, [data-testid=error]").filter(has_text="Error").count() == 0
 
@@ -193,14 +205,7 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     expect(page.locator("#output")).to_contain_text("shown cycle")
 
     # export the run, then import it in a fresh page: its own numbers, last cycle, prompt and settings
-    open_accordion(page, "Trace file: export the last run, or replay one")
-    page.get_by_role("button", name="Export trace (JSON)").click()
-    link = page.locator("#export-trace a[download]").first
-    link.wait_for(timeout=30_000)
-    with page.expect_download() as dl:
-        link.click()
-    saved = tmp_path / "trace.json"
-    dl.value.save_as(saved)
+    saved = export_trace_file(page, tmp_path / "trace.json")
     prompt = page.get_by_label("Prompt", exact=True).input_value()
     page.close()
     page = open_page(browser, page_url)

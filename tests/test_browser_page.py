@@ -11,17 +11,17 @@ import re
 import time
 
 import pytest
-from test_browser import (
-    CHROMIUM,
+from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     SCREEN,
     TITLE,
+    browser,
     expect,
+    export_trace_file,
     no_error_badges,
     open_accordion,
     serve,
     set_number,
     stats_has,
-    sync_playwright,
     upload,
 )
 
@@ -29,16 +29,6 @@ PHONE = {"width": 390, "height": 844}
 #: JS: every hover text of the tree on screen
 HOVERS = """() => { const p = document.querySelector('#draft-tree .js-plotly-plot');
   return p && p.data ? p.data.flatMap(t => t.hovertext || []) : []; }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                    "--disable-component-update", "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +109,7 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
     assert "--prompt " in command and "PROMPT.txt" not in command  # ... and the command carries its prompt
 
     # export, import in a fresh page: the command keeps the prompt, the cycle counts agree
-    open_accordion(page, "Trace file: export the last run, or replay one")
-    page.get_by_role("button", name="Export trace (JSON)").click()
-    link = page.locator("#export-trace a[download]").first
-    link.wait_for(timeout=30_000)
-    with page.expect_download() as dl:
-        link.click()
-    saved = tmp_path / "trace.json"
-    dl.value.save_as(saved)
+    saved = export_trace_file(page, tmp_path / "trace.json")
     page.close()
     page = open_at(browser, chat_page)
     open_accordion(page, "Trace file: export the last run, or replay one")

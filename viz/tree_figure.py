@@ -283,8 +283,8 @@ def default_title(trace: CycleTrace) -> str:
     cut = (f", cut at {n} of {len(trace.accepted) + 1} by EOS / max new tokens"
            if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
     note = _shape_note(trace)
-    return (f"cycle {trace.index} · {trace.mode} · {_count(len(trace.tree), 'node')} · "
-            f"{_count(n, 'token')} ({trace.path_category}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
+    return (f"cycle {trace.index} · {trace.mode} · {count_words(len(trace.tree), 'node')} · "
+            f"{count_words(n, 'token')} ({trace.path_category}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
 
 
 SUBTITLE = "<br><sup>"  # in a title text: what follows goes on the second, smaller line (``_title``)
@@ -297,7 +297,7 @@ def _title(text: str) -> dict:
                 subtitle=dict(text=rest.removesuffix("</sup>"), font=dict(size=13)) if rest else None)
 
 
-def _count(n: int, noun: str) -> str:
+def count_words(n: int, noun: str) -> str:
     """'1 token', '2 tokens'."""
     return f"{n} {noun}{'s' * (n != 1)}"
 
