@@ -405,14 +405,12 @@ def stats_line(summary, run: Run, cost: str = "") -> str:
 
 
 def cycle_line(trace, run: Run) -> str:
-    """The cycle on screen in one line, e.g. "**Cycle 20 of 60** · tree · 12 nodes · 3 tokens · r = 0.91 · GT:
-    auto, n* = 12 of 60 nodes" (cycle 0 is the prefill; numbers rounded for people)."""
-    last = len(run.traces) - 1
-    rows = f" (+{trace.ptd_rows} PTD rows)" if trace.ptd_rows else ""
+    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto, n* = 12 of 60 nodes"
+    (cycle 0 is the prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people)."""
+    rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
     ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""
-    gt = gt_words(run.config.get("gt_threshold"), trace) if trace.mode != "prefill" else ""
-    return (f"**Cycle {trace.index} of {last}** · {trace.mode} · {count_words(len(trace.tree), 'node')}{rows} · "
-            f"{count_words(len(trace.new_tokens), 'token')}{ratio}" + (f" · {gt}" if gt else ""))
+    gt = f" · {gt_words(run.config.get('gt_threshold'), trace)}" if trace.mode != "prefill" else ""
+    return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{ratio}{gt}"
 
 
 def token_text(run: Run, lm: LoadedModel | None):
