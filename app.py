@@ -206,7 +206,7 @@ RACE_SECONDS = 20  # the race plays over about this many seconds by default (a 1
 CSS = """
 #page-header p {margin: .1em 0}
 #stats {font-size: 1.0em}
-#big-numbers {margin: 0}
+#big-numbers {margin: 0; flex: 0 1 420px !important}  /* the three numbers' width; the stats line takes the rest */
 #draft-tree {min-height: 450px}
 #explain p {margin: .1em 0}
 .dark #draft-tree svg text {fill: #e5e7eb !important}
@@ -399,7 +399,7 @@ def stats_line(summary, run: Run, cost: str = "") -> str:
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · "
-            f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (the prefill and "
+            f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "
             f"{count_words(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
             f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))
 
@@ -1256,7 +1256,7 @@ def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions)
 def _run_views(page: Page) -> None:
     """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
     with gr.Row(equal_height=True):
-        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers", scale=0, min_width=430)
+        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers")
         page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
     page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
                              elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click

@@ -178,6 +178,7 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=60_000)
     first_tree_s = time.perf_counter() - t0
     stats_has(page, "128 tokens")
+    stats_has(page, "(measured")  # AR timed after the run: the stats line at its longest
     # Generate, the tree, its sentence and the scrubber on one 1280×800 screen
     for selector in ("button:text-is('Generate')", "#draft-tree", "#explain", "#cycle-scrubber"):
         box = page.locator(selector).first.bounding_box()

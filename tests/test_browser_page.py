@@ -82,7 +82,7 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
                            timeout=60_000)
     stats = page.locator("#stats").inner_text()
     assert stats.startswith("Run totals:"), stats
-    forwards = int(re.search(r"in (\d+) forwards \(the prefill and (\d+) cycles\)", stats).group(1))
+    forwards = int(re.search(r"in (\d+) forwards \(prefill \+ (\d+) cycles\)", stats).group(1))
     open_accordion(page, "Theory: Proposition 1's expected yield vs the measured τ")
     number = page.locator("#cycle-scrubber input[type=number]")
     number.fill("2")
@@ -116,7 +116,7 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
     upload(page, saved)
     stats_has(page, "Imported trace", timeout=30_000)
     imported = page.locator("#stats").inner_text()
-    assert f"in {forwards} forwards (the prefill and {forwards - 1} cycles)" in imported and "61 cycles)" not in \
+    assert f"in {forwards} forwards (prefill + {forwards - 1} cycles)" in imported and "61 cycles)" not in \
         imported.replace(f"{forwards - 1} cycles)", "")
     assert page.locator("#settings textarea").input_value() == command
     page.close()
