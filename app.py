@@ -227,6 +227,21 @@ CSS = """
 }
 """
 TOGGLE_DARK = "() => { document.body.classList.toggle('dark'); }"
+#: a click on a point of the sweep figure opens its run: each point's customdata is its run's place in the sweep
+#: (``engine.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
+#: choice as a user would (the radio's own event opens the run).  Plotly's click event lives on the figure's div,
+#: which gradio replaces when a new figure comes, so the binding is re-checked every 0.4 s (a flag on the div's
+#: event hub, which a replot drops with its listeners).
+SWEEP_POINT_CLICKS = """() => { setInterval(() => {
+  const gd = document.querySelector('#sweep-plot .js-plotly-plot');
+  if (!gd || !gd.on || !gd._ev || gd._ev.gooseClicks) return;
+  gd._ev.gooseClicks = true;
+  gd.on('plotly_click', (ev) => {
+    const point = (ev.points || []).find(p => Number.isInteger(p.customdata)); if (!point) return;
+    const choice = document.querySelectorAll('#sweep-open label')[point.customdata];
+    if (choice) choice.click();
+  });
+}, 400); }"""
 #: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
 #: (labels grow with it; a new cycle's figure keeps the scale)
 FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e) return;
@@ -273,7 +288,7 @@ HOW_TO_READ = f"""
   has exactly the distribution of plain AR sampling.
 * **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
   tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
-  text, and opens any run in the tree viewer (`python -m engine.sweep` does the same from a shell).
+  text; click a point to open its run in the tree viewer (`python -m engine.sweep` sweeps from a shell).
 """
 
 
@@ -1150,6 +1165,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         _wire_runs(page, models)
         _wire_cycles(page, models)
         _wire_settings_and_models(page, models, options)
+        demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
     return demo
 
 
@@ -1298,7 +1314,8 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
                                         "timed once. Pick a run below to open it in the tree viewer.",
                                         elem_id="sweep-status")
         page.sweep_plot = gr.Plot(show_label=False, elem_id="sweep-plot")
-        page.sweep_open = gr.Radio([], label="Open a run in the tree viewer", elem_id="sweep-open")
+        page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
+                                  elem_id="sweep-open")
     with gr.Accordion("Verification cost curve and the GT principle", open=False):
         page.cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), INITIAL.budget), show_label=False,
                                  elem_id="cost-curve")

@@ -235,5 +235,12 @@ def test_sweep_runs_plots_and_opens_a_run(chat_page, browser):
     stats_has(page, "Sweep run B = 16", timeout=20_000)
     page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=20_000)
     assert "--budget 16" in page.locator("#settings textarea").input_value()
+    # a click on a point of the figure opens that run too (B = 64, the fifth point of the τ line)
+    box = page.evaluate("""() => { const p = document.querySelectorAll('#sweep-plot .scatterlayer .trace')[0]
+        .querySelectorAll('.point')[4].getBoundingClientRect(); return [p.x + p.width / 2, p.y + p.height / 2]; }""")
+    page.mouse.move(*box)
+    page.mouse.click(*box)
+    stats_has(page, "Sweep run B = 64", timeout=20_000)
+    assert "--budget 64" in page.locator("#settings textarea").input_value()
     assert no_error_badges(page)
     page.close()
