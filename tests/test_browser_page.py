@@ -14,6 +14,7 @@ import pytest
 from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     SCREEN,
     TITLE,
+    TREE_STATE,
     browser,
     expect,
     export_trace_file,
@@ -242,5 +243,94 @@ def test_sweep_runs_plots_and_opens_a_run(chat_page, browser):
     page.mouse.click(*box)
     stats_has(page, "Sweep run B = 64", timeout=20_000)
     assert "--budget 64" in page.locator("#settings textarea").input_value()
+    assert no_error_badges(page)
+    page.close()
+
+
+#: JS: for each edge of the tree on screen, the gap (px) between where it starts and the right end of the nearest
+#: label or marker to its left on its row (its parent's), and every output-legend swatch's colour
+EDGE_GAPS = """() => {
+  const gd = document.querySelector('#draft-tree .js-plotly-plot');
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, at = gd.getBoundingClientRect();
+  const boxes = [...gd.querySelectorAll('.scatterlayer .textpoint text, .scatterlayer .point')]
+    .filter(e => e.textContent || e.tagName === 'path').map(e => e.getBoundingClientRect());
+  const gaps = [];
+  for (const t of gd.data.filter(t => (t.name || '').endsWith('edges'))) {
+    for (let i = 0; i + 2 < t.x.length; i += 4) {  // parent's label end, its column's, child, gap
+      if (t.x[i] === null) continue;
+      const px = at.left + xa._offset + xa.l2p(t.x[i]), py = at.top + ya._offset + ya.l2p(t.y[i]);
+      const left = boxes.filter(b => Math.abs((b.top + b.bottom) / 2 - py) < 6 && b.right <= px + 3);
+      if (left.length) gaps.push(px - Math.max(...left.map(b => b.right)));
+    }
+  }
+  return gaps;
+}"""
+LEGEND = """() => [...document.querySelectorAll('#output .legend-item')].map(e =>
+  [e.innerText.trim(), getComputedStyle(e).backgroundColor])"""
+
+
+def show_cycle(page, k: int) -> str:
+    number = page.locator("#cycle-scrubber input[type=number]")
+    number.fill(str(k))
+    number.press("Enter")
+    page.wait_for_function(f"(k) => {TITLE}.startsWith('cycle ' + k + ' ')", arg=k, timeout=20_000)
+    return page.evaluate(TITLE)
+
+
+def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
+    """A spine that failed at its first token folded whole into a grey "+59" (no blue on screen though the title
+    said "chain 18 → 90 tokens"); edges started at a fixed column, so children of short labels looked detached; a
+    GT ghost's hover said "the model wanted this token here"; the sentence said "r = 0.9066666666666665"; the last
+    cycle's title did not say its path was cut by max new tokens; "bonus" and "Suffix" looked alike in the output
+    legend; Step through numbered a TR-only cycle's first stage "1b"."""
+    import json
+
+    from test_viz import MIN_DELTA_E, _closest_pair
+
+    page = open_at(browser, chat_page)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, "128 tokens")
+    cycles = json.loads(export_trace_file(page, tmp_path / "trace.json").read_text())["cycles"]
+
+    def spine_broke_at_once(c):
+        tree = c["tree"]
+        spine = [i for i, (p, s) in enumerate(zip(tree["parents"], tree["sources"])) if p is not None and s == "pld"]
+        return len(spine) >= 3 and spine[0] not in c["accepted"]
+
+    broken = [c["index"] for c in cycles if c["mode"] == "tree" and spine_broke_at_once(c)]
+    ghosts = [c["index"] for c in cycles if c["ghosts"]]
+    assert broken and ghosts, "inconclusive: no cycle whose spine broke at once, or none with GT ghosts"
+    last = cycles[-1]["index"]
+    for k in (broken[0], ghosts[0], last):
+        title = show_cycle(page, k)
+        gaps = page.evaluate(EDGE_GAPS)
+        assert gaps and max(gaps) <= 8, (k, gaps)  # every edge leaves its parent's label (or marker) at once
+        said = page.locator("#explain").inner_text() + page.locator("#stats").inner_text()
+        assert not re.search(r"r = \d\.\d{3,}", said), said
+        hovers = page.evaluate(HOVERS)
+        if k == broken[0]:
+            assert "PLD spine" in page.evaluate(TREE_STATE)["names"], title  # blue on screen
+        if k == ghosts[0]:
+            assert any("pruned by GT, never verified" in h for h in hovers)
+            assert not any("pruned by GT" in h and "the model wanted" in h for h in hovers)
+        if k == last:
+            assert re.search(r"cut at \d+ of \d+ by EOS / max new tokens", title), title
+    legend = dict(page.evaluate(LEGEND))
+    assert {"bonus", "Suffix"} <= set(legend), legend
+    rgb = {k: "#%02x%02x%02x" % tuple(int(v) for v in re.findall(r"\d+", c)[:3]) for k, c in legend.items()}
+    assert _closest_pair(rgb)[0] >= MIN_DELTA_E, _closest_pair(rgb)
+
+    # Step through a TR-only cycle: its one source stage is "1", not "1b"
+    open_accordion(page, "Method and tree shape")
+    page.get_by_label("Method", exact=True).click()
+    page.get_by_role("option", name="TR only (tree)").first.click()
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, "128 tokens")
+    show_cycle(page, 3)
+    page.get_by_role("button", name="Step through").click()
+    page.wait_for_function("() => (document.querySelector('#explain')?.innerText || '').includes('· drafts:')",
+                           timeout=30_000)
+    first = page.locator("#explain").inner_text()
+    assert first.startswith("1 · drafts: TR branch"), first
     assert no_error_badges(page)
     page.close()
