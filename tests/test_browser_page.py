@@ -317,7 +317,7 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
             assert re.search(r"cut at \d+ of \d+ by EOS / max new tokens", title), title
     legend = dict(page.evaluate(LEGEND))
     assert {"bonus", "Suffix"} <= set(legend), legend
-    rgb = {k: "#%02x%02x%02x" % tuple(int(v) for v in re.findall(r"\d+", c)[:3]) for k, c in legend.items()}
+    rgb = {k: "#" + "".join(f"{int(v):02x}" for v in re.findall(r"\d+", c)[:3]) for k, c in legend.items()}
     assert _closest_pair(rgb)[0] >= MIN_DELTA_E, _closest_pair(rgb)
 
     # Step through a TR-only cycle: its one source stage is "1", not "1b"
