@@ -116,6 +116,7 @@ def test_chat_template_is_applied_when_the_tokenizer_has_one(demo_lm):
 
 
 def test_launched_app_streams_cycles_through_the_api(demo_lm):
+    """A launched page streams a run through its API: the numbers, tree, chart, scrubber and sentence agree."""
     from gradio_client import Client
 
     import app
@@ -136,9 +137,16 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson, *_ = latest
         assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.generate")
         assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed after the run
-        assert scrubber and ("bonus" in explanation or "AR step" in explanation)  # GT may prune a cycle to AR
-        assert tree and tree["type"] == "plotly" and "PLD spine" in tree["plot"]
-        assert speed and speed["type"] == "plotly"
+        # the scrubber on the last cycle, the sentence about it, and the stats counting the same cycles
+        assert isinstance(scrubber, int) and scrubber >= 1, scrubber
+        assert f"(prefill + {scrubber} cycle" in stats, (scrubber, stats)
+        assert explanation.startswith(f"**Cycle {scrubber} of {scrubber}**"), explanation
+        assert "bonus" in explanation or "AR step" in explanation  # GT may prune a cycle to AR
+        assert tree["type"] == speed["type"] == "plotly"
+        drawn = {d["name"] for d in json.loads(tree["plot"])["data"]}  # every source named, the bonus drawn
+        assert {"anchor", "PLD spine", "TR branch", "bonus token"} <= drawn, drawn
+        assert [d["name"] for d in json.loads(speed["plot"])["data"]] == [
+            "tok/s this cycle", "tok/s running mean", "τ this cycle", "τ running mean"]
         assert "τ" in stats and "cycles" in stats and "GT: auto" in stats  # the default: speedup-optimal size
         bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
         assert "prompt is empty" in bad[3]
@@ -163,12 +171,16 @@ def frames_of(handler, *args, **kwargs) -> list[dict]:
 
 
 def test_page_settings_check_input_once(demo_lm):
+    """The page builds with its API; a bad setting is one message (the same as the CLI's), a good one its ids."""
     import app
     from engine.config import ConfigError
     from engine.loading import ModelRegistry
     from engine.page_settings import PageSettings
 
-    assert app.build_demo(demo_lm) is not None
+    demo = app.build_demo(demo_lm)
+    assert demo.title == "goose-lens"
+    assert {"generate", "race", "sweep", "step_through", "import_trace", "load_model"} <= {
+        fn.api_name for fn in demo.fns.values()}  # the page's handlers, served under their API names
     for settings, message in ((PageSettings(prompt="  "), "The prompt is empty"),
                               (PageSettings(prompt="x", max_new_tokens=0), "Max new tokens must be at least 1"),
                               (PageSettings(prompt="x", budget=0), "Node budget B must be in"),
@@ -179,7 +191,8 @@ def test_page_settings_check_input_once(demo_lm):
         frames = frames_of(app.generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
         assert len(frames) == 1 and set(frames[0]) == {"stats"} and message in frames[0]["stats"]
     ids, config = PageSettings(prompt="x", budget=24.0, auto_c=False, gt_threshold=0.1).prepare(demo_lm)
-    assert ids and config.budget == 24 and config.gt_threshold == 0.1 and config.spine_ratio is None
+    assert ids == demo_lm.encode_prompt("x") and config.budget == 24 and config.gt_threshold == 0.1
+    assert config.spine_ratio is None
 
 
 def test_handlers_take_at_most_six_named_parameters():
@@ -225,6 +238,7 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
 
 
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
+    """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
     from types import SimpleNamespace
 
     import app
@@ -237,7 +251,7 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     assert len(run.traces) >= 3 and set(drawn) >= {"output", "tree_plot", "stats", "scrubber", "command"}
     shown = app.show_cycle(run, 2, step=-1, models=models)
     assert shown["scrubber"] == 1 and shown["tree_plot"].layout.title.text.startswith("cycle 1")
-    assert shown["explain"] and "τ" in shown["theory"]
+    assert shown["explain"].startswith(f"**Cycle 1 of {len(run.traces) - 1}**") and "τ" in shown["theory"]
     # the output marks the tokens the shown cycle committed
     assert [t for (t, label) in shown["output"] if label == app.SHOWN] == [
         t for (t, _), c in zip(run.segments, run.token_cycles) if c == 1]
@@ -279,6 +293,7 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 
 
 def test_race_and_model_picker(demo_lm):
+    """A greedy race ends tied and times AR for the prompt; a model that cannot load leaves the current one."""
     import app
     from engine.loading import ModelRegistry
     from engine.page_settings import PageSettings
@@ -288,7 +303,9 @@ def test_race_and_model_picker(demo_lm):
     assert last["race_ar"] == last["race_spec"]  # greedy: both decoders commit the same tokens
     board = last["race_board"]
     assert "speedup over AR" in board and board.count("32 / 32 tokens") == 2 and "width:100.0%" in board
-    assert "ar_clock" in last  # AR's lane times AR for a later Generate of the same prompt
+    (key, timing), = last["ar_clock"].items()  # AR's lane times AR for a later Generate of the same prompt
+    assert key[:3] == models.key_of(demo_lm) and key[4:] == (32, False)
+    assert timing.source == "race" and timing.tokens == 31 and timing.seconds > 0  # the prefill's token apart
     assert "prompt is empty" in frames_of(app.race, PageSettings(prompt=""), models=models)[-1]["race_board"]
     # a model that cannot be loaded: the message names it and the current model stays
     steps = frames_of(app.load_other_model, model_name="./no/such/model", device="cpu", dtype="fp32", model_key=None,
@@ -372,19 +389,28 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
 
 
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
+    """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
     import app
+    from engine.decode import SpecDecoder
     from engine.loading import ModelRegistry
     from engine.page_settings import PageSettings
 
     control = {"stop": False}
     frames = []
-    for frame in app.race(PageSettings(prompt=CODE, max_new_tokens=64), race_seconds=5,
+    settings = PageSettings(prompt=CODE, max_new_tokens=64)
+    for frame in app.race(settings, race_seconds=5,
                           session=app.Session(control=control), models=ModelRegistry(demo_lm)):
         frames.append(frame)
         if len(frames) == 3:
             control["stop"] = True
     last = frames[-1]
-    assert last["race_ar"] and last["race_spec"] and "stopped" in last["race_board"]
+    # both lanes stopped part way through the same greedy output: each text a non-empty, proper prefix of it
+    ids, config = settings.prepare(demo_lm)
+    ar = SpecDecoder(demo_lm.model, config.with_(method="ar"), demo_lm.eos_token_ids)
+    full = demo_lm.tokenizer.decode([t for tr in ar.generate(ids) for t in tr.new_tokens])
+    for lane in ("race_ar", "race_spec"):
+        assert 0 < len(last[lane]) < len(full) and full.startswith(last[lane]), (lane, last[lane], full)
+    assert "stopped" in last["race_board"]
     assert "64 / 64 tokens" not in last["race_board"] and "ar_clock" not in last  # a stopped AR lane times nothing
 
 
@@ -412,6 +438,7 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
 
 
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
+    """Suffix drafting remembers a visitor's outputs in their own memory, under the model's name, across runs."""
     import app
     from engine.loading import ModelRegistry
     from engine.metrics import summarize
@@ -426,7 +453,7 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
         last = frames_of(app.generate, settings, session=app.Session(memory=mine), models=models)[-1]
         assert "run" in last, last.get("stats")
         accepted.append(summarize(last["run"].traces).accepted_by_source["suffix"])
-    assert mine.scopes and not theirs.scopes and not theirs.slots  # kept (per model) in this visitor's memory
+    assert list(mine.scopes) == [demo_lm.model.name_or_path] and not theirs.scopes and not theirs.slots  # per model
     assert 0 < accepted[0] < accepted[1], accepted  # the same prompt again: the earlier output is matched
     states = [b.value for b in app.build_demo(demo_lm).blocks.values()
               if isinstance(getattr(b, "value", None), SourceMemory)]

@@ -36,8 +36,21 @@ def test_flat_curve_keeps_the_whole_tree(seed):
     assert choice.expected == pytest.approx(sum(tree.est_accept[1:]))
 
 
+def expected_ghosts(tree: DraftTree, kept: DraftTree) -> list[GhostNode]:
+    """The pruned candidates, worked out from the unpruned tree and the kept one alone (random_tree's tokens are
+    unique, so a kept node is found in ``tree`` by its token): every removed node whose parent was kept, hanging off
+    that parent's index in ``kept``, with its own token, source, score and estimate; in ``tree``'s order, which is
+    token order here."""
+    origin = [tree.tokens.index(t) for t in kept.tokens]  # kept index -> index in tree
+    assert [None if p is None else origin[p] for p in kept.parents] == [tree.parents[i] for i in origin]
+    return [GhostNode(origin.index(tree.parents[i]), tree.tokens[i], tree.sources[i], tree.scores[i],
+                      tree.est_accept[i])
+            for i in range(1, len(tree)) if i not in origin and tree.parents[i] in origin]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_steep_curve_keeps_the_best_ancestor_closed_top(seed):
+    """The kept tree is the top-n* by estimate, and its ghosts are exactly the pruned children of kept nodes."""
     tree = random_tree(seed)
     kept, ghosts, choice = speedup_optimal(tree, STEEP)
     assert 1 <= len(kept) < len(tree) and choice.nodes == len(kept) and choice.candidates == len(tree)
@@ -48,9 +61,11 @@ def test_steep_curve_keeps_the_best_ancestor_closed_top(seed):
     rates = [(1 + sum(sorted(tree.est_accept[1:], reverse=True)[: n - 1])) / STEEP.latency(n)
              for n in range(1, len(tree) + 1)]
     assert (1 + choice.expected) / choice.cost_ms == pytest.approx(max(rates))
-    # every ghost hangs off a kept node; every removed child of a kept node is a ghost
-    removed_children = sum(1 for i in range(1, len(tree)) if tree.parents[i] is not None) - (len(kept) - 1)
-    assert all(0 <= g.parent < len(kept) for g in ghosts) and len(ghosts) <= removed_children
+    # the ghosts are exactly the removed nodes hanging off kept ones (by parent, token, source, score, estimate):
+    # none missing, none extra, none twice, none re-parented
+    want = expected_ghosts(tree, kept)
+    assert want, "nothing pruned next to a kept node: inconclusive"
+    assert sorted(ghosts, key=lambda g: g.token) == want
 
 
 def test_steeper_curve_keeps_fewer_nodes_and_extra_rows_count():
@@ -134,12 +149,17 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
 
 
 def test_ghosts_the_builder_made_are_reindexed_or_dropped_with_their_parent():
-    tree = DraftTree((1, 2, 3, 4), (None, 0, 1, 0), (Source.ROOT, Source.PLD, Source.PLD, Source.TR),
-                     (1, .9, .9, .01), (1, .9, .8, .01))
-    earlier = (GhostNode(2, 7, Source.TR, .02, .02), GhostNode(3, 8, Source.TR, .02, .0001))
-    kept, ghosts, _ = speedup_optimal(tree, STEEP, ghosts=earlier)  # node 3 (est .01) goes, node 2 stays
-    assert kept.tokens == (1, 2, 3)
-    assert {(g.parent, g.token) for g in ghosts} == {(2, 7), (0, 4)}
+    """The builder's ghosts follow their parent's new index, or go with it; the pruned nodes join them."""
+    # anchor -> TR 2 (est .01, pruned) ; anchor -> PLD 3 -> PLD 4 (kept, re-indexed 2 -> 1 and 3 -> 2)
+    tree = DraftTree((1, 2, 3, 4), (None, 0, 0, 2), (Source.ROOT, Source.TR, Source.PLD, Source.PLD),
+                     (1, .01, .9, .9), (1, .01, .9, .8))
+    earlier = (GhostNode(3, 7, Source.TR, .02, .02), GhostNode(1, 8, Source.TR, .02, .0001))
+    kept, ghosts, _ = speedup_optimal(tree, STEEP, ghosts=earlier)
+    assert kept.tokens == (1, 3, 4) and kept.parents == (None, 0, 1)
+    # the ghost under node 3 now hangs off its new index 2; the one under the pruned node 1 is dropped with it;
+    # the pruned TR node 1 itself becomes a ghost of the anchor, with its own score and estimate
+    assert sorted(ghosts, key=lambda g: g.token) == [GhostNode(0, 2, Source.TR, .01, .01),
+                                                     GhostNode(2, 7, Source.TR, .02, .02)]
 
 
 def test_latencies_in_one_pass_equal_latency_each():

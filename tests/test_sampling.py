@@ -4,8 +4,11 @@ exactly as plain AR sampling's (the target's warped distribution, enumerated exa
 A tiny random Llama with an 8-token vocabulary; its output head is scaled so its distributions are
 peaked and drafts are often accepted.  For each verifier, N_SAMPLES generations of 3 tokens (seeds
 0..N-1) are compared with the exact AR distribution of the 3-token prefix by a chi-square test
-(cells with expected count < 5 pooled).  A run that never accepted a draft token is inconclusive
-and fails; a deliberately lossy verifier must fail the same test (the test has power).
+(cells with expected count < 5 pooled).  The exact distribution is warped by transformers' own logits
+warpers, set up here as ``generate`` sets them up, not by the engine's warper (engine/sampling.py): a
+warper bug there would otherwise shape both sides alike and cancel out.  A run that never accepted a
+draft token is inconclusive and fails; a deliberately lossy verifier must fail the same test (the test
+has power).
 """
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ import itertools
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.generation import logits_process as hf
 
 from engine.config import DecodeConfig
 from engine.decode import SpecDecoder
-from engine.sampling import make_warper
+from engine.sampling import make_rows_warper, make_warper
 from engine.verify import greedy_walk
 
 VOCAB, N_TOKENS, N_SAMPLES = 8, 3, 20_000
@@ -36,17 +40,32 @@ def tiny():
     return model, prompt
 
 
+def reference_probs(cfg: DecodeConfig, logits: torch.Tensor) -> torch.Tensor:
+    """(n, |V|) logits -> (n, |V|) float64 probabilities ``model.generate(do_sample=True, temperature=T, top_k=K,
+    top_p=P)`` samples from: transformers' warpers, in the order and with the neutral values its
+    ``_get_logits_processor`` uses (temperature unless 1.0, top-k unless 0, top-p unless 1.0), on float32 scores,
+    then softmax.  No engine code: this is what the engine's warper is checked against."""
+    warpers = hf.LogitsProcessorList()
+    if cfg.temperature != 1.0:
+        warpers.append(hf.TemperatureLogitsWarper(cfg.temperature))
+    if cfg.sample_top_k != 0:
+        warpers.append(hf.TopKLogitsWarper(top_k=cfg.sample_top_k))
+    if cfg.top_p < 1.0:
+        warpers.append(hf.TopPLogitsWarper(top_p=cfg.top_p))
+    scores = warpers(torch.empty((logits.shape[0], 0), dtype=torch.long), logits.to(torch.float32))
+    return torch.softmax(scores, dim=-1).to(torch.float64)
+
+
 def exact_ar_distribution(model, prompt: list[int], cfg: DecodeConfig) -> dict[tuple[int, ...], float]:
-    """P(first N_TOKENS tokens) under AR sampling with ``cfg``'s warping, by enumeration."""
-    warp = make_warper(cfg)
+    """P(first N_TOKENS tokens) under AR sampling with ``cfg``'s warping (``reference_probs``), by enumeration."""
     dist: dict[tuple[int, ...], float] = {(): 1.0}
     with torch.no_grad():
         for _ in range(N_TOKENS):
             prefixes = list(dist)
             ids = torch.tensor([prompt + list(p) for p in prefixes])  # (prefixes, L + len)
             logits = model(input_ids=ids).logits[:, -1]  # (prefixes, |V|)
-            dist = {(*p, t): dist[p] * float(prob) for p, row in zip(prefixes, logits)
-                    for t, prob in enumerate(warp(row))}
+            dist = {(*p, t): dist[p] * float(prob) for p, row in zip(prefixes, reference_probs(cfg, logits))
+                    for t, prob in enumerate(row)}
     return dist
 
 
@@ -129,3 +148,20 @@ def test_exact_enumeration_is_a_distribution(tiny):
     dist = exact_ar_distribution(model, prompt, DecodeConfig(temperature=1.0))
     assert len(dist) == VOCAB ** N_TOKENS and abs(sum(dist.values()) - 1) < 1e-6  # float32 softmax rows
     assert all(len(key) == N_TOKENS for key in itertools.islice(dist, 5))
+
+
+#: VERIFIERS' warpings, then all three warpers at once (their order matters), top-k 1 and a small top-p.
+WARPINGS = [dict(temperature=1.0), dict(temperature=0.8, sample_top_k=5), dict(temperature=1.0, top_p=0.9),
+            dict(temperature=0.7, sample_top_k=5, top_p=0.8),
+            dict(temperature=1.3, sample_top_k=1), dict(temperature=0.5, top_p=0.3)]
+
+
+@pytest.mark.parametrize("warping", WARPINGS, ids=str)
+def test_engine_warper_equals_transformers_warpers(warping):
+    """The engine's warpers (one row, and a cycle's rows at once) give, bit for bit, the distribution transformers'
+    own warpers give in generate's order: temperature, top-k, top-p each applied, in that order, with the value set."""
+    cfg = DecodeConfig(**warping)
+    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(0)) * 4  # (rows, |V|): top-k / top-p bite
+    want = reference_probs(cfg, logits)
+    assert all(torch.equal(make_warper(cfg)(row), want[k]) for k, row in enumerate(logits)), warping
+    assert torch.equal(make_rows_warper(cfg)(logits).to(torch.float64), want), warping

@@ -1,6 +1,8 @@
 """Tree figure and charts built from synthetic cycle traces (no model needed)."""
 from __future__ import annotations
 
+import re
+
 from engine.trace import CycleTrace
 from engine.tree import DraftTree, GhostNode, Source
 from viz.charts import cycle_series, speed_figure
@@ -42,6 +44,7 @@ def test_layout_is_layered_and_uncrossed():
 
 
 def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
+    """Each node is drawn once, in its source's trace and colour, with a hover that says what the walk made of it."""
     fig = tree_figure(make_trace(), TEXT.get)
     names = {tr.name for tr in fig.data}
     assert {"PLD spine", "TR branch", "PTD perturbation", "accepted path", "bonus token"} <= names
@@ -56,8 +59,16 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     ghost = next(h for tr in fig.data if tr.hovertext for h in tr.hovertext if "GT" in h)
     assert ghost.endswith("status: pruned by GT, never verified") and "wanted" not in ghost
     assert "the model wanted" not in by_token["("] and "status: accepted" in by_token["("]
-    labels = [tr for tr in fig.data if tr.mode == "markers+text"]
-    assert labels and all(tr.textfont.size >= 16 for tr in labels)  # legible from the back row
+    # one labelled trace per kind of node, in the source's colour, with the nodes of that kind (the ghost with TR's)
+    labels = {tr.name: tr for tr in fig.data if tr.mode == "markers+text"}
+    assert {name: (tr.marker.color, [t for t, x in zip(tr.text, tr.x) if x is not None])
+            for name, tr in labels.items()} == {
+        "anchor": ("#4b5563", ["def"]), "PLD spine": ("#0072B2", ["␣f", "(", "x"]),
+        "TR branch": ("#E69F00", ["↵", ")", "y", ":"]), "PTD perturbation": ("#009E73", []),
+        "Suffix tree": ("#CC79A7", []), "folded rejected nodes (+N)": ("#4b5563", []),
+        "bonus token": ("#D55E00", [":"])}
+    assert labels["bonus token"].marker.symbol == ("star",)
+    assert {tr.textfont.size for tr in labels.values()} == {16}  # legible from the back row
     legend = {tr.name for tr in fig.data if tr.showlegend is not False}
     assert {"accepted path", "rejected (faded)", "ghost: pruned by GT, never verified", "bonus token"} <= legend
     assert fig.layout.uirevision == "draft-tree"
@@ -71,11 +82,18 @@ def test_visible_token_escapes_and_shows_whitespace():
 
 
 def test_charts_running_means():
+    """The speed chart plots tokens/s and τ per cycle and their running means, each series under its own name."""
     traces = [make_trace(i, elapsed=0.01 * (i + 1)) for i in range(3)]
     s = cycle_series(traces)
     assert s["tau"] == [4.0, 4.0, 4.0] and s["mean_tau"] == [4.0, 4.0, 4.0]
     assert abs(s["mean_tok_per_s"][-1] - 12 / 0.03) < 1e-6
-    assert len(speed_figure(traces).data) == 4
+    fig = speed_figure(traces)  # per cycle 4 tokens in 6 ms (667 tok/s); running mean 12 tokens in 0.03 s (400)
+    assert [(tr.name, tr.type, tuple(tr.y)) for tr in fig.data] == [
+        ("tok/s this cycle", "scatter", (4 / 0.006,) * 3), ("tok/s running mean", "scatter", (12 / 0.03,) * 3),
+        ("τ this cycle", "bar", (4.0,) * 3), ("τ running mean", "scatter", (4.0,) * 3)]
+    assert [fig.data[0].marker.color, fig.data[1].line.color, fig.data[2].marker.color, fig.data[3].line.color] == [
+        "#93c5fd", "#1d4ed8", "#fcd34d", "#b45309"]
+    assert [a.text for a in fig.layout.annotations] == ["tokens/s", "τ (tokens per forward)"]
 
 
 def test_explain_cycle_tells_the_spine_continuation():
@@ -136,9 +154,9 @@ def test_no_overlap_at_b128_and_folded_counts_add_up():
     trace = wide_trace()
     fig = tree_figure(trace, lambda i: f"tok{i}")
     boxes = label_boxes(fig)
-    assert len(boxes) >= 8 and not overlapping(boxes)
-    assert fig.layout.height == FIG_HEIGHT_PX  # fits the first screen
     texts = [t for tr in fig.data if tr.mode == "markers+text" for t in tr.text]
+    assert len(boxes) == len(texts) >= 8 and not overlapping(boxes)  # every drawn label checked
+    assert fig.layout.height == FIG_HEIGHT_PX  # fits the first screen
     folded = sum(int(t[1:]) for t in texts if t[0] in "+⋯")
     assert folded + sum(t[0] not in "+⋯" for t in texts) == len(trace.tree) + 1  # every node, + bonus
     # every node drawn: the figure grows instead
@@ -147,6 +165,7 @@ def test_no_overlap_at_b128_and_folded_counts_add_up():
 
 
 def test_a_long_chain_folds_its_middle():
+    """A chain deeper than the screen keeps its ends and folds its middle into one "⋯N" that counts every token."""
     from viz.tree_figure import MAX_COLUMNS, label_boxes
 
     n = 41
@@ -159,10 +178,16 @@ def test_a_long_chain_folds_its_middle():
     xs = [x for tr in fig.data if tr.mode == "markers+text" for x in tr.x if x is not None]
     assert max(xs) + 1 <= MAX_COLUMNS and not overlapping(label_boxes(fig))
     texts = [t for tr in fig.data if tr.mode == "markers+text" for t in tr.text]
-    assert any(t.startswith("⋯") for t in texts) and {"t1", "t2", "t39", "t40"} <= set(texts)  # the middle folded
+    assert {"t0", "t1", "t2", "t39", "t40", "t41"} <= set(texts)  # anchor, both ends of the chain, bonus
+    pld = next(tr for tr in fig.data if tr.name == "PLD spine")
+    (fold, hover), = [(t, h) for t, h in zip(pld.text, pld.hovertext) if t.startswith("⋯")]  # one fold: the middle
+    singles = [t for t in pld.text if not t.startswith("⋯")]
+    assert int(fold[1:]) + len(singles) == 40  # every chain token, once
+    assert hover.startswith(f"<b>{fold[1:]} PLD spine tokens in a row, accepted</b>")
 
 
 def test_step_through_stages():
+    """Step-through draws each stage's nodes and says, per stage, how many guesses, nodes and tokens it saw."""
     from viz.lesson import stage_sentence, stages_of
     from viz.tree_figure import STAGES
 
@@ -172,14 +197,19 @@ def test_step_through_stages():
     for stage in STAGES:
         fig = tree_figure(trace, TEXT.get, stage=stage)
         drawn[stage] = {tr.name: len([x for x in tr.x if x is not None]) for tr in fig.data}
-        assert stage_sentence(trace, stage, TEXT.get)
+    said = {stage: stage_sentence(trace, stage, TEXT.get) for stage in stages_of(trace)}
+    assert said["pld"].startswith("**1a · drafts: PLD spine** — 3 guesses — the spine: ")
+    assert said["tr"].startswith("**1b · drafts: TR branch** — 3 guesses: ")  # the ghost was never drafted here
+    assert said["scored"].startswith("**2 · one forward scores them all** — one forward over all 7 nodes")
+    assert "3 draft tokens accepted" in said["walk"] and said["walk"].startswith("**3 · the walk accepts")
+    assert said["bonus"].startswith("**4 · the bonus token** — the model's token after the last accepted one, ':', ")
+    assert "4 tokens committed from one forward" in said["bonus"]
     assert drawn["pld"]["PLD spine"] == 3 and drawn["pld"]["TR branch"] == 0 and drawn["pld"]["bonus token"] == 0
     assert drawn["tr"]["TR branch"] == 4  # 3 TR nodes and the TR ghost
     assert drawn["walk"]["bonus token"] == 0 and drawn["bonus"]["bonus token"] == 1
     scored = tree_figure(trace, TEXT.get, stage="scored")
     marks = "".join(t for tr in scored.data if tr.mode == "markers+text" for t in tr.text)
     assert "✓" in marks and "✗" in marks
-    assert "':'" in stage_sentence(trace, "bonus", TEXT.get)
 
 
 def test_explain_cycle_says_why_gt_auto_chose_the_size():
@@ -226,8 +256,11 @@ def test_a_spine_that_broke_at_once_stays_blue():
     trace = broken_spine_trace()
     fig = tree_figure(trace, lambda i: f"t{i}")
     pld = next(tr for tr in fig.data if tr.name == "PLD spine")
+    assert pld.marker.color == "#0072B2"  # blue: PLD's colour, folded runs included
     shown = [t for t, x in zip(pld.text, pld.x) if x is not None]
     assert len(shown) >= 3 and any(t.startswith("⋯") for t in shown), shown  # first, ⋯N, last
+    assert [sym == "square" for sym in pld.marker.symbol] == [t.startswith("⋯") for t in shown]  # a run: a square
+    assert sum(int(t[1:]) if t.startswith("⋯") else 1 for t in shown) == 59  # every spine token, in the spine
     spine = trace.tree.spine
     texts = {t for t in shown}
     assert f"t{spine[0] % 50}" in texts and f"t{spine[-1] % 50}" in texts
@@ -238,8 +271,9 @@ def test_a_spine_that_broke_at_once_stays_blue():
     xs = [x for tr in fig.data if tr.mode == "markers+text" for x in tr.x if x is not None]
     assert max(xs) + 1 <= MAX_COLUMNS and fig.layout.height == FIG_HEIGHT_PX and not overlapping(label_boxes(fig))
     count = sum(int(t[1:]) if t[0] in "+⋯" else 1 for tr in fig.data if tr.mode == "markers+text" for t in tr.text)
-    sides = sum(h.count("side node") for h in [folded])
-    assert count <= len(trace.tree) + 1 and sides
+    runs = [h for h, t in zip(pld.hovertext, pld.text) if t.startswith("⋯")]
+    sides = sum(int(re.search(r"\(and (\d+) side nodes? hanging off them\)", h)[1]) for h in runs)
+    assert count + sides == len(trace.tree) + 1  # every node drawn once or counted once in a run (+ the bonus)
 
 
 def test_edges_start_at_their_parent():
