@@ -4,8 +4,8 @@
                   [--host 127.0.0.1] [--port 7860] [--share] [--public]
 
 This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm (the race's
-scheduler is ``engine/race.py``, the inputs' checks ``engine/page_settings.py``, the run's record
-``engine/run.py``).  The contract between the page and its handlers:
+scheduler is ``engine/product/race.py``, the inputs' checks ``engine/product/page_settings.py``, the run's record
+``engine/product/run.py``).  The contract between the page and its handlers:
 
 * a handler's parameters are named after the page's components (``Page``); a parameter named ``settings``,
   ``drawing`` or ``session`` takes one dataclass (``PACKS``) built from the components named like its
@@ -13,7 +13,7 @@ scheduler is ``engine/race.py``, the inputs' checks ``engine/page_settings.py``,
 * a handler returns (or yields, to stream) a dict keyed by component name, holding only what it sets.
 
 Per-user data (the recorded run, the chosen model, the Stop request, an own cost curve) lives in
-``gr.State``; loaded weights are shared read-only through ``engine.loading.ModelRegistry``.  The handlers that
+``gr.State``; loaded weights are shared read-only through ``engine.product.loading.ModelRegistry``.  The handlers that
 run forward passes (Generate, Race, Re-measure) are wired through ``gpu_handler``: under ``spaces.GPU`` where
 the ``spaces`` package is installed, which on a ZeroGPU Space gives each call a GPU and elsewhere changes
 nothing (``ZERO_GPU``, ``place_models``).
@@ -44,11 +44,11 @@ import gradio as gr
 import plotly.graph_objects as go
 import torch
 
-from engine.config import METHODS, ConfigError, DecodeConfig
-from engine.cost import CostCurveError, cached_cost_curve, curve_key, load_cost_curve, measure_cost_curve
-from engine.decode import SpecDecoder
-from engine.generate import command_line
-from engine.loading import (
+from engine.core.config import METHODS, ConfigError, DecodeConfig
+from engine.core.cost import CostCurveError, cached_cost_curve, curve_key, load_cost_curve, measure_cost_curve
+from engine.core.decode import SpecDecoder
+from engine.product.generate import command_line
+from engine.product.loading import (
     DEMO_MODEL,
     LoadedModel,
     ModelLoadError,
@@ -60,16 +60,16 @@ from engine.loading import (
     sentence,
     tqdm_progress,
 )
-from engine.lossless import attribute
-from engine.metrics import summarize
-from engine.models import DEMO_NAMES, NAMED, SMOLLM2
-from engine.page_settings import RANGES, PageSettings
-from engine.race import Pacer, Race
-from engine.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
+from engine.product.lossless import attribute
+from engine.product.metrics import summarize
+from engine.product.models import DEMO_NAMES, NAMED, SMOLLM2
+from engine.product.page_settings import RANGES, PageSettings
+from engine.product.race import Pacer, Race
+from engine.product.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
+from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
+from engine.product.sweep import summary as sweep_summary
+from engine.product.trace_io import MAX_BYTES, TraceFormatError
 from engine.sources import REGISTRY, SourceMemory
-from engine.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
-from engine.sweep import summary as sweep_summary
-from engine.trace_io import MAX_BYTES, TraceFormatError
 from viz.charts import cost_figure, speed_figure
 from viz.explain import (
     TOKEN_COLORS,
@@ -228,7 +228,7 @@ CSS = """
 """
 TOGGLE_DARK = "() => { document.body.classList.toggle('dark'); }"
 #: a click on a point of the sweep figure opens its run: each point's customdata is its run's place in the sweep
-#: (``engine.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
+#: (``engine.product.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
 #: choice as a user would (the radio's own event opens the run).  Plotly's click event lives on the figure's div,
 #: which gradio replaces when a new figure comes, so the binding is re-checked every 0.4 s (a flag on the div's
 #: event hub, which a replot drops with its listeners).
@@ -288,7 +288,7 @@ HOW_TO_READ = f"""
   has exactly the distribution of plain AR sampling.
 * **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
   tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
-  text; click a point to open its run in the tree viewer (`python -m engine.sweep` sweeps from a shell).
+  text; click a point to open its run in the tree viewer (`python -m engine.product.sweep` sweeps from a shell).
 """
 
 
@@ -306,7 +306,8 @@ class Session:
     Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it), their own re-measured
     cost curve (``curve``, None = the shared one) and what draft sources keep across their requests
     (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept) and AR's timings on the
-    prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.run.ArTiming``: the speedup beside τ; None = none)."""
+    prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.product.run.ArTiming``: the speedup beside τ; None =
+    none)."""
 
     model_key: Any = None
     control: dict | None = None
@@ -720,7 +721,7 @@ def import_trace(import_file, drawing: Drawing = Drawing(), model_key=None, *, m
 
 
 def run_command(run: Run) -> str:
-    """The command that reproduces ``run`` (``engine.generate.command_line``): its config, prompt format, the
+    """The command that reproduces ``run`` (``engine.product.generate.command_line``): its config, prompt format, the
     prompt itself (so it needs no other file) and the cost curve it read; or why its settings do not make a
     config here (a trace from another version)."""
     try:
@@ -844,7 +845,7 @@ def place_models(first: LoadedModel, options: PageOptions, zero_gpu: bool = ZERO
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
     worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``);
-    then one GPU call warms each up and measures its cost curve into the disk cache (``engine.cost``), which this
+    then one GPU call warms each up and measures its cost curve into the disk cache (``engine.core.cost``), which this
     process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
     """
     if not zero_gpu:
@@ -897,11 +898,11 @@ RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
 
 def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
          models: ModelRegistry) -> Iterator[dict]:
-    """AR vs the chosen method on one device and a shared clock (``engine.race``): stream both texts and the
+    """AR vs the chosen method on one device and a shared clock (``engine.product.race``): stream both texts and the
     board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
     progress (tokens / max new tokens).
 
-    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.race.Pacer``: the race's
+    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.product.race.Pacer``: the race's
     engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board counts
     engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
     race ends with two different outputs, the board says where they part and both logits there
@@ -951,7 +952,7 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
 
 def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
                  sampling: bool = False) -> str:
-    """Where the race's two outputs part, for the board: ``engine.lossless.attribute`` reads both tokens' logits
+    """Where the race's two outputs part, for the board: ``engine.product.lossless.attribute`` reads both tokens' logits
     off AR's own one-token step there (a precision tie in half precision, else a bug); "" when they agree.  Sampled
     outputs are two draws from the same distribution, so they may differ anywhere: said so, nothing attributed."""
     if list(ar_tokens) == list(spec_tokens):
@@ -1003,8 +1004,8 @@ def sweep_gpu_seconds(settings: PageSettings, sweep_param=None, sweep_values: st
 
 def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = Session(), *,
           models: ModelRegistry) -> Iterator[dict]:
-    """Sweep: the prompt once per value of one parameter (``engine.sweep.run_sweep``: AR timed once, every run on
-    one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
+    """Sweep: the prompt once per value of one parameter (``engine.product.sweep.run_sweep``: AR timed once, every run
+    on one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
     tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
     and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the
     runs so far; bad input: one sentence, nothing run."""
@@ -1140,7 +1141,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
     first, page = models.get(None), Page()
     with gr.Blocks(title="goose-lens") as demo:
         _header(page, first, options.notice)
-        page.run = gr.State(None)  # the visitor's last run (engine.run.Run)
+        page.run = gr.State(None)  # the visitor's last run (engine.product.run.Run)
         page.model_key = gr.State(None)  # None = the default model
         page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
         page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.bench import DEFAULT_DATA, load_prompts  # noqa: E402
-from engine.config import DecodeConfig  # noqa: E402
-from engine.decode import SpecDecoder  # noqa: E402
-from engine.loading import load_model  # noqa: E402
-from engine.metrics import summarize  # noqa: E402
+from engine.core.config import DecodeConfig  # noqa: E402
+from engine.core.decode import SpecDecoder  # noqa: E402
+from engine.product.bench import DEFAULT_DATA, load_prompts  # noqa: E402
+from engine.product.loading import load_model  # noqa: E402
+from engine.product.metrics import summarize  # noqa: E402
 
 
 def main() -> int:

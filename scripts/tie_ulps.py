@@ -20,10 +20,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import kv_cache  # noqa: E402
-from engine.bench import DEFAULT_DATA, encode, load_prompts  # noqa: E402
-from engine.loading import load_model  # noqa: E402
-from engine.lossless import ulp  # noqa: E402
+from engine.core import kv_cache  # noqa: E402
+from engine.product.bench import DEFAULT_DATA, encode, load_prompts  # noqa: E402
+from engine.product.loading import load_model  # noqa: E402
+from engine.product.lossless import ulp  # noqa: E402
 
 
 @torch.no_grad()

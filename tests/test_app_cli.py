@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.loading import ModelLoadError, ModelRegistry, load_model
+from engine.product.loading import ModelLoadError, ModelRegistry, load_model
 from engine.sources import REGISTRY
 
 ROOT = __import__("conftest").ROOT
@@ -26,8 +26,9 @@ def test_cli_json_with_lossless_check(tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", encoding="utf-8")
     # the default model (SmolLM2): a load, a cost-curve measurement and the check take minutes on a busy 2-core machine
-    out = subprocess.run([sys.executable, "-m", "engine.generate", "--prompt-file", str(prompt), "--max-new-tokens",
-                          "48", "--check-lossless", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-m", "engine.product.generate", "--prompt-file", str(prompt),
+                          "--max-new-tokens", "48", "--check-lossless", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     for key in ("new_tokens", "cycles", "tau", "tok_per_s", "accepted_by_source", "lossless"):
@@ -45,7 +46,7 @@ def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
     for args in (["--prompt-file", str(empty)], ["--prompt", "x", "--budget", "0"],
                  ["--prompt", "x " * 3000, "--max-new-tokens", "8", "--model", "demo"],  # beyond its context
                  ["--prompt", "x", "--model", str(tmp_path / "missing-model")]):
-        out = subprocess.run([sys.executable, "-m", "engine.generate", *args], cwd=ROOT, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "engine.product.generate", *args], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 2
         assert "error: " in out.stderr and "Traceback" not in out.stderr
@@ -65,10 +66,10 @@ def test_load_error_names_the_model(tmp_path):
 
 def test_unknown_model_offline_fails_at_once(monkeypatch):
     """No 45 s of hub retries: an id that is neither named, local nor cached fails at once when no hub answers."""
-    import engine.loading
+    import engine.product.loading
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert not engine.loading.hub_reachable()
+    assert not engine.product.loading.hub_reachable()
     started = time.perf_counter()
     with pytest.raises(ModelLoadError) as err:
         load_model("someone/no-such-model-anywhere", device="cpu")
@@ -78,9 +79,10 @@ def test_unknown_model_offline_fails_at_once(monkeypatch):
     assert "no hub is reachable" in message and ".." not in message and "\n" not in message
 
 
-@pytest.mark.parametrize("cli", [["-m", "engine.generate", "--prompt", "x"], ["app.py"],
-                                 ["-m", "engine.bench", "--limit", "1", "--methods", "ar"],
-                                 ["-m", "engine.sweep", "--param", "budget", "--values", "4,8", "--prompt", "x"]])
+@pytest.mark.parametrize("cli", [["-m", "engine.product.generate", "--prompt", "x"], ["app.py"],
+                                 ["-m", "engine.product.bench", "--limit", "1", "--methods", "ar"],
+                                 ["-m", "engine.product.sweep", "--param", "budget", "--values", "4,8",
+                                  "--prompt", "x"]])
 def test_every_cli_says_a_bad_model_in_one_line(tmp_path, cli):
     (tmp_path / "empty-folder").mkdir()
     out = subprocess.run([sys.executable, *cli, "--model", str(tmp_path / "empty-folder")], cwd=ROOT,
@@ -135,7 +137,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         latest = [next((value(u[k]) for u in reversed(updates) if value(u[k]) is not None), None)
                   for k in range(len(updates[-1]))]  # the last frames set only some components
         text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson, *_ = latest
-        assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.generate")
+        assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.product.generate")
         assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed after the run
         # the scrubber on the last cycle, the sentence about it, and the stats counting the same cycles
         assert isinstance(scrubber, int) and scrubber >= 1, scrubber
@@ -173,9 +175,9 @@ def frames_of(handler, *args, **kwargs) -> list[dict]:
 def test_page_settings_check_input_once(demo_lm):
     """The page builds with its API; a bad setting is one message (the same as the CLI's), a good one its ids."""
     import app
-    from engine.config import ConfigError
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
+    from engine.core.config import ConfigError
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
 
     demo = app.build_demo(demo_lm)
     assert demo.title == "goose-lens"
@@ -211,10 +213,10 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
     """settings -> command -> the CLI's own parser -> the same DecodeConfig, for the page's every setting."""
     import shlex
 
-    from engine.config import DecodeConfig
-    from engine.cost import CostCurve
-    from engine.generate import build_parser, command_line, config_from_args
-    from engine.page_settings import PageSettings
+    from engine.core.config import DecodeConfig
+    from engine.core.cost import CostCurve
+    from engine.product.generate import build_parser, command_line, config_from_args
+    from engine.product.page_settings import PageSettings
 
     variants = [PageSettings(), PageSettings(method="tr", budget=8, depth=3, auto_c=False, gt_threshold=0.123456789,
                                              max_new_tokens=4, bypass=False, auto_r=False, spine_ratio=0.35),
@@ -226,7 +228,7 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
         config = settings.to_config()
         command = command_line(config, model="demo", prompt_format="raw", cost_curve=curve)
         words = shlex.split(command)
-        assert words[:3] == ["python", "-m", "engine.generate"] and "#" not in command
+        assert words[:3] == ["python", "-m", "engine.product.generate"] and "#" not in command
         args = build_parser().parse_args(words[3:])
         assert config_from_args(args) == config, command
         assert (args.cost_curve == curve.spec()) == (config.gt_threshold == "auto")  # the curve a GT-auto run read
@@ -242,8 +244,8 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     from types import SimpleNamespace
 
     import app
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     frames = frames_of(app.generate, PageSettings(prompt=CODE, max_new_tokens=24), models=models)
@@ -271,11 +273,11 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     import shlex
 
     import app
-    from engine import generate as cli
-    from engine.cost import CostCurve, curve_key
-    from engine.loading import ModelRegistry
-    from engine.metrics import summarize
-    from engine.page_settings import PageSettings
+    from engine.core.cost import CostCurve, curve_key
+    from engine.product import generate as cli
+    from engine.product.loading import ModelRegistry
+    from engine.product.metrics import summarize
+    from engine.product.page_settings import PageSettings
 
     own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
     settings = PageSettings(prompt=CODE, budget=24, auto_r=False, depth=4, max_new_tokens=20, bypass=False,
@@ -295,8 +297,8 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 def test_race_and_model_picker(demo_lm):
     """A greedy race ends tied and times AR for the prompt; a model that cannot load leaves the current one."""
     import app
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     last = frames_of(app.race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
@@ -318,7 +320,7 @@ def test_race_and_model_picker(demo_lm):
 
 
 def test_race_runs_the_lane_with_less_engine_time():
-    from engine.race import Race
+    from engine.product.race import Race
 
     def lane(step_s, cycles):  # a decoder whose forwards each take step_s engine seconds
         for k in range(cycles):
@@ -341,7 +343,7 @@ class SimpleTrace:
 
 def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     import app
-    from engine.loading import ModelRegistry
+    from engine.product.loading import ModelRegistry
 
     monkeypatch.setenv("SPACE_ID", "someone/goose-lens")
     monkeypatch.setenv(app.ALLOWED_ENV, "demo, smollm2")
@@ -363,9 +365,9 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
 
 def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
     import app
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
-    from engine.run import Run
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
+    from engine.product.run import Run
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, budget=24, depth=4, auto_c=False, max_new_tokens=24, bypass=False,
@@ -380,7 +382,7 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     assert out["stats"].split("  \n")[0].endswith(stats.split("  \n")[0])  # every cycle summarised ...
     assert out["explain"].startswith(f"**Cycle {len(run.traces) - 1} of {len(run.traces) - 1}**")  # ... the last shown
     assert out["scrubber"].value == len(run.traces) - 1 and out["prompt"] == CODE and out["prompt_format"] == "raw"
-    assert out["command"].startswith("python -m engine.generate") and "--budget 24" in out["command"]
+    assert out["command"].startswith("python -m engine.product.generate") and "--budget 24" in out["command"]
     assert len(imported.segments) == 24 and out["import_file"] is None
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "goose-lens-trace", "version": 99}')
@@ -391,9 +393,9 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
     import app
-    from engine.decode import SpecDecoder
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
+    from engine.core.decode import SpecDecoder
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
 
     control = {"stop": False}
     frames = []
@@ -416,9 +418,9 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     import app
-    from engine.cost import CostCurve, curve_key
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
+    from engine.core.cost import CostCurve, curve_key
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, budget=40, max_new_tokens=24, prompt_format="raw")
@@ -440,9 +442,9 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     """Suffix drafting remembers a visitor's outputs in their own memory, under the model's name, across runs."""
     import app
-    from engine.loading import ModelRegistry
-    from engine.metrics import summarize
-    from engine.page_settings import PageSettings
+    from engine.product.loading import ModelRegistry
+    from engine.product.metrics import summarize
+    from engine.product.page_settings import PageSettings
     from engine.sources import SourceMemory
 
     models = ModelRegistry(demo_lm)
@@ -462,9 +464,9 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
 
 def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
     import app
-    from engine.loading import ModelRegistry
-    from engine.page_settings import PageSettings
-    from engine.run import ArTiming, Speedup
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
+    from engine.product.run import ArTiming, Speedup
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, max_new_tokens=24, prompt_format="raw")
@@ -486,9 +488,9 @@ def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
 
 
 def test_tau_is_tied_to_the_cost_curve():
-    from engine.cost import CostCurve
-    from engine.run import ArTiming, Speedup, ar_steps_per_forward
-    from engine.tree import DraftTree, Source
+    from engine.core.cost import CostCurve
+    from engine.core.tree import DraftTree, Source
+    from engine.product.run import ArTiming, Speedup, ar_steps_per_forward
     from viz.explain import cost_sentence
 
     def cycle(nodes, ptd_rows=0, mode="tree", elapsed=0.0, tokens=1):
@@ -513,7 +515,7 @@ def test_header_says_the_dtype_and_why(demo_lm):
     import dataclasses
 
     import app
-    from engine.loading import ModelRegistry
+    from engine.product.loading import ModelRegistry
 
     why = "bf16: verifies 16 rows 1.1× faster than fp32 here (an AR step 0.9×)"
     measured = dataclasses.replace(demo_lm, dtype_reason=why, auto_dtype=True)
@@ -527,7 +529,7 @@ def test_header_says_the_dtype_and_why(demo_lm):
 
 
 def test_lesson_reads_the_cost_curve():
-    from engine.cost import CostCurve
+    from engine.core.cost import CostCurve
     from viz.lesson import what_is_it
 
     steep = CostCurve((1, 16), (10.0, 15.0), key="demo|cpu|torch.float32|torch 2")
@@ -539,8 +541,8 @@ def test_lesson_reads_the_cost_curve():
 
 def test_race_board_says_where_outputs_part(demo_lm):
     import app
-    from engine.config import DecodeConfig
-    from engine.decode import SpecDecoder
+    from engine.core.config import DecodeConfig
+    from engine.core.decode import SpecDecoder
 
     ids = demo_lm.encode_prompt(CODE, chat=False)
     ar = [t for tr in SpecDecoder(demo_lm.model, DecodeConfig(method="ar", max_new_tokens=8)).generate(ids)
@@ -554,7 +556,7 @@ def test_race_board_says_where_outputs_part(demo_lm):
 
 
 def test_race_pacer_plays_the_race_over_the_target_time():
-    from engine.race import Lane, Pacer
+    from engine.product.race import Lane, Pacer
 
     pacer = Pacer(20.0, 10.0)  # 20 s of wall time for 10 s of engine time: 2 wall s per engine s
     assert pacer.scale == 2.0 and pacer.wait_s(5.0, 3.0) == 7.0 and pacer.wait_s(1.0, 5.0) == 0.0

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine import bench
+from engine.product import bench
 
 
 def test_smoke_bench_all_methods(tmp_path, demo_lm):
@@ -21,7 +21,7 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     for key in ("tau", "tok_per_s", "speedup_vs_ar", "p_s", "p_t", "accepted_by_source", "accepted_by_path",
                 "median_overhead_ms", "synergy"):
         assert key in goose
-    assert result["meta"]["command"].startswith("python -m engine.bench")
+    assert result["meta"]["command"].startswith("python -m engine.product.bench")
     assert "Avg Spd" in (out / "results.md").read_text()
     assert "plotly" in (out / "report.html").read_text()
     assert (out / "profile.jsonl").read_text().count("\n") > 10

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from engine.config import ConfigError, DecodeConfig, parse_gt_threshold
-from engine.cost import (
+from engine.core.config import ConfigError, DecodeConfig, parse_gt_threshold
+from engine.core.cost import (
     FORMAT,
     CostCurve,
     CostCurveError,
@@ -15,7 +15,7 @@ from engine.cost import (
     measure_cost_curve,
     write_cost_curve,
 )
-from engine.decode import SpecDecoder
+from engine.core.decode import SpecDecoder
 
 
 def test_chord_threshold_is_mean_marginal_node_cost_in_ar_steps():
@@ -38,7 +38,7 @@ def test_spec_and_file_round_trip_exactly(tmp_path):
     assert json.loads(path.read_text())["format"] == FORMAT
     assert load_cost_curve(str(path)) == curve
     assert load_cost_curve(curve.spec()).id == curve.id
-    result = tmp_path / "result.json"  # an engine.generate result carries its curve
+    result = tmp_path / "result.json"  # an engine.product.generate result carries its curve
     result.write_text(json.dumps({"tau": 2.0, "cost_curve": curve.to_dict()}))
     assert load_cost_curve(str(result)) == curve
     for bad in ("past=1;x", "nonsense", str(tmp_path / "missing.json")):
@@ -59,7 +59,7 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     data = json.loads(files[0].read_text())
     data["format"] = FORMAT - 1  # an older format is measured again, not misread
     files[0].write_text(json.dumps(data))
-    from engine import cost
+    from engine.core import cost
     cost._loaded.clear()
     assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
     assert json.loads(files[0].read_text())["format"] == FORMAT

@@ -6,12 +6,12 @@ and converted on first use, as on a CPU).
 ``torch.cuda.set_sync_debug_mode("error")`` makes every operation that makes the host wait for the device an
 error (a blocking copy either way, ``.item()``, ``.tolist()``, ``nonzero``, ``torch.cuda.synchronize``).  It is
 on while each decoding cycle runs, and off only inside the cycle's read-back (``verify.read_back``, as
-``engine.decode`` calls it), which must run exactly once per cycle.  The prefill and the decoder's set-up (the
+``engine.core.decode`` calls it), which must run exactly once per cycle.  The prefill and the decoder's set-up (the
 cost curve, AR's reference run) run outside it.
 
 * Greedy, bf16, the configurations of tests/test_precision.py: the demo model (10 prompts × 128 tokens) and
   SmolLM2-135M-Instruct (4 prompts × 64 tokens).  Every divergence from AR (``generate``'s own step logits) is a
-  precision tie (``engine.lossless``): zero bugs; each configuration accepted draft tokens (else inconclusive).
+  precision tie (``engine.product.lossless``): zero bugs; each configuration accepted draft tokens (else inconclusive).
 * Sampling: the tree rows' distributions come back with the same one read-back (``SpecDecoder.warp_rows``).
 * Uploads (``transfer.upload``) go from pinned memory without a sync; a pageable one would be caught.
 * ``profile=True`` (bench ``--profile``) synchronises at every stage, and only then.
@@ -22,11 +22,11 @@ import pytest
 import torch
 from test_precision import BF16_CONFIGS, _bf16_run
 
-from engine import decode
-from engine.config import DecodeConfig
-from engine.decode import SpecDecoder
-from engine.loading import load_model
-from engine.lossless import Divergence
+from engine.core import decode
+from engine.core.config import DecodeConfig
+from engine.core.decode import SpecDecoder
+from engine.product.loading import load_model
+from engine.product.lossless import Divergence
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -123,7 +123,7 @@ def test_sampling_on_cuda_reads_back_once_per_cycle(demo_cuda, lossless_prompts,
 
 
 def test_uploads_are_pinned_and_do_not_sync():
-    from engine.transfer import upload
+    from engine.core.transfer import upload
 
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from engine.config import ConfigError, DecodeConfig
-from engine.decode import SpecDecoder
+from engine.core.config import ConfigError, DecodeConfig
+from engine.core.decode import SpecDecoder
 
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
 

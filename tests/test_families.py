@@ -1,8 +1,8 @@
-"""Every family a user brings: works losslessly, or is refused in one sentence (engine/compat.py).
+"""Every family a user brings: works losslessly, or is refused in one sentence (engine/core/compat.py).
 
 Tiny randomly initialised models built from each family's transformers config class (hidden 64, 2 layers,
 vocabulary 256), on prompts that repeat so PLD finds matches.  fp32: token for token ``generate(do_sample=False)``
-with draft tokens accepted.  bf16: every divergence from AR a precision tie (engine/lossless.py), none a bug,
+with draft tokens accepted.  bf16: every divergence from AR a precision tie (engine/product/lossless.py), none a bug,
 drafts accepted.  Refused families raise ``compat.UnsupportedModelError`` with one sentence naming the reason
 and the remedy.  Position limits (a learned position table, a sliding window, longrope's switch) trim the
 trees near them and refuse only a run that cannot fit.
@@ -22,12 +22,12 @@ from test_lossless import run_and_compare
 from test_precision import _bf16_run
 from transformers import AutoModelForCausalLM
 
-from engine import compat, kv_cache
-from engine.config import DecodeConfig
-from engine.decode import SpecDecoder
-from engine.loading import ModelLoadError, load_model
-from engine.tree import DraftTree, Source
-from engine.verify import forward_tree
+from engine.core import compat, kv_cache
+from engine.core.config import DecodeConfig
+from engine.core.decode import SpecDecoder
+from engine.core.tree import DraftTree, Source
+from engine.core.verify import forward_tree
+from engine.product.loading import ModelLoadError, load_model
 
 VOCAB, MAX_NEW = 256, 40
 IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": None}  # no EOS: both runs go the full length
@@ -254,7 +254,7 @@ def test_load_model_refuses_in_one_sentence(tmp_path):
 
 def test_page_context_check_is_the_decoders():
     """``LoadedModel.context_problem`` (page settings, CLI) gives the decoder's sentence, as a page sentence."""
-    from engine.loading import LoadedModel
+    from engine.product.loading import LoadedModel
 
     config = FAMILIES["mistral"]()
     config.sliding_window = 64

@@ -1,16 +1,16 @@
-"""GT principle, speedup-optimal size (engine/gt.py): synthetic curves and trees, then the decoder."""
+"""GT principle, speedup-optimal size (engine/core/gt.py): synthetic curves and trees, then the decoder."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from engine.config import DecodeConfig
-from engine.cost import CostCurve
-from engine.decode import SpecDecoder
-from engine.estimates import AcceptanceStats, PathCalibration
-from engine.gt import speedup_optimal
-from engine.tree import DraftTree, GhostNode, Source
+from engine.core.config import DecodeConfig
+from engine.core.cost import CostCurve
+from engine.core.decode import SpecDecoder
+from engine.core.estimates import AcceptanceStats, PathCalibration
+from engine.core.gt import speedup_optimal
+from engine.core.tree import DraftTree, GhostNode, Source
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
 STEEP = CostCurve(nodes=(1, 2, 4, 8, 64), ms=(1.0, 1.6, 2.0, 2.6, 4.2))  # SmolLM2 on a CPU (issue 10)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import DecodeConfig
-from engine.decode import SpecDecoder
-from engine.sampling import make_rows_warper
+from engine.core.config import DecodeConfig
+from engine.core.decode import SpecDecoder
+from engine.core.sampling import make_rows_warper
 
 READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
@@ -85,7 +85,7 @@ def test_device_inputs_match_the_parent_array(seed):
     """Mask and positions built by pointer doubling equal the host ancestor relation, deep chains included."""
     import random
 
-    from engine.tree import DraftTree, Source
+    from engine.core.tree import DraftTree, Source
 
     rng = random.Random(seed)
     n = rng.choice([1, 2, 7, 60, 130])
@@ -172,7 +172,7 @@ def test_one_device_read_per_sampling_cycle(demo_lm, device_reads, fields):
 
 def test_uploads_on_a_cpu_pin_nothing(demo_lm, monkeypatch):
     """``transfer.upload`` on a CPU is ``torch.tensor`` itself: a greedy run never pins memory."""
-    from engine.transfer import upload
+    from engine.core.transfer import upload
 
     def refuse(*args, **kwargs):
         raise AssertionError("pinned memory on a CPU")

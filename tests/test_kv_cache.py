@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import kv_cache
-from engine.tree import DraftTree, Source
-from engine.verify import forward_tree
+from engine.core import kv_cache
+from engine.core.tree import DraftTree, Source
+from engine.core.verify import forward_tree
 
 
 def layer_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:

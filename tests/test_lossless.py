@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from engine.config import PRESETS, DecodeConfig
-from engine.decode import SpecDecoder
-from engine.kv_cache import UnsupportedCacheError
-from engine.metrics import summarize
-from engine.reference import greedy_reference
+from engine.core.config import PRESETS, DecodeConfig
+from engine.core.decode import SpecDecoder
+from engine.core.kv_cache import UnsupportedCacheError
+from engine.product.metrics import summarize
+from engine.product.reference import greedy_reference
 from engine.sources import SourceMemory
 
 MAX_NEW = 128

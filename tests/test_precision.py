@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import precision
-from engine.config import DecodeConfig
-from engine.decode import SpecDecoder
-from engine.loading import ModelLoadError, load_model, resolve_dtype
-from engine.lossless import TIE_ULPS, Divergence, ar_logits, attribute, engine_ar_logits, first_difference, ulp
-from engine.metrics import summarize
-from engine.reference import greedy_reference
+from engine.core.config import DecodeConfig
+from engine.core.decode import SpecDecoder
+from engine.product import precision
+from engine.product.loading import ModelLoadError, load_model, resolve_dtype
+from engine.product.lossless import TIE_ULPS, Divergence, ar_logits, attribute, engine_ar_logits, first_difference, ulp
+from engine.product.metrics import summarize
+from engine.product.reference import greedy_reference
 
 BF16_CONFIGS = {"default": {}, "c0": {"gt_threshold": 0.0}, "method-pld": {"method": "pld"},
                 "method-tr": {"method": "tr"}, "method-iso3": {"method": "iso3"}}
@@ -144,7 +144,7 @@ def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
 
 
 def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, monkeypatch):
-    from engine import loading
+    from engine.product import loading
 
     registry = loading.ModelRegistry(demo_lm)
     monkeypatch.setattr(loading, "free_memory", lambda device: 1000)  # bytes: nothing fits

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.adjacency import AdjacencyTable
-from engine.context_match import NgramIndex, match_confidence
+from engine.sources.pld import NgramIndex, match_confidence
+from engine.sources.tr import AdjacencyTable
 
 
 def test_no_match_on_fresh_text():
@@ -64,8 +64,8 @@ def test_match_of_a_suffix_past_the_sequence_copies_indexed_tokens_only():
 
 def _pld_over(tokens: list[int], chain_tokens: int):
     """A PLD source whose chains are ``chain_tokens`` long, and the first chain it proposes after ``tokens``."""
-    from engine.config import DecodeConfig
-    from engine.estimates import AcceptanceStats
+    from engine.core.config import DecodeConfig
+    from engine.core.estimates import AcceptanceStats
     from engine.sources import Request, SourceMemory
     from engine.sources.pld import PldSource
 
@@ -158,7 +158,7 @@ def test_harvest_overwrites_with_latest_and_bigram_capacity_is_bounded():
 # -- PTD (progressive tree drafting, PTD paper §3.2) -----------------------------------------------
 
 def test_ptd_pool_merge_is_recursive_and_bounded():
-    from engine.ptd import CandidatePool
+    from engine.sources.ptd import CandidatePool
 
     pool = CandidatePool(width=2, max_depth=3)
     pool.merge(5, [[1, 2], [1, 3]])
@@ -174,7 +174,7 @@ def test_ptd_pool_merge_is_recursive_and_bounded():
 
 
 def test_ptd_tree_grows_steps_and_feeds_the_pool():
-    from engine.ptd import CandidatePool, ProgressiveTree
+    from engine.sources.ptd import CandidatePool, ProgressiveTree
 
     tree = ProgressiveTree([10, 11, 12], width=2, max_depth=4, max_rows=100, init_width=1, seed=0)  # root depth 1
     pool = CandidatePool()
@@ -191,13 +191,13 @@ def test_ptd_tree_grows_steps_and_feeds_the_pool():
 
 
 def test_ptd_rows_ride_along_under_the_anchor():
-    from engine.tree import DraftTree, Source
+    from engine.core.tree import DraftTree, Source
 
     tree = DraftTree((7, 8), (None, 0), (Source.ROOT, Source.PLD), (1.0, 0.5), (1.0, 0.5))
     full = tree.graft([3, 4, 5], [None, 0, 1], Source.PTD_ROW)
     assert full.parents == (None, 0, 0, 2, 3) and full.depths == (0, 1, 1, 2, 3)
     assert full.ancestor_matrix[4].tolist() == [True, False, True, True, True]  # not the PLD node
-    from engine.verify import greedy_walk
+    from engine.core.verify import greedy_walk
 
     assert greedy_walk(full, [3, 0, 4, 5, 0]) == ((), 3)  # drafting rows are never accepted
 
@@ -255,10 +255,10 @@ def test_request_tail_reads_context_then_path():
 
 
 def test_sources_follow_one_protocol_and_the_registry_names_them():
-    from engine.config import SOURCES, DecodeConfig
-    from engine.estimates import AcceptanceStats
+    from engine.core.config import SOURCES, DecodeConfig
+    from engine.core.estimates import AcceptanceStats
+    from engine.core.tree import Source
     from engine.sources import REGISTRY, SourceMemory, make_sources
-    from engine.tree import Source
 
     assert tuple(i.name for i in REGISTRY) == SOURCES
     made = make_sources(DecodeConfig(sources=SOURCES), AcceptanceStats(), SourceMemory())

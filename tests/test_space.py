@@ -64,9 +64,9 @@ def test_the_page_builds_and_generates_with_spaces_installed(demo_lm):
 
 def test_zero_gpu_wiring_crosses_the_process_boundary(demo_lm):
     import app
-    from engine.loading import ModelRegistry
-    from engine.metrics import summarize
-    from engine.page_settings import PageSettings
+    from engine.product.loading import ModelRegistry
+    from engine.product.metrics import summarize
+    from engine.product.page_settings import PageSettings
     from engine.sources import SourceMemory
 
     models = ModelRegistry(demo_lm)
@@ -105,7 +105,7 @@ def test_zero_gpu_wiring_crosses_the_process_boundary(demo_lm):
 
 def test_gpu_allowances_grow_with_the_work_and_stay_capped():
     import app
-    from engine.page_settings import PageSettings
+    from engine.product.page_settings import PageSettings
 
     short, long = (app.generate_gpu_seconds(PageSettings(prompt="x", max_new_tokens=n)) for n in (16, 512))
     assert 0 < short < long <= app.GPU_MAX_S

@@ -1,4 +1,4 @@
-"""Parameter sweep (engine/sweep.py, viz/sweep_figure.py): parsing, a budget sweep on the demo model, stop, the
+"""Parameter sweep (engine/product/sweep.py, viz/sweep_figure.py): parsing, a budget sweep on the demo model, stop, the
 figure, the sentence and the CLI."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import pytest
 from conftest import DATA, ROOT, read_jsonl
 
-from engine import sweep as sw
-from engine.config import ConfigError, DecodeConfig
-from engine.cost import CostCurve, curve_key
-from engine.run import ArTiming
-from engine.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
+from engine.core.config import ConfigError, DecodeConfig
+from engine.core.cost import CostCurve, curve_key
+from engine.product import sweep as sw
+from engine.product.run import ArTiming
+from engine.product.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
 from viz.sweep_figure import sweep_figure
 
 BUDGETS = "4,8,16,32,64,128"
@@ -87,7 +87,7 @@ def test_a_source_sweep_needs_a_method_that_mixes_sources():
 
 
 def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_ids):
-    from engine.reference import greedy_reference
+    from engine.product.reference import greedy_reference
 
     first, last = budget_sweep[0], budget_sweep[-1]
     assert len(budget_sweep) == 7 and first.ar is not None and not first.runs  # AR first, then one per value

@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine.adjacency import AdjacencyTable
-from engine.config import DecodeConfig
-from engine.estimates import AcceptanceStats, spine_ratio_tier
+from engine.core.config import DecodeConfig
+from engine.core.estimates import AcceptanceStats, spine_ratio_tier
+from engine.core.spine_tree import Proposals, build_chain, build_isotropic_tree, build_spine_tree
+from engine.core.tree import DraftTree, Source
+from engine.core.verify import greedy_walk
 from engine.sources import Candidates, SourceMemory
-from engine.sources.tr import TrSource
-from engine.spine_tree import Proposals, build_chain, build_isotropic_tree, build_spine_tree
-from engine.tree import DraftTree, Source
-from engine.verify import greedy_walk
+from engine.sources.tr import AdjacencyTable, TrSource
 
 VOCAB = 64
 

@@ -5,8 +5,8 @@ import html
 import re
 from collections.abc import Callable
 
+from engine.core.trace import CycleTrace
 from engine.sources import REGISTRY, info
-from engine.trace import CycleTrace
 from viz.tree_figure import visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
@@ -101,8 +101,8 @@ def cycle_segments(trace: CycleTrace, token_text: Callable[[int], str]) -> list[
 
 def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int) -> str:
     """Markdown: measured p_s, p_t and τ next to Goose Prop. 1's bound (Eq. 1) for the latest tree's
-    shape and the Iso(3) yield for the same budget (Goose App. E.4); see ``engine.theory``."""
-    from engine.theory import isotropic_yield, spine_yield_bound, tree_shape
+    shape and the Iso(3) yield for the same budget (Goose App. E.4); see ``engine.core.theory``."""
+    from engine.core.theory import isotropic_yield, spine_yield_bound, tree_shape
 
     if summary is None or summary.cycles == 0:
         return "Generate first: the panel compares the measured τ with the expected yield of the tree shape."
@@ -135,8 +135,8 @@ def big_numbers(summary, speedup=None) -> str:
     """HTML: τ, the measured speedup over AR beside it, and tokens/s in large type, for presenting.
 
     Args:
-        summary: ``engine.metrics.RunSummary`` of the run so far (None: nothing yet).
-        speedup: ``engine.run.Speedup`` (None: not measured); greyed, with "measuring…" or "–", until it has a
+        summary: ``engine.product.metrics.RunSummary`` of the run so far (None: nothing yet).
+        speedup: ``engine.product.run.Speedup`` (None: not measured); greyed, with "measuring…" or "–", until it has a
             value; its note (where AR's speed comes from) is the cell's tooltip and small print.
     """
     if summary is None or summary.cycles == 0:
@@ -159,7 +159,7 @@ def big_numbers(summary, speedup=None) -> str:
 
 def cost_sentence(tau: float, steps: float | None, measured: float | None = None) -> str:
     """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured
-    1.52×)": a forward of many rows costs ``steps`` one-token forwards (``engine.run.ar_steps_per_forward``), so
+    1.52×)": a forward of many rows costs ``steps`` one-token forwards (``engine.product.run.ar_steps_per_forward``), so
     τ / steps is the speedup the curve predicts; drafting and bookkeeping make the measured one lower.
     "" without a curve."""
     if steps is None or steps <= 0:
@@ -173,11 +173,11 @@ def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = 
     engine time (ms), tokens/s and τ, a status ("stopped", "✓") and, when the outputs part, where and why.
 
     Args:
-        lanes: ``engine.race.Lane`` s, the baseline (AR) first.
+        lanes: ``engine.product.race.Lane`` s, the baseline (AR) first.
         max_new_tokens: the race's max new tokens (a full bar).
         speedup: the last lane's tokens/s over the first's so far (None: not yet).
         status: one line under the bars (e.g. "stopped: both outputs as of the same engine time").
-        verdict: where the two outputs part, with both logits (``engine.lossless.Divergence.sentence``).
+        verdict: where the two outputs part, with both logits (``engine.product.lossless.Divergence.sentence``).
     """
     big = f"{speedup:.2f}×" if speedup is not None else "–"
     rows = []

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.core.trace import CycleTrace
+from engine.core.tree import Source
 from engine.sources import REGISTRY
-from engine.trace import CycleTrace
-from engine.tree import Source
 from viz.explain import _q
 
 _LESSON = """
@@ -30,7 +30,7 @@ FLAT = 1.1  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
 
 
 def pass_cost(curve, rows: int = 16) -> str:
-    """How a pass over ``rows`` tokens compares with a one-token pass on ``curve`` (``engine.cost.CostCurve``), in
+    """How a pass over ``rows`` tokens compares with a one-token pass on ``curve`` (``engine.core.cost.CostCurve``), in
     words: "on this CPU one pass over **16** tokens costs **1.5×** a one-token pass" (or "about as much" on a flat
     curve); a generic sentence without a curve."""
     if curve is None:

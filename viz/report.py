@@ -1,4 +1,4 @@
-"""report.html for ``python -m engine.bench``: plotly figures in the spirit of the Goose paper.
+"""report.html for ``python -m engine.product.bench``: plotly figures in the spirit of the Goose paper.
 
 Figure 3 (speedup over AR per dataset), Figure 5 (p_s and p_t per dataset), Table 1 (spine tree vs
 Iso(3) / Iso(5) τ under the same budget) and where the engine's time goes per stage.
@@ -9,7 +9,7 @@ import html
 
 import plotly.graph_objects as go
 
-from engine.trace import TIMING_KEYS
+from engine.core.trace import TIMING_KEYS
 
 
 def _datasets(rows: list[dict]) -> list[str]:

@@ -25,9 +25,9 @@ from collections.abc import Callable
 import networkx as nx
 import plotly.graph_objects as go
 
+from engine.core.trace import CycleTrace
+from engine.core.tree import WALK_PRIORITY, Source
 from engine.sources import REGISTRY
-from engine.trace import CycleTrace
-from engine.tree import WALK_PRIORITY, Source
 
 #: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.  The
 #: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set (tests/test_viz.py checks every

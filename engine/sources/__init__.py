@@ -6,7 +6,7 @@ module plus one line here (and its node tag in ``tree.Source``, its name in ``co
 """
 from __future__ import annotations
 
-from ..tree import SPINE_SOURCES, Source
+from ..core.tree import SPINE_SOURCES, Source
 from .base import Candidates, DraftSource, Request, Role, Rows, SourceInfo, SourceMemory, Verified
 from .pld import PldSource
 from .ptd import PtdSource

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from ..tree import DraftTree, Source
+from ..core.tree import DraftTree, Source
 
 if TYPE_CHECKING:
-    from ..verify import ReadBack
+    from ..core.verify import ReadBack
 
 
 class Role(enum.Enum):

@@ -1,18 +1,129 @@
-"""PLD spine source: n-gram prompt lookup over the prompt and the output.
+"""PLD spine source: n-gram prompt lookup over the prompt and the output (the context matcher and the match
+confidence), and its adapter.
 
-Source: Goose paper, Appendix B.2 (CONTEXTMATCH, Alg. 2 line 5) and §4.3 (confidence); PLD is Saxena
-(2023).  The matching itself is ``engine/context_match.py``; this module adapts it to the protocol.
-Asked below a drafted path (the confident extension of §4.3), it matches the context plus that path.
+Source: Goose paper, Appendix B.2 (CONTEXTMATCH, called at line 5 of Algorithm 2) and §4.3 (the
+confidence signal: consensus and chain length); PLD itself is Saxena (2023).  The paper leaves three
+things unsaid that the authors' implementation (2kinto/GOOSE_Speculative_Decoding, read, not copied)
+settles, and this module follows it where the benchmark measured it better (docs/results.md,
+"Fidelity to the authors' implementation"):
+
+- which earlier occurrence is copied: the earliest one, whose continuation is the longest (the most
+  recent one is often cut off by the end of the stream);
+- how confidence is computed from its two indicators (``match_confidence``);
+- how a confident match is grown past one lookup (``engine.sources.base.extend_chain``, asking again below
+  the chain: ``NgramIndex.match`` with a ``suffix`` that runs past the indexed tokens).
+
+``PldSource`` adapts the matcher to the draft-source protocol (``engine.sources.base``); asked below a drafted
+path (the confident extension of §4.3), it matches the context plus that path.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..config import DecodeConfig
-from ..context_match import NgramIndex, match_confidence
-from ..estimates import AcceptanceStats
-from ..tree import Source
+from ..core.config import DecodeConfig
+from ..core.estimates import AcceptanceStats
+from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
+
+#: Which earlier occurrence of the suffix n-gram the match copies.
+OCCURRENCES = ("earliest", "latest")
+
+
+@dataclass(frozen=True)
+class PldMatch:
+    """Result of one context-match query.
+
+    Attributes:
+        draft: continuation token ids copied from the context (the spine candidates), possibly empty.
+        n: n-gram length that produced ``draft`` (0 when there is no match).
+        consensus: True iff at least two n-gram lengths return continuations that agree on the first
+            token (the paper's wording, Appendix B.2).
+        unanimous: True iff the matched n-gram occurs at least twice earlier and every occurrence
+            continues with the same token (the authors' code's consensus: the match is template
+            rather than content).
+    """
+
+    draft: tuple[int, ...] = ()
+    n: int = 0
+    consensus: bool = False
+    unanimous: bool = False
+
+
+def match_confidence(length: int, unanimous: bool, long_match: int = 8, max_len: int = 20) -> float:
+    """Confidence in [0, 1] of a context match of ``length`` tokens (Goose §4.3).
+
+    The two indicators of §4.3, combined as in the authors' code: a unanimous match saturates the scale
+    (1.0); a long match (``length >= long_match``) starts at 0.7 and reaches 0.9 at ``max_len`` (the
+    longest continuation one lookup copies); a shorter one scales linearly up to 0.6 (exclusive).
+    No match: 0.0.
+    """
+    if length <= 0:
+        return 0.0
+    if unanimous:
+        return 1.0
+    if length >= long_match:
+        return min(0.9, 0.7 + 0.2 * (length - long_match) / max(1, max_len - long_match))
+    return 0.6 * length / long_match
+
+
+class NgramIndex:
+    """Incremental index ``n-gram -> end positions`` for every n in ``ngram_sizes``.
+
+    ``extend`` indexes only the newly appended tokens, so a query never rescans the sequence.
+    The index owns its copy of the token sequence (prompt + generated).
+
+    Args:
+        ngram_sizes: query lengths n, any order (queried longest first).
+        occurrence: "earliest" or "latest" (``OCCURRENCES``): which earlier occurrence is copied.
+    """
+
+    def __init__(self, ngram_sizes: tuple[int, ...] = (5, 4, 3), occurrence: str = "earliest") -> None:
+        if occurrence not in OCCURRENCES:
+            raise ValueError(f"occurrence must be one of {', '.join(OCCURRENCES)} (got {occurrence!r})")
+        self.ngram_sizes = tuple(sorted(ngram_sizes, reverse=True))
+        self.occurrence = occurrence
+        self.tokens: list[int] = []
+        self._positions: dict[int, dict[tuple[int, ...], list[int]]] = {n: defaultdict(list) for n in self.ngram_sizes}
+
+    def extend(self, new_tokens: list[int]) -> None:
+        """Append tokens and index every n-gram that ends at one of them. O(len(new_tokens) * |ngram_sizes|)."""
+        start = len(self.tokens)
+        self.tokens.extend(int(t) for t in new_tokens)
+        for end in range(start, len(self.tokens)):
+            for n in self.ngram_sizes:
+                if end + 1 >= n:
+                    self._positions[n][tuple(self.tokens[end + 1 - n : end + 1])].append(end)
+
+    def match(self, max_len: int, suffix: list[int] | tuple[int, ...] | None = None) -> PldMatch:
+        """Look up the last n tokens of ``suffix`` (default: of the sequence), longest n first.
+
+        Only occurrences followed by at least one indexed token count.  For each n, the earliest (or the
+        most recent, per ``occurrence``) one supplies up to ``max_len`` continuation tokens.  The draft
+        comes from the longest n that matches; ``consensus`` and ``unanimous`` are set as ``PldMatch``
+        says.  ``suffix`` may run past the sequence (a chain drafted this cycle): the continuation is
+        still copied from the indexed tokens only.
+        """
+        query = self.tokens if suffix is None else suffix
+        last = len(self.tokens) - 1  # an occurrence ending here has nothing after it to copy
+        draft: tuple[int, ...] = ()
+        best_n, unanimous = 0, False
+        first_tokens: list[int] = []
+        for n in self.ngram_sizes:
+            if len(query) < n:
+                continue
+            ends = [e for e in self._positions[n].get(tuple(query[len(query) - n :]), ()) if e < last]
+            if not ends:
+                continue
+            end = ends[0] if self.occurrence == "earliest" else ends[-1]
+            cont = tuple(self.tokens[end + 1 : end + 1 + max_len])
+            first_tokens.append(cont[0])
+            if not draft:
+                draft, best_n = cont, n
+                unanimous = len(ends) >= 2 and len({self.tokens[e + 1] for e in ends}) == 1
+        consensus = bool(draft) and first_tokens.count(draft[0]) >= 2
+        return PldMatch(draft=draft, n=best_n, consensus=consensus, unanimous=unanimous)
 
 
 class PldSource:

@@ -23,9 +23,9 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from ..config import DecodeConfig
-from ..estimates import AcceptanceStats
-from ..tree import Source
+from ..core.config import DecodeConfig
+from ..core.estimates import AcceptanceStats
+from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 

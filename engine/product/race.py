@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .trace import CycleTrace
+from ..core.trace import CycleTrace
 
 
 @dataclass

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
+from ..sources.base import extend_chain
 from . import compat, kv_cache
 from .config import CANDIDATE_TREE_METHODS, DecodeConfig
 from .cost import CostCurve, cached_cost_curve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
 from .sampling import make_rows_warper, make_warper, new_generator
-from .sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
-from .sources.base import extend_chain
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
 from .tree import DraftTree, Source
@@ -136,7 +136,7 @@ class SpecDecoder:
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
         config: ``DecodeConfig``.  ``gt_threshold`` "auto" keeps the speedup-optimal top of each tree
-            (engine/gt.py) and stays "auto"; "chord" is resolved here to the number c it gives.
+            (engine/core/gt.py) and stays "auto"; "chord" is resolved here to the number c it gives.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
         cost_curve: the verification cost curve "auto" / "chord" read (e.g. a page session's own
             re-measured curve, or ``cost.load_cost_curve`` to reproduce a run); default: the model's
@@ -344,7 +344,7 @@ class SpecDecoder:
     def _choose_size(self, s: Session, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
         the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
-        "session"), or (accepted + 1) / T(n) ("cycle") (engine/gt.py); AR when n* = 1.  With
+        "session"), or (accepted + 1) / T(n) ("cycle") (engine/core/gt.py); AR when n* = 1.  With
         ``path_calibration`` the estimates are first mapped through this session's measured acceptance of
         earlier built nodes with like estimates (``estimates.PathCalibration``); the built tree is kept for
         that until the output decides it."""

@@ -12,12 +12,27 @@ from dataclasses import dataclass
 
 import torch
 
-from .adjacency import top_successors
 from .tree import WALK_PRIORITY, DraftTree, Source
 
 #: A node's target distribution: node index -> (|V|,) float64 probabilities on the CPU (warped:
 #: temperature, top-k, top-p), computed lazily so only the rows a walk visits are softmaxed.
 Dist = Callable[[int], torch.Tensor]
+
+
+@torch.no_grad()
+def top_successors(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The TR adjacency table's score definition (``engine.sources.tr``): top-``k`` softmax probabilities of each
+    row, on the logits' device (Goose Appendix C.1, aggressive logit harvesting).
+
+    Args:
+        logits: (n, |V|) logits (any dtype, any device).
+        k: successors per row (capped at |V|).
+
+    Returns:
+        (scores, ids): (n, k) float32 probabilities, best first, and (n, k) int64 token ids.
+    """
+    probs = torch.softmax(logits.float(), dim=-1)  # (n, |V|)
+    return probs.topk(min(k, logits.shape[-1]), dim=-1)  # (n, k), (n, k)
 
 
 def _ordered_children(tree: DraftTree, node: int, priority: tuple[Source, ...]) -> list[int]:
@@ -60,7 +75,7 @@ class ReadBack:
     Attributes (one entry per forward row, PTD drafting rows included):
         greedy: (n,) the target's argmax token after each row.
         successor_ids, successor_scores: (n, k) each row's top-k successors for the adjacency table
-            (``adjacency.top_successors``); empty rows when ``k`` = 0 (TR off).
+            (``top_successors``); empty rows when ``k`` = 0 (TR off).
         probs: sampling on an accelerator: (m, |V|) float32 warped target distributions of the first m rows (the
             tree's), on the host (``sampling.make_rows_warper``); None otherwise.
     """

@@ -3,7 +3,7 @@
 Tested with transformers >=5.0,<6 (``DynamicCache`` whose ``crop`` takes a negative count).
 Only full-attention ``DynamicLayer`` caches are supported (sliding-window models while the run fits in
 their window); linear-attention layers cannot be compacted to a tree path and are refused clearly.  Which
-models and runs qualify, and the sentence a refusal gives, is decided in ``engine/compat.py`` from the facts
+models and runs qualify, and the sentence a refusal gives, is decided in ``engine/core/compat.py`` from the facts
 here (``unsupported_layers``, ``sliding_window``); ``new_cache`` only re-checks them.
 """
 from __future__ import annotations

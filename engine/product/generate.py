@@ -1,6 +1,6 @@
 """Headless CLI: run one generation and print a JSON summary.
 
-    python -m engine.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
+    python -m engine.product.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
         [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C] [--cost-curve SPEC|FILE]
         [--method goose|pld|tr|ptd|suffix|iso3|iso5|ar]
         [--sources pld,tr,ptd,suffix] [--walk-priority pld,suffix,ptd,tr]
@@ -24,10 +24,10 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from .config import METHODS, PRESETS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
-from .cost import load_cost_curve
-from .decode import SpecDecoder
-from .kv_cache import UnsupportedCacheError
+from ..core.config import METHODS, PRESETS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
+from ..core.cost import load_cost_curve
+from ..core.decode import SpecDecoder
+from ..core.kv_cache import UnsupportedCacheError
 from .loading import ModelLoadError, load_model, tqdm_progress
 from .metrics import summarize
 from .reference import greedy_reference
@@ -36,7 +36,7 @@ from .reference import greedy_reference
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's parser.  An option whose ``dest`` is a ``DecodeConfig`` field sets that field
     (``config_from_args``); ``command_line`` writes a config back as these options."""
-    ap = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m engine.product.generate", description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
     src.add_argument("--prompt", help="the prompt itself")
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_config_options(ap: argparse.ArgumentParser) -> None:
     """The options that set ``DecodeConfig`` fields (each option's ``dest`` is its field), ``--preset`` and
-    ``--cost-curve``: the decoding settings every CLI of the engine takes alike (``engine.sweep`` too)."""
+    ``--cost-curve``: the decoding settings every CLI of the engine takes alike (``engine.product.sweep`` too)."""
     ap.add_argument("--method", default="goose", choices=METHODS)
     ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
                     help="named configuration the other options change (paper = the Goose authors' implementation)")
@@ -103,7 +103,7 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
 
 def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
                  prompt_file: str = "PROMPT.txt", prompt: str | None = None) -> str:
-    """One copyable command (``python -m engine.generate ...``) that runs ``config`` again, written from
+    """One copyable command (``python -m engine.product.generate ...``) that runs ``config`` again, written from
     ``build_parser``'s own options: the options whose value differs from what leaving them out gives.
     ``prompt`` given: the command carries it (``--prompt``, shell-quoted), so it needs no other file; else it
     reads ``prompt_file``.
@@ -131,7 +131,7 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
             args += [action.option_strings[0]] if value == action.const else []
         else:
             args += [action.option_strings[0], _option_text(value)]
-    command = shlex.join(["python", "-m", "engine.generate", *args])
+    command = shlex.join(["python", "-m", "engine.product.generate", *args])
     again = config_from_args(parser.parse_args(args))
     lost = [f"{name}={getattr(config, name)!r}" for name in _FIELDS if getattr(again, name) != getattr(config, name)]
     return command + (f"  # not expressible: {', '.join(lost)}" if lost else "")

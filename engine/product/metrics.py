@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .sources import REGISTRY, Role
-from .trace import TIMING_KEYS, CycleTrace
+from ..core.trace import TIMING_KEYS, CycleTrace
+from ..sources import REGISTRY, Role
 
 
 def committed_sources(trace: CycleTrace) -> list[str]:

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..sources.base import Candidates, DraftSource, Request
 from .config import DecodeConfig
-from .sources.base import Candidates, DraftSource, Request
 from .tree import Built, Source, TreeBuilder
 
 

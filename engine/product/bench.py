@@ -1,6 +1,6 @@
 """Benchmark: every method on the same prompts, AR measured in the same run, medians reported.
 
-    python -m engine.bench [--model M] [--datasets humaneval,mbpp,gsm8k,mt_bench] [--limit 20]
+    python -m engine.product.bench [--model M] [--datasets humaneval,mbpp,gsm8k,mt_bench] [--limit 20]
         [--max-new-tokens 128] [--methods ar,pld,tr,iso3,iso5,goose,hf-ar,hf-pld] [--budget 60]
         [--gt-threshold auto|C] [--device cpu] [--dtype auto] [--draft-model D] [--data DIR]
         [--profile] [--out DIR]
@@ -36,18 +36,18 @@ import torch
 from tqdm import tqdm
 from transformers.generation.streamers import BaseStreamer
 
-from .config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
-from .cost import CostCurve, CostCurveError, load_cost_curve
-from .decode import SpecDecoder
+from ..core.config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
+from ..core.cost import CostCurve, CostCurveError, load_cost_curve
+from ..core.decode import SpecDecoder
+from ..core.trace import TIMING_KEYS
+from ..sources import SourceMemory
 from .loading import ModelLoadError, load_model
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
-from .sources import SourceMemory
-from .trace import TIMING_KEYS
 
 #: the prompt sets shipped with the project (whole files, each with its LICENSE and SOURCE.md); ``--data DIR``
 #: reads another folder of the same layout and formats
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "assets" / "datasets"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "assets" / "datasets"
 DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt format)
     "humaneval": ("humaneval/HumanEval.jsonl", lambda r: r["prompt"], "raw"),  # code to complete
     "mbpp": ("mbpp/mbpp.jsonl", lambda r: r["text"], "chat"),  # instructions ("Write a function ...")
@@ -340,7 +340,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _lossless_cell(row: dict) -> str:
-    """'yes', 'yes (2 precision ties)' or '**NO**: 1 bug, 2 precision ties' (engine/lossless.py)."""
+    """'yes', 'yes (2 precision ties)' or '**NO**: 1 bug, 2 precision ties' (engine/product/lossless.py)."""
     kinds = [d["kind"] for d in row["divergences"]]
     counts = ", ".join(f"{kinds.count(k)} {k}{'s' * (kinds.count(k) > 1)}" for k in dict.fromkeys(kinds))
     if row["lossless"]:
@@ -349,7 +349,7 @@ def _lossless_cell(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m engine.product.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="smollm2 (default; $GOOSE_LENS_MODEL overrides), demo, a hub id, "
                     "a local folder or .gguf file")
     ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": dt.datetime.now().isoformat(timespec="seconds"),
-            "command": "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m engine.product.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
             "gt_threshold": args.gt_threshold, "same_session": args.same_session,
             "cost_curve": run.curve.to_dict() if run.curve is not None else None,

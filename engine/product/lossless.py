@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import kv_cache
+from ..core import kv_cache
+from ..core.tree import DraftTree
+from ..core.verify import forward_tree
 from .precision import dtype_name
-from .tree import DraftTree
-from .verify import forward_tree
 
 #: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a precision tie may have
 #: (measured: scripts/tie_ulps.py; docs/results.md "Precision ties").

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .trace import MODES, CycleTrace
-from .tree import DraftTree, GhostNode, Source
+from ..core.trace import MODES, CycleTrace
+from ..core.tree import DraftTree, GhostNode, Source
 
 SCHEMA = "goose-lens-trace"
 VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),

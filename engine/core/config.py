@@ -31,7 +31,7 @@ OCCURRENCES = ("auto", "earliest", "latest")
 #: "no-adjacency" = the anchor has no adjacency-table entry (the authors' code: a tree otherwise).
 BYPASS_RULES = ("confident", "no-adjacency")
 
-#: What GT "auto" maximises when it sizes a tree (``gt_rate``; engine/gt.py): "session" = the run's tokens per
+#: What GT "auto" maximises when it sizes a tree (``gt_rate``; engine/core/gt.py): "session" = the run's tokens per
 #: unit of verification time (a node stays while it beats the session's rate so far), "cycle" = the tree's own
 #: expected (1 + accepted) / T(n).
 GT_RATES = ("session", "cycle")
@@ -51,7 +51,7 @@ ADJACENCY_SCORES = ("softmax", "top-k")
 SPINE_RULES = ("longest-chain", "longest-match")
 
 
-#: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/gt.py);
+#: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/core/gt.py);
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
 GT_RULES = ("auto", "chord")
 
@@ -93,9 +93,9 @@ class DecodeConfig:
     top_k: int = 10  # K successors per adjacency-table row (Table 5)
     min_score: float = 0.01  # successors scored below this are pruned (C.1)
     gt_threshold: float | str = "auto"  # "auto": keep the speedup-optimal top of each built tree, from the
-    # whole measured cost curve (GT §3, engine/gt.py; docs/results.md "GT principle: speedup-optimal tree
+    # whole measured cost curve (GT §3, engine/core/gt.py; docs/results.md "GT principle: speedup-optimal tree
     # size"); a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the
-    # curve's chord at B (engine/cost.py)
+    # curve's chord at B (engine/core/cost.py)
     bypass: bool = True  # verify a consensus / long PLD match as a linear chain (§4.3)
     bypass_threshold: int = 8  # match length that triggers bypass (Table 5)
     max_spine: int = 20  # longest PLD continuation copied (Table 5 "max spine continuation")
@@ -144,7 +144,7 @@ class DecodeConfig:
     sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (the page's per-source toggles); PTD
     # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
     # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd / suffix ignore this field
-    ptd_rows: int = 16  # PTD drafting rows per forward (not counted in B: engine/ptd.py says why)
+    ptd_rows: int = 16  # PTD drafting rows per forward (not counted in B: engine/sources/ptd.py says why)
     ptd_width: int = 4  # children per node of the PTD tree and of pool tries (PTD §4 setup: 4)
     ptd_depth: int = 6  # depth cap of the PTD tree before stepping (PTD §4 setup: 6)
     ptd_share: float = 0.5  # share of the non-spine budget PTD candidates may take in a goose tree

@@ -3,7 +3,7 @@
 What ``--model`` accepts (``resolve`` decides which):
 
 - ``smollm2`` / ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from a PyPI wheel, converted once
-  (``engine/models.py``); the default of the page, the CLI and the benchmark;
+  (``engine/product/models.py``); the default of the page, the CLI and the benchmark;
 - ``demo``: the 5.5M-parameter model embedded in ``assets/demo-model`` (fully offline);
 - a local ``.gguf`` file (dequantized by transformers, the same path the named model is converted by);
 - a local folder or a hub id (``from_pretrained``).
@@ -26,7 +26,8 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from . import compat, precision
+from ..core import compat
+from . import precision
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 from .precision import free_memory
 
@@ -50,7 +51,7 @@ class LoadedModel:
     dtype: torch.dtype
     title: str = ""  # human name for headers, e.g. "SmolLM2-135M-Instruct" (default: ``name``)
     dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
-    auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/precision.py)
+    auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/precision.py)
 
     @property
     def params(self) -> int:
@@ -154,7 +155,7 @@ class ModelSource:
     title: str  # human name
     path: str  # hub id, local folder, or local .gguf file
     local: bool
-    fetch: object | None = None  # engine.models.PypiGguf to fetch and convert first, or None
+    fetch: object | None = None  # engine.product.models.PypiGguf to fetch and convert first, or None
 
 
 def resolve(name_or_path: str | None = None) -> ModelSource:
@@ -243,7 +244,7 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             ``$GOOSE_LENS_MODEL`` if set, else SmolLM2 (fetched and converted on first use, ~1 min).
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
         dtype: 'auto' (bf16/fp16 on CUDA; on a CPU fp32 or bf16, whichever verifies trees faster here, measured
-            once and cached: ``engine/precision.py``), 'fp32' (the exact mode), 'fp16', 'bf16'; an unsupported
+            once and cached: ``engine/product/precision.py``), 'fp32' (the exact mode), 'fp16', 'bf16'; an unsupported
             one falls back with a note in ``LoadedModel.dtype_reason``.
         attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
         progress: called with (fraction, message) while a named model is fetched and converted.

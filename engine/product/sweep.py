@@ -1,9 +1,9 @@
 """Parameter sweep: one prompt decoded once per value of one tree parameter, each run against AR timed once.
 
-    python -m engine.sweep --param budget --values 4,8,16,32,64,128 [--model M]
+    python -m engine.product.sweep --param budget --values 4,8,16,32,64,128 [--model M]
         [--prompt TEXT | --dataset humaneval --index 0] [--prompt-format auto|chat|raw] [--max-new-tokens 128]
         [--method ...] [--budget B] [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C]
-        [--sources pld,tr] [--cost-curve SPEC|FILE] [... every decoding option of engine.generate] [--out DIR]
+        [--sources pld,tr] [--cost-curve SPEC|FILE] [... every decoding option of engine.product.generate] [--out DIR]
 
 A researcher debugging draft-tree shapes picks one parameter (``PARAMETERS``: node budget B, spine ratio r,
 max depth D, GT threshold c, method, draft sources) and a list of values.  Each value's run reports τ (tokens
@@ -14,7 +14,7 @@ Values are one comma-separated string: ``4,8,16,32`` (B, D), ``0.3,0.5,auto`` (r
 ``0,0.1,auto,chord`` (c), ``goose,pld,tr`` (method), ``pld+tr,pld+tr+ptd`` (a source set: names joined by
 "+").  The CLI prints a markdown table and one sentence, and writes ``sweep.md``, ``sweep.json`` and
 ``sweep.html`` (the figure, ``viz/sweep_figure.py``) to ``--out``.  Exit status: 0; 1 when a greedy run
-parted from AR by more than a precision tie (``engine/lossless.py``); 2 on bad input or a model that cannot
+parted from AR by more than a precision tie (``engine/product/lossless.py``); 2 on bad input or a model that cannot
 be loaded (one ``error:`` line on stderr, no traceback).
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .config import GT_RULES, SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
-from .cost import CostCurve, cached_cost_curve, load_cost_curve
-from .decode import SpecDecoder
+from ..core.config import GT_RULES, SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
+from ..core.cost import CostCurve, cached_cost_curve, load_cost_curve
+from ..core.decode import SpecDecoder
+from ..core.trace import CycleTrace
+from ..sources import REGISTRY
 from .lossless import Divergence, attribute, engine_ar_logits, first_difference
 from .metrics import summarize
 from .run import ArTiming, Speedup, decode_phase
-from .sources import REGISTRY
-from .trace import CycleTrace
 
 #: Most values one sweep runs: each is a whole generation, so a long list is a long wait on a page.
 MAX_VALUES = 12
@@ -463,11 +463,12 @@ def to_dict(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> d
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI's parser: the sweep's own options plus ``engine.generate``'s decoding options (the base config)."""
+    """The CLI's parser: the sweep's own options plus ``engine.product.generate``'s decoding options (the base
+    config)."""
     from .bench import DATASETS
     from .generate import add_config_options
 
-    ap = argparse.ArgumentParser(prog="python -m engine.sweep", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m engine.product.sweep", description=__doc__.splitlines()[0],
                                  allow_abbrev=False)  # whole option names: ``_public_command`` reads them
     ap.add_argument("--param", required=True,
                     help=f"the parameter to sweep: {', '.join(PARAMETERS)} (depth = max_depth)")
@@ -493,9 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..core.kv_cache import UnsupportedCacheError
     from .bench import DATASETS, DEFAULT_DATA, BenchError, encode, load_prompts
     from .generate import config_from_args
-    from .kv_cache import UnsupportedCacheError
     from .loading import ModelLoadError, load_model
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -594,7 +595,7 @@ def _public_command(argv: Sequence[str], model: str, curve: CostCurve | None) ->
                 words += [option, curve.spec() if curve is not None else value]
             continue
         words.append(word)
-    return shlex.join(["python", "-m", "engine.sweep", *words])
+    return shlex.join(["python", "-m", "engine.product.sweep", *words])
 
 
 if __name__ == "__main__":

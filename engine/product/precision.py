@@ -13,7 +13,7 @@ alternates between).  The result is cached next to the cost curves (``$GOOSE_LEN
 
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
-(``engine.lossless`` attributes each such divergence).
+(``engine.product.lossless`` attributes each such divergence).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from . import kv_cache
+from ..core import kv_cache
 
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

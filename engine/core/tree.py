@@ -24,7 +24,7 @@ class Source(str, enum.Enum):
     PLD = "pld"  # PLD spine: n-gram prompt lookup (Goose §4, Saxena 2023)
     TR = "tr"  # TR branch: Token Recycling adjacency table (Goose §4.1, C.1)
     PTD = "ptd"  # PTD perturbation: a candidate from the PTD pool (PTD paper §3.2-3.3)
-    PTD_ROW = "ptd-row"  # a PTD drafting row: rides along in the forward, never verified (engine/ptd.py)
+    PTD_ROW = "ptd-row"  # a PTD drafting row: rides along in the forward, never verified (engine/sources/ptd.py)
     SUFFIX = "suffix"  # suffix tree: frequent continuations of the longest suffix match (SuffixDecoding)
 
 
@@ -75,7 +75,7 @@ class DraftTree:
 
     def graft(self, tokens: list[int], parents: list[int | None], source: Source) -> DraftTree:
         """This tree plus extra rows appended after it: row i's parent is ``parents[i]`` among the extra
-        rows, or the root (node 0) where it is None.  Used for PTD drafting rows (engine/ptd.py)."""
+        rows, or the root (node 0) where it is None.  Used for PTD drafting rows (engine/sources/ptd.py)."""
         n = len(self)
         if not tokens:
             return self
@@ -215,7 +215,7 @@ class TreeBuilder:
 
     ``gt_threshold`` is ``DecodeConfig.gt_threshold`` as the decoder resolved it: a number c (a node whose
     path estimate is below c becomes a ghost), or "auto", which adds every candidate here because the
-    speedup-optimal size is chosen from the whole built tree afterwards (engine/gt.py).
+    speedup-optimal size is chosen from the whole built tree afterwards (engine/core/gt.py).
     """
 
     root_token: int
