@@ -353,26 +353,33 @@ class Page(SimpleNamespace):
         return {self[name]: value for name, value in frame.items()} or gr.skip()
 
 
-def wire(event, handler, page: Page, outputs: tuple[str, ...] = (), fixed: dict | None = None, around=None,
-         **listener):
+def wire(event, handler, page: Page, inputs: tuple[str, ...], outputs: tuple[str, ...] = (),
+         fixed: dict | None = None, around=None, **listener):
     """Connect ``handler`` to ``event`` (e.g. ``button.click``): the one adapter between gradio and a handler.
 
-    Every parameter of ``handler`` not in ``fixed`` (keyword-only ones must be there) is filled from the page:
-    one named in ``PACKS`` with that dataclass, built from the components named like its fields; any other
-    with the component of its name.  Gradio passes the components as keyword arguments (``inputs_kwargs``),
-    so the API's parameter names are the components' names.  The handler's frames (dicts keyed by name,
-    see ``Page.keyed``) go back keyed by component; ``outputs`` names every component a frame may set.
-    ``around`` wraps the adapter (e.g. ``RunBoard.wrap``); ``listener`` goes to ``event`` as it is.
+    ``inputs`` are the handler's parameters in order, each filled from the page: a name in ``PACKS`` with that
+    dataclass, built from the components named like its fields; any other name with the component of that name.
+    They must be exactly the handler's parameters not in ``fixed`` (keyword-only ones must be there): a renamed
+    parameter fails here, when the page is built, instead of silently reading another component.  Gradio passes
+    the components as keyword arguments (``inputs_kwargs``), so the API's parameter names are the components'
+    names.  The handler's frames (dicts keyed by name, see ``Page.keyed``) go back keyed by component;
+    ``outputs`` names every component a frame may set.  ``around`` wraps the adapter (e.g. ``RunBoard.wrap``);
+    ``listener`` goes to ``event`` as it is.
+
+    Raises:
+        TypeError: ``inputs`` is not the handler's parameter list.
     """
     fixed = fixed or {}
-    params = [p.name for p in inspect.signature(handler).parameters.values()
-              if p.name not in fixed and p.kind is not p.KEYWORD_ONLY]
-    packed = {name: [f.name for f in fields(PACKS[name])] for name in params if name in PACKS}
-    inputs = {field: page[field] for name in params for field in packed.get(name, [name])}
+    params = tuple(p.name for p in inspect.signature(handler).parameters.values()
+                   if p.name not in fixed and p.kind is not p.KEYWORD_ONLY)
+    if tuple(inputs) != params:
+        raise TypeError(f"{handler.__name__} takes {params} from the page, but is wired with {tuple(inputs)}")
+    packed = {name: [f.name for f in fields(PACKS[name])] for name in inputs if name in PACKS}
+    components = {field: page[field] for name in inputs for field in packed.get(name, [name])}
 
     def call(values: dict):
         args = {name: PACKS[name](**{f: values[f] for f in packed[name]}) if name in packed else values[name]
-                for name in params}
+                for name in inputs}
         return handler(**args, **fixed)
 
     if inspect.isgeneratorfunction(inspect.unwrap(handler)):
@@ -384,7 +391,7 @@ def wire(event, handler, page: Page, outputs: tuple[str, ...] = (), fixed: dict 
             return page.keyed(call(values))
     adapter.__name__ = handler.__name__  # gradio names the API endpoint's function after it
     return event(around(adapter) if around else adapter, inputs=None, outputs=[page[n] for n in outputs],
-                 inputs_kwargs=inputs, **listener)
+                 inputs_kwargs=components, **listener)
 
 
 # ---------------------------------------------------------------- what a frame shows
@@ -1334,54 +1341,61 @@ def _wire_runs(page: Page, models: ModelRegistry) -> None:
     model_bound = dict(around=board.wrap, concurrency_limit=1, concurrency_id="model")
     back = ("memory",) if ZERO_GPU else ()  # ZeroGPU: the worker's copy of the visitor's memory comes back
     page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
-    wire(page.go_btn.click, gpu_handler(generate, models, generate_gpu_seconds), page, GENERATE_OUT + back,
-         api_name="generate", show_progress_on=[page.tree_plot], **model_bound)  # its first frame replaces it
+    wire(page.go_btn.click, gpu_handler(generate, models, generate_gpu_seconds), page,
+         inputs=("settings", "drawing", "pace", "session"), outputs=GENERATE_OUT + back, api_name="generate",
+         show_progress_on=[page.tree_plot], **model_bound)  # its first frame replaces the waiting words
     page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")
-    wire(page.race_btn.click, gpu_handler(race, models, race_gpu_seconds), page, RACE_OUT + back, api_name="race",
+    wire(page.race_btn.click, gpu_handler(race, models, race_gpu_seconds), page,
+         inputs=("settings", "race_seconds", "session"), outputs=RACE_OUT + back, api_name="race",
          show_progress_on=[page.race_ar, page.race_spec], **model_bound)
-    wire(page.stop_btn.click, request_stop, page, queue=False, api_visibility="private")
+    wire(page.stop_btn.click, request_stop, page, inputs=("control",), queue=False, api_visibility="private")
     page.sweep_btn.click(waiting, None, page.sweep_status, queue=False, api_visibility="private")
-    wire(page.sweep_btn.click, gpu_handler(sweep, models, sweep_gpu_seconds), page, SWEEP_OUT, api_name="sweep",
+    wire(page.sweep_btn.click, gpu_handler(sweep, models, sweep_gpu_seconds), page,
+         inputs=("settings", "sweep_param", "sweep_values", "session"), outputs=SWEEP_OUT, api_name="sweep",
          show_progress_on=[page.sweep_plot], **model_bound)
-    wire(page.sweep_stop.click, request_stop, page, queue=False, api_visibility="private")
+    wire(page.sweep_stop.click, request_stop, page, inputs=("control",), queue=False, api_visibility="private")
 
 
 def _wire_cycles(page: Page, models: ModelRegistry) -> None:
     """The scrubber, its buttons, the drawing toggles, token clicks, step-through and trace files."""
     for trigger, step in ((page.scrubber.input, 0), (page.back_btn.click, -1), (page.fwd_btn.click, 1),
                           (page.show_ghosts.input, 0), (page.show_all.input, 0)):
-        wire(trigger, show_cycle, page, CYCLE_OUT, fixed={"step": step, "models": models}, api_visibility="private",
-             trigger_mode="always_last")  # typed values and arrow keys fire input too; the output sets the slider
-        # without firing it again
+        wire(trigger, show_cycle, page, inputs=("run", "scrubber", "drawing", "model_key"), outputs=CYCLE_OUT,
+             fixed={"step": step, "models": models}, api_visibility="private", trigger_mode="always_last")
+        # typed values and arrow keys fire input too; the output sets the slider without firing it again
 
     def token_clicked(run, show_ghosts, show_all, model_key, evt: gr.SelectData):  # gradio injects evt by type
         return page.keyed(jump_to_token(run, evt.index, Drawing(show_ghosts, show_all), model_key, models=models))
 
     page.output.select(token_clicked, [page.run, page.show_ghosts, page.show_all, page.model_key],
                        [page[n] for n in CYCLE_OUT], api_visibility="private")
-    wire(page.step_btn.click, step_through, page, ("scrubber", "tree_plot", "explain", "output"),
-         fixed={"models": models}, api_name="step_through")
-    wire(page.export_btn.click, export_trace, page, ("export_file",), fixed={"models": models},
-         api_visibility="private")
-    wire(page.import_file.upload, import_trace, page, IMPORT_OUT, fixed={"models": models}, api_name="import_trace")
-    wire(page.sweep_open.input, open_sweep_run, page, (*GENERATE_OUT, "header"), fixed={"models": models},
-         api_visibility="private")
+    wire(page.step_btn.click, step_through, page, inputs=("run", "scrubber", "drawing", "session"),
+         outputs=("scrubber", "tree_plot", "explain", "output"), fixed={"models": models}, api_name="step_through")
+    wire(page.export_btn.click, export_trace, page, inputs=("run", "model_key"), outputs=("export_file",),
+         fixed={"models": models}, api_visibility="private")
+    wire(page.import_file.upload, import_trace, page, inputs=("import_file", "drawing", "model_key"),
+         outputs=IMPORT_OUT, fixed={"models": models}, api_name="import_trace")
+    wire(page.sweep_open.input, open_sweep_run, page, inputs=("sweep_open", "sweep_state", "drawing", "model_key"),
+         outputs=(*GENERATE_OUT, "header"), fixed={"models": models}, api_visibility="private")
 
 
 def _wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOptions) -> None:
     """Presets, the adaptive r / auto c switches, the model picker, the cost curve, dark mode, full screen."""
-    wire(page.preset.input, preset_fields, page, ("prompt", "prompt_format"), api_visibility="private")
+    wire(page.preset.input, preset_fields, page, inputs=("preset",), outputs=("prompt", "prompt_format"),
+         api_visibility="private")
     page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
     page.auto_c.input(lambda a: gr.Slider(interactive=not a), page.auto_c, page.gt_threshold, api_visibility="private")
-    wire(page.load_btn.click, load_other_model, page, ("model_status", "model_key", "header", "prompt_format"),
-         fixed={"models": models, "options": options}, api_name="load_model", concurrency_id="load",
-         concurrency_limit=1)  # its own queue: a slow load never delays another visitor's Generate
+    wire(page.load_btn.click, load_other_model, page, inputs=("model_name", "device", "dtype", "model_key"),
+         outputs=("model_status", "model_key", "header", "prompt_format"), fixed={"models": models, "options": options},
+         api_name="load_model", concurrency_id="load", concurrency_limit=1)
+    # (its own queue: a slow load never delays another visitor's Generate)
     wire(page.remeasure.click, gpu_handler(remeasure_curve, models, REMEASURE_S), page,
-         ("curve", "cost_plot", "lesson"), api_visibility="private", concurrency_id="model", concurrency_limit=1)
+         inputs=("budget", "model_key"), outputs=("curve", "cost_plot", "lesson"), api_visibility="private",
+         concurrency_id="model", concurrency_limit=1)
     # a number typed outside a slider's range: gr.Slider's own check (its preprocess) would raise a red "Error"
     # toast while the box kept the number, so these two read the raw values (preprocess=False) and bring it back
-    wire(page.budget.change, cost_plot_for, page, ("cost_plot",), fixed={"models": models}, api_visibility="private",
-         preprocess=False)
+    wire(page.budget.change, cost_plot_for, page, inputs=("budget", "model_key", "curve"), outputs=("cost_plot",),
+         fixed={"models": models}, api_visibility="private", preprocess=False)
     for name in RANGES:  # at once, with a sentence (queued: toasts show only from the queue; it holds no model)
         box = page[name]
         box.input(lambda value, n=name: _or_skip(keep_in_range(value, name=n, cap=options.max_new_tokens)), box, box,

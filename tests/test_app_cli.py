@@ -566,3 +566,17 @@ def test_race_pacer_plays_the_race_over_the_target_time():
         lane.advance(SimpleTrace(new_tokens=(k,), elapsed_s=0.5 + 0.1 * k, finished=False))
     pacer.refine(lane, 100)  # 9 decode tokens in 0.9 s: 90 more tokens take 9 s
     assert lane.decode_tokens == 9 and pacer.predicted_s == pytest.approx(1.4 + 9.0)
+
+
+def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build():
+    """Issue 20: ``app.wire`` filled a handler's inputs by reflection on its parameter names, so renaming one
+    silently read another component; now each wiring names its inputs and a mismatch stops the page's build."""
+    import app
+
+    def export_trace(run, model_key, *, models):  # a handler whose parameter order differs from its wiring
+        return {}
+
+    with pytest.raises(TypeError, match=r"takes \('run', 'model_key'\) from the page, but is wired with"):
+        app.wire(None, export_trace, app.Page(), inputs=("model_key", "run"), fixed={"models": None})
+    with pytest.raises(TypeError, match="wired with"):
+        app.wire(None, export_trace, app.Page(), inputs=("run", "key"), fixed={"models": None})
