@@ -251,9 +251,7 @@ FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e)
   e.style.setProperty('--tree-zoom', Math.min(screen.width / w, screen.height / h).toFixed(3));
   e.requestFullscreen(); }"""
 
-METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", "pld": "PLD only (chain)",
-                 "tr": "TR only (tree)", "ptd": "PTD only (progressive tree drafting)",
-                 "suffix": "Suffix tree only (SuffixDecoding)",
+METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name: i.method_label for i in REGISTRY},
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
 DTYPE_CHOICES = [("auto (measured: the faster of fp32 and bf16 on a CPU; half precision on a GPU)", "auto"),

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-#: Draft methods the engine runs with the one decoding loop (the source switches below select them).
-METHODS = ("goose", "pld", "tr", "ptd", "suffix", "iso3", "iso5", "ar")
+from ..sources import REGISTRY
 
-#: Draft sources a tree may mix; ``DecodeConfig.sources`` picks among them for goose / iso(k).
-SOURCES = ("pld", "tr", "ptd", "suffix")
+#: Draft sources a tree may mix, from the registry; ``DecodeConfig.sources`` picks among them for goose / iso(k).
+SOURCES = tuple(info.name for info in REGISTRY)
+
+#: Draft methods the engine runs with the one decoding loop: Goose's spine tree, each source alone (named after
+#: it), balanced k-ary trees and plain AR (the source switches below select them).
+METHODS = ("goose", *SOURCES, "iso3", "iso5", "ar")
 
 #: Single-source methods that verify their source's candidate tree alone (PTD §3.3; SuffixDecoding).
-CANDIDATE_TREE_METHODS = ("ptd", "suffix")
+CANDIDATE_TREE_METHODS = tuple(info.name for info in REGISTRY if info.candidate_tree)
 
 #: Verifiers for sampling mode: "tree" = SpecInfer-style recursive rejection over the tree (PTD
 #: Appendix B-C); "hsd" = hierarchical speculative decoding on linear chains (bypass / PLD cycles),

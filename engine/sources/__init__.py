@@ -1,8 +1,9 @@
 """Draft sources: one small protocol (``base.DraftSource``), one module per source, and the registry.
 
-Everything that names sources (metrics, figures and their legend, explanations, the page's toggles,
-the trace schema, the bench) reads ``REGISTRY`` instead of naming them, so adding a source is its
-module plus one line here (and its node tag in ``tree.Source``, its name in ``config.SOURCES``).
+Everything that names sources (the config's sources and methods, metrics, figures and their legend,
+explanations, the page's toggles and method menu, the trace schema, the bench) reads ``REGISTRY`` instead of
+naming them, so adding a source is its module plus one line here, and (until each source owns its config) its
+node tag in ``engine.core.tree.Source`` and its options in ``DecodeConfig``.
 """
 from __future__ import annotations
 

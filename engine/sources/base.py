@@ -35,7 +35,9 @@ class SourceInfo:
     """What the page, the figures, the tables and the tree builder know of a source.
 
     ``short`` names its tokens in the coloured output and in tables ("PLD"); ``label`` names its nodes in
-    the legend and the page's toggles ("PLD spine"); ``blurb`` says where its tokens come from.  The colours
+    the legend and the page's toggles ("PLD spine"); ``blurb`` says where its tokens come from.  Each source
+    also offers a method of its own, named after it, that drafts with it alone (``method_label``,
+    ``candidate_tree``): the config's methods and the page's method menu read them from the registry.  The colours
     are from Okabe & Ito's colour-blind-safe set; a new source picks a pair that tests/test_viz.py's contrast
     check (every pair apart under protanopia, deuteranopia and tritanopia) still passes.
     """
@@ -47,6 +49,9 @@ class SourceInfo:
     role: Role
     blurb: str
     tint: str  # background of its tokens in the coloured output (CSS hex; dark text stays legible on it)
+    method_label: str  # the page's label of the method that drafts with this source alone ("PLD only (chain)")
+    candidate_tree: bool = False  # that method verifies the source's own candidate tree as proposed (PTD §3.3,
+    # SuffixDecoding) instead of a tree the builder grows from its candidates
 
     @property
     def name(self) -> str:

@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..core.config import DecodeConfig
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
+
+if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
+    from ..core.config import DecodeConfig
 
 #: Which earlier occurrence of the suffix n-gram the match copies.
 OCCURRENCES = ("earliest", "latest")
@@ -136,7 +139,7 @@ class PldSource:
 
     info = SourceInfo(Source.PLD, "PLD spine", "PLD", "#0072B2", Role.SPINE,
                       "copied from an earlier n-gram match in the prompt or the output (prompt lookup)",
-                      tint="#b2d5e8")
+                      tint="#b2d5e8", method_label="PLD only (chain)")
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

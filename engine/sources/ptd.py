@@ -33,11 +33,14 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..core.config import DecodeConfig
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, Rows, SourceInfo, SourceMemory, Verified
+
+if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
+    from ..core.config import DecodeConfig
 
 
 @dataclass
@@ -169,7 +172,8 @@ class PtdSource:
 
     info = SourceInfo(Source.PTD, "PTD perturbation", "PTD", "#009E73", Role.POOL,
                       "a candidate from the pool progressive tree drafting grows in the forward's extra rows",
-                      tint="#1aa881")
+                      tint="#1aa881", method_label="PTD only (progressive tree drafting)",
+                      candidate_tree=True)
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

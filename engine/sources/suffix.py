@@ -22,11 +22,14 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..core.config import DecodeConfig
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
+
+if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
+    from ..core.config import DecodeConfig
 
 
 class SuffixTrie:
@@ -177,7 +180,7 @@ class SuffixSource:
     info = SourceInfo(Source.SUFFIX, "Suffix tree", "Suffix", "#CC79A7", Role.SPINE,
                       "the most frequent continuations of the longest suffix match, over the prompt, the output "
                       "and this visitor's earlier outputs (SuffixDecoding)",
-                      tint="#d48db4")
+                      tint="#d48db4", method_label="Suffix tree only (SuffixDecoding)", candidate_tree=True)
     top_k = 0
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:

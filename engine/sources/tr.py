@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..core.config import DecodeConfig
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from ..core.verify import top_successors
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
+
+if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
+    from ..core.config import DecodeConfig
 
 #: One table row: successor token ids and their scores, best first.
 Row = tuple[tuple[int, ...], tuple[float, ...]]
@@ -112,7 +115,7 @@ class TrSource:
 
     info = SourceInfo(Source.TR, "TR branch", "TR", "#E69F00", Role.BRANCH,
                       "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)",
-                      tint="#e8a91a")
+                      tint="#e8a91a", method_label="TR only (tree)")
 
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         self.top_k = cfg.top_k
