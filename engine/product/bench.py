@@ -36,6 +36,7 @@ import torch
 from tqdm import tqdm
 from transformers.generation.streamers import BaseStreamer
 
+from .. import ASSETS
 from ..core.config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
 from ..core.cost import CostCurve, CostCurveError, load_cost_curve
 from ..core.decode import SpecDecoder
@@ -47,7 +48,7 @@ from .metrics import summarize
 
 #: the prompt sets shipped with the project (whole files, each with its LICENSE and SOURCE.md); ``--data DIR``
 #: reads another folder of the same layout and formats
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "assets" / "datasets"
+DEFAULT_DATA = ASSETS / "datasets"
 DATASETS = {  # name -> (file, how to get the prompt text from a record, prompt format)
     "humaneval": ("humaneval/HumanEval.jsonl", lambda r: r["prompt"], "raw"),  # code to complete
     "mbpp": ("mbpp/mbpp.jsonl", lambda r: r["text"], "chat"),  # instructions ("Write a function ...")

@@ -30,11 +30,13 @@ from pathlib import Path
 
 import torch
 
+from .. import ASSETS
+
 #: Progress callback: (fraction done in [0, 1], what is happening now).
 Progress = Callable[[float, str], None]
 
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for converted models and cost curves (default ~/.cache/goose-lens)
-DEMO_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo-model"
+DEMO_MODEL_DIR = ASSETS / "demo-model"
 
 
 class FetchError(RuntimeError):
