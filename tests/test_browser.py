@@ -110,11 +110,19 @@ def tree_state(page):
     return page.evaluate(TREE_STATE)
 
 
-def open_page(browser, url):
-    page = browser.new_page(viewport=SCREEN)
+def open_page(browser, url, viewport=SCREEN):
+    page = browser.new_page(viewport=viewport)
     page.goto(url)
     page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=30_000)
     return page
+
+
+def generate_tokens(page, tokens: int) -> None:
+    """Set max new tokens to ``tokens``, press Generate and wait for the run's end."""
+    open_accordion(page, "Run and display")
+    set_number(page, "Max new tokens", tokens)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    stats_has(page, f"{tokens} tokens")
 
 
 def stats_has(page, text: str, timeout: float = 120_000) -> None:
@@ -230,10 +238,7 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
 
 def test_speedup_appears_beside_tau_after_a_run(page_url, browser):
     page = open_page(browser, page_url)
-    open_accordion(page, "Run and display")
-    set_number(page, "Max new tokens", 48)
-    page.get_by_role("button", name="Generate", exact=True).click()
-    stats_has(page, "48 tokens")
+    generate_tokens(page, 48)
     speedup = page.locator("#big-numbers #speedup")
     page.wait_for_function("() => /\\d×/.test(document.querySelector('#big-numbers #speedup')?.innerText || '')",
                            timeout=60_000)  # greyed ("–", "measuring…") until AR is timed

@@ -12,14 +12,15 @@ import time
 
 import pytest
 from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
-    SCREEN,
     TITLE,
     TREE_STATE,
     browser,
     expect,
     export_trace_file,
+    generate_tokens,
     no_error_badges,
     open_accordion,
+    open_page,
     serve,
     set_number,
     stats_has,
@@ -53,13 +54,6 @@ def chat_page(demo_lm):
     demo.close()
 
 
-def open_at(browser, url, viewport=SCREEN):
-    page = browser.new_page(viewport=viewport)
-    page.goto(url)
-    page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=30_000)
-    return page
-
-
 def big_tau(page) -> str:
     return page.locator("#big-numbers").inner_text().split("τ")[0].split()[-1]
 
@@ -73,7 +67,7 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
     cycle) differed from the big τ with neither saying which; the title read "1 tokens"; a hover under a rejected
     parent said what "the model wanted"; the settings command lost ``--cost-curve`` on import and named a
     PROMPT.txt from nowhere; an imported run read "(61 cycles)" then "60 cycles"."""
-    page = open_at(browser, chat_page)
+    page = open_page(browser, chat_page)
     open_accordion(page, "Method and tree shape")
     page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
     set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0)  # whole trees: rejected parents
@@ -112,7 +106,7 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
     # export, import in a fresh page: the command keeps the prompt, the cycle counts agree
     saved = export_trace_file(page, tmp_path / "trace.json")
     page.close()
-    page = open_at(browser, chat_page)
+    page = open_page(browser, chat_page)
     open_accordion(page, "Trace file: export the last run, or replay one")
     upload(page, saved)
     stats_has(page, "Imported trace", timeout=30_000)
@@ -125,11 +119,8 @@ def test_numbers_and_sentences_describe_the_cycle_on_screen(chat_page, browser, 
 
 def test_auto_run_command_keeps_its_cost_curve(chat_page, browser):
     """GT "auto" reads the cost curve: the command carries it, so its trees are the same anywhere."""
-    page = open_at(browser, chat_page)
-    open_accordion(page, "Run and display")
-    set_number(page, "Max new tokens", 24)
-    page.get_by_role("button", name="Generate", exact=True).click()
-    stats_has(page, "24 tokens")
+    page = open_page(browser, chat_page)
+    generate_tokens(page, 24)
     expect(page.locator("#settings textarea")).to_have_value(re.compile("--cost-curve 'past="), timeout=20_000)
     # the copy button is not under the label's text
     label = page.locator("#settings span[data-testid=block-info]").first.bounding_box()
@@ -143,7 +134,7 @@ def test_model_switch_updates_header_and_prompt_format_and_b500_is_said_plainly(
     """After loading another model the header still named the first one, and the prompt-format radio said "Chat
     template" while the run went raw; a typed B = 500 raised a red "Error: Value 500 is greater than maximum value
     128" toast and the run then went ahead with 128 while the box showed 500."""
-    page = open_at(browser, chat_page)
+    page = open_page(browser, chat_page)
     expect(page.locator("#page-header")).to_contain_text("Demo chat copy")
     expect(page.get_by_label("Chat template (one user turn)")).to_be_checked()
     open_accordion(page, "Model")
@@ -170,7 +161,7 @@ def test_model_switch_updates_header_and_prompt_format_and_b500_is_said_plainly(
 
 def test_waiting_in_line_is_readable(chat_page, browser):
     """The "Waiting in line" words were washed out and covered by Gradio's queue overlay."""
-    first, second = open_at(browser, chat_page), open_at(browser, chat_page)
+    first, second = open_page(browser, chat_page), open_page(browser, chat_page)
     open_accordion(first, "Run and display")
     set_number(first, "Slow motion (s pause per cycle)", 0.5)
     first.get_by_role("button", name="Generate", exact=True).click()
@@ -192,7 +183,7 @@ def test_waiting_in_line_is_readable(chat_page, browser):
 def test_on_a_phone_the_tree_follows_generate(chat_page, browser):
     """On a phone the tree started ~2,400 px below Generate, labels clipped at the right edge and the plotly
     toolbar covered the title."""
-    page = open_at(browser, chat_page, PHONE)
+    page = open_page(browser, chat_page, PHONE)
     open_accordion(page, "Run and display")
     set_number(page, "Max new tokens", 32)
     generate = page.get_by_role("button", name="Generate", exact=True)
@@ -219,7 +210,7 @@ def test_sweep_runs_plots_and_opens_a_run(chat_page, browser):
     """Issue 19's sweep on the demo model: six values of B, a progress bar, the sentence on the texts, the figure
     (τ, tokens/s, speedup against the value; each point carries its run's index), and a picked run opens in the
     tree viewer."""
-    page = open_at(browser, chat_page)
+    page = open_page(browser, chat_page)
     page.get_by_text("Sweep: one parameter, many values, one prompt", exact=True).click()
     page.get_by_role("button", name="Sweep", exact=True).click()
     page.wait_for_function("() => (document.querySelector('#sweep-status')?.innerText || '').includes('done')",
@@ -287,7 +278,7 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
 
     from test_viz import MIN_DELTA_E, _closest_pair
 
-    page = open_at(browser, chat_page)
+    page = open_page(browser, chat_page)
     page.get_by_role("button", name="Generate", exact=True).click()
     stats_has(page, "128 tokens")
     cycles = json.loads(export_trace_file(page, tmp_path / "trace.json").read_text())["cycles"]
