@@ -147,6 +147,7 @@ def test_model_switch_updates_header_and_prompt_format_and_b500_is_said_plainly(
 
     open_accordion(page, "Method and tree shape")
     box = page.get_by_role("spinbutton", name="Node budget B (anchor included)")
+    set_number(page, "Node budget B (anchor included)", 64)  # the box is mounted for good (see set_number)
     box.fill("500")
     box.press("Enter")
     expect(box).to_have_value("128", timeout=10_000)
