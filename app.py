@@ -46,7 +46,7 @@ import torch
 
 from engine.core.config import METHODS, ConfigError, DecodeConfig
 from engine.core.cost import CostCurveError, cached_cost_curve, curve_key, load_cost_curve, measure_cost_curve
-from engine.core.decode import SpecDecoder
+from engine.product.decoding import make_decoder
 from engine.product.generate import command_line
 from engine.product.loading import (
     DEMO_MODEL,
@@ -275,8 +275,8 @@ HOW_TO_READ = f"""
 * **Run totals and the cycle on screen:** the big numbers, the stats line and the theory panel's measured rates
   are the whole run so far; the line under the tree, its sentence, the tree and the theory panel's bound are the
   cycle on the scrubber.
-* **Max depth D** bounds the TR branches only. The PLD spine copies up to {DecodeConfig().max_spine} tokens of a
-  match, a confident match is extended further (up to {DecodeConfig().max_extended_chain} × its confidence), and
+* **Max depth D** bounds the TR branches only. The PLD spine copies up to {DecodeConfig().tree.max_spine} tokens of a
+  match, a confident match is extended further (up to {DecodeConfig().variant.max_extended_chain} × its confidence), and
   **bypass chains** likewise: none of them is bounded by D.
 * **τ** is tokens committed per verification forward (AR = 1). **tokens/s** counts engine time only: the
   time the page spends drawing is not counted.
@@ -550,7 +550,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         yield _problem(str(exc))
         return
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
+        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
                               memory=session.memory)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(),
@@ -613,7 +613,7 @@ def time_ar(lm: LoadedModel, ids: list[int], config: DecodeConfig, curve, contro
     """AR's decode-phase speed on this prompt, timed now on the same device, model and dtype: an AR run of the
     engine (one-token forwards, at most ``AR_TIMING_TOKENS``; ~60 ms each for SmolLM2 on a 2-core CPU, ~5 ms for
     the demo model), in engine time (tokens/s).  None when Stop ended it first."""
-    ar = SpecDecoder(lm.model, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
+    ar = make_decoder(lm.model, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
                      lm.eos_token_ids, cost_curve=curve)
     traces = list(ar.generate(ids, should_stop=lambda: bool(control.get("stop"))))
     if not traces or not traces[-1].finished:
@@ -923,9 +923,9 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
         return
     stop = lambda: bool(control.get("stop"))  # noqa: E731
     curve = session_curve(session.curve, lm)
-    spec = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
+    spec = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
     curve = spec.cost_curve or curve or cached_cost_curve(lm.model)
-    ar = SpecDecoder(lm.model, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
+    ar = make_decoder(lm.model, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
     contest = Race({"AR": ar.generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})
     key = ar_key(models, lm, ids, config)

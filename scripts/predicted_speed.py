@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config import DecodeConfig  # noqa: E402
 from engine.core.cost import CostCurve  # noqa: E402
-from engine.core.decode import SpecDecoder  # noqa: E402
 from engine.product.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
+from engine.product.decoding import make_decoder
 from engine.product.loading import load_model  # noqa: E402
 
 #: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
@@ -54,10 +54,10 @@ def main(argv=None) -> int:
         texts = load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]
         prompts = [encode(lm, t, DATASETS[dataset][2], args.max_new_tokens) for t in texts]
         for m in methods:
-            config = DecodeConfig(**method_config(m), max_new_tokens=args.max_new_tokens)
+            config = DecodeConfig.of(**method_config(m), max_new_tokens=args.max_new_tokens)
             speedups, taus = [], []
             for ids in prompts:
-                cycles = list(SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
+                cycles = list(make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
                 tokens = sum(len(c.new_tokens) for c in cycles)
                 ms = sum(truth.latency(len(c.tree) + c.ptd_rows) for c in cycles)
                 speedups.append(tokens / ms * truth.latency(1))

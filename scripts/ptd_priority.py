@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config import DecodeConfig  # noqa: E402
-from engine.core.decode import SpecDecoder  # noqa: E402
 from engine.product.bench import DEFAULT_DATA, load_prompts  # noqa: E402
+from engine.product.decoding import make_decoder
 from engine.product.loading import load_model  # noqa: E402
 from engine.product.metrics import summarize  # noqa: E402
 
@@ -37,11 +37,11 @@ def main() -> int:
     rows = []
     for temperature in (0.0, args.temperature):
         for order in itertools.permutations(("pld", "ptd", "tr")):
-            cfg = DecodeConfig(sources=("pld", "tr", "ptd"), walk_priority=order, temperature=temperature,
-                               max_new_tokens=args.max_new_tokens)
+            cfg = DecodeConfig.of(sources=("pld", "tr", "ptd"), walk_priority=order, temperature=temperature,
+                                  max_new_tokens=args.max_new_tokens)
             taus, ptd_share = [], []
             for ids in prompts:
-                s = summarize(list(SpecDecoder(lm.model, cfg, lm.eos_token_ids).generate(ids)))
+                s = summarize(list(make_decoder(lm.model, cfg, lm.eos_token_ids).generate(ids)))
                 taus.append(s.tau)
                 ptd_share.append(s.accepted_by_source["ptd"] / max(1, s.new_tokens))
             rows.append({"temperature": temperature, "order": ">".join(order), "median_tau": statistics.median(taus),

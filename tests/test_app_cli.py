@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, ModelRegistry, load_model
 from engine.sources import REGISTRY
 
@@ -193,8 +194,8 @@ def test_page_settings_check_input_once(demo_lm):
         frames = frames_of(app.generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
         assert len(frames) == 1 and set(frames[0]) == {"stats"} and message in frames[0]["stats"]
     ids, config = PageSettings(prompt="x", budget=24.0, auto_c=False, gt_threshold=0.1).prepare(demo_lm)
-    assert ids == demo_lm.encode_prompt("x") and config.budget == 24 and config.gt_threshold == 0.1
-    assert config.spine_ratio is None
+    assert ids == demo_lm.encode_prompt("x") and config.tree.budget == 24 and config.gt.threshold == 0.1
+    assert config.tree.spine_ratio is None
 
 
 def test_handlers_take_at_most_six_named_parameters():
@@ -231,12 +232,12 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
         assert words[:3] == ["python", "-m", "engine.product.generate"] and "#" not in command
         args = build_parser().parse_args(words[3:])
         assert config_from_args(args) == config, command
-        assert (args.cost_curve == curve.spec()) == (config.gt_threshold == "auto")  # the curve a GT-auto run read
+        assert (args.cost_curve == curve.spec()) == (config.gt.threshold == "auto")  # the curve a GT-auto run read
     paper = DecodeConfig.preset("paper", budget=30)
     command = command_line(paper, model="demo")
     assert "--preset paper" in command
     assert config_from_args(build_parser().parse_args(shlex.split(command)[3:])) == paper
-    assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig(ptd_rows=8), model="demo")
+    assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig.of(ptd_rows=8), model="demo")
 
 
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
@@ -393,7 +394,6 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
     import app
-    from engine.core.decode import SpecDecoder
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
 
@@ -408,7 +408,7 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     last = frames[-1]
     # both lanes stopped part way through the same greedy output: each text a non-empty, proper prefix of it
     ids, config = settings.prepare(demo_lm)
-    ar = SpecDecoder(demo_lm.model, config.with_(method="ar"), demo_lm.eos_token_ids)
+    ar = make_decoder(demo_lm.model, config.with_(method="ar"), demo_lm.eos_token_ids)
     full = demo_lm.tokenizer.decode([t for tr in ar.generate(ids) for t in tr.new_tokens])
     for lane in ("race_ar", "race_spec"):
         assert 0 < len(last[lane]) < len(full) and full.startswith(last[lane]), (lane, last[lane], full)
@@ -542,10 +542,9 @@ def test_lesson_reads_the_cost_curve():
 def test_race_board_says_where_outputs_part(demo_lm):
     import app
     from engine.core.config import DecodeConfig
-    from engine.core.decode import SpecDecoder
 
     ids = demo_lm.encode_prompt(CODE, chat=False)
-    ar = [t for tr in SpecDecoder(demo_lm.model, DecodeConfig(method="ar", max_new_tokens=8)).generate(ids)
+    ar = [t for tr in make_decoder(demo_lm.model, DecodeConfig.of(method="ar", max_new_tokens=8)).generate(ids)
           for t in tr.new_tokens]
     other = [*ar[:3], (ar[3] + 1) % 100, *ar[4:]]  # a made-up run that parts from AR at token 3
     verdict = app.race_verdict(demo_lm, ids, ar, other)

@@ -15,7 +15,7 @@ from engine.core.cost import (
     measure_cost_curve,
     write_cost_curve,
 )
-from engine.core.decode import SpecDecoder
+from engine.product.decoding import make_decoder
 
 
 def test_chord_threshold_is_mean_marginal_node_cost_in_ar_steps():
@@ -67,12 +67,12 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
 
 def test_decoder_rules_and_a_given_curve(demo_lm):
     curve = CostCurve((1, 64), (2.0, 4.0), 128, "given")
-    auto = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold="auto"), (), cost_curve=curve)
-    assert auto.config.gt_threshold == "auto" and auto.cost_curve is curve
-    chord = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold="chord"), (), cost_curve=curve)
-    assert chord.config.gt_threshold == pytest.approx(curve.threshold(60))
-    fixed = SpecDecoder(demo_lm.model, DecodeConfig(gt_threshold=0.2), ())
-    assert fixed.config.gt_threshold == 0.2 and fixed.cost_curve is None
+    auto = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold="auto"), (), cost_curve=curve)
+    assert auto.config.gt.threshold == "auto" and auto.cost_curve is curve
+    chord = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold="chord"), (), cost_curve=curve)
+    assert chord.config.gt.threshold == pytest.approx(curve.threshold(60))
+    fixed = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold=0.2), ())
+    assert fixed.config.gt.threshold == 0.2 and fixed.cost_curve is None
     assert [parse_gt_threshold(t) for t in ("auto", "CHORD", "0.05")] == ["auto", "chord", 0.05]
     with pytest.raises(ConfigError):
-        DecodeConfig(gt_threshold="sometimes")
+        DecodeConfig.of(gt_threshold="sometimes")

@@ -25,6 +25,7 @@ from test_precision import BF16_CONFIGS, _bf16_run
 from engine.core import decode
 from engine.core.config import DecodeConfig
 from engine.core.decode import SpecDecoder
+from engine.product.decoding import make_decoder
 from engine.product.loading import load_model
 from engine.product.lossless import Divergence
 
@@ -116,7 +117,7 @@ def test_smollm2_bf16_on_cuda_has_no_bugs_and_one_sync_per_cycle(smollm2_cuda, r
                                     {"temperature": 0.7, "method": "pld", "verifier": "hsd"}],
                          ids=["tree", "top-p-top-k", "hsd-chain"])
 def test_sampling_on_cuda_reads_back_once_per_cycle(demo_cuda, lossless_prompts, read_backs, fields):
-    decoder = SpecDecoder(demo_cuda.model, DecodeConfig(max_new_tokens=96, seed=1, **fields), ())
+    decoder = make_decoder(demo_cuda.model, DecodeConfig.of(max_new_tokens=96, seed=1, **fields), ())
     assert decoder.warp_rows is not None  # an accelerator: the rows come back with the read-back
     traces = strict_cycles(decoder, demo_cuda.encode_prompt(lossless_prompts[0]), read_backs)
     assert len(traces) > 3 and sum(len(t.accepted) for t in traces) > 0, "no draft accepted: inconclusive"
@@ -140,11 +141,11 @@ def test_profiling_synchronises_each_stage_and_only_then(demo_cuda, monkeypatch)
     real = torch.cuda.synchronize
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1) or real(*a, **k))
     ids = demo_cuda.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
-    config = DecodeConfig(max_new_tokens=32)
-    SpecDecoder(demo_cuda.model, config, ())  # the cost curve is measured (and synchronised) before counting
+    config = DecodeConfig.of(max_new_tokens=32)
+    make_decoder(demo_cuda.model, config, ())  # the cost curve is measured (and synchronised) before counting
     syncs.clear()
-    plain = list(SpecDecoder(demo_cuda.model, config, ()).generate(ids))
+    plain = list(make_decoder(demo_cuda.model, config, ()).generate(ids))
     assert not syncs
-    profiled = list(SpecDecoder(demo_cuda.model, config, (), profile=True).generate(ids))
+    profiled = list(make_decoder(demo_cuda.model, config, (), profile=True).generate(ids))
     stages = sum(len(t.timings_ms) - 1 for t in profiled)  # a lap per stage ("total" is not one)
     assert len(syncs) == stages and [t.new_tokens for t in profiled] == [t.new_tokens for t in plain]

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from engine.core.config import ConfigError, DecodeConfig
-from engine.core.decode import SpecDecoder
+from engine.product.decoding import make_decoder
 
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
 
@@ -14,7 +14,7 @@ PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b
 def test_stop_request_ends_generation(demo_lm):
     ids = demo_lm.encode_prompt(PROMPT)
     seen = []
-    for trace in SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=200), ()).generate(
+    for trace in make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=200), ()).generate(
             ids, should_stop=lambda: len(seen) >= 3):
         seen.append(trace)
     assert len(seen) == 3 and not seen[-1].finished
@@ -22,16 +22,16 @@ def test_stop_request_ends_generation(demo_lm):
 
 def test_eos_ends_generation_and_is_kept(demo_lm):
     ids = demo_lm.encode_prompt(PROMPT)
-    first = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=12), ()).generate(ids))
+    first = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=12), ()).generate(ids))
     tokens = [t for tr in first for t in tr.new_tokens]
     eos = tokens[5]  # pretend the 6th generated token is EOS
-    traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=12), (eos,)).generate(ids))
+    traces = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=12), (eos,)).generate(ids))
     out = [t for tr in traces for t in tr.new_tokens]
     assert out == tokens[: tokens.index(eos) + 1] and traces[-1].finished
 
 
 def test_traces_are_frozen_and_complete(demo_lm):
-    traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=30), ()).generate(
+    traces = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=30), ()).generate(
         demo_lm.encode_prompt(PROMPT)))
     assert traces[0].mode == "prefill" and traces[-1].finished and traces[-1].total_tokens == 30
     t = traces[-1]
@@ -47,7 +47,50 @@ def test_traces_are_frozen_and_complete(demo_lm):
 
 def test_empty_prompt_and_bad_config_are_refused(demo_lm):
     with pytest.raises(ValueError, match="empty"):
-        next(SpecDecoder(demo_lm.model, DecodeConfig(), ()).generate([]))
+        next(make_decoder(demo_lm.model, DecodeConfig(), ()).generate([]))
     for bad in ({"budget": 0}, {"max_new_tokens": 0}, {"spine_ratio": 1.5}, {"method": "eagle"}, {"max_depth": 0}):
         with pytest.raises(ConfigError):
-            DecodeConfig(**bad)
+            DecodeConfig.of(**bad)
+
+
+def test_config_is_nested_by_concern_and_speaks_the_old_flat_names():
+    """Issue 20: at most 12 top-level fields; every old flat name (CLI dest, trace key) still reads and writes."""
+    from dataclasses import fields
+
+    from engine.core.config import FLAT_NAMES, PRESETS, VARIANTS
+
+    assert len(fields(DecodeConfig)) <= 12
+    cfg = DecodeConfig.of(budget=16, gt_threshold=0.1, ptd_rows=8, sample_top_k=5, ptd_share=0.25,
+                          pld_chain_tokens=12, suffix_min_prob=0.2, bypass_rule="confident")
+    assert (cfg.tree.budget, cfg.gt.threshold, cfg.source_config("ptd").rows, cfg.sampler.top_k) == (16, 0.1, 8, 5)
+    assert (cfg.tree.pool_share, cfg.source_config("pld").chain_tokens, cfg.source_config("suffix").min_prob,
+            cfg.variant.bypass_rule) == (0.25, 12, 0.2, "confident")
+    assert DecodeConfig.from_dict(cfg.to_dict()) == cfg and set(cfg.to_dict()) == set(FLAT_NAMES)
+    # a trace written before the nesting: the 51 flat keys, lists for tuples, and a key this version lacks
+    old = {**DecodeConfig().to_dict(), "budget": 24, "sources": ["pld", "tr", "ptd"], "retired_option": 1}
+    assert DecodeConfig.from_dict(old) == DecodeConfig.of(budget=24, sources=("pld", "tr", "ptd"))
+    assert DecodeConfig.preset("paper").variant == VARIANTS["authors"] and PRESETS["paper"]["variant"] == "authors"
+    assert DecodeConfig().variant.name == "goose-lens" and cfg.variant.name == "custom"
+    with pytest.raises(ConfigError, match="unknown setting 'budgte'"):
+        DecodeConfig.of(budgte=16)
+
+
+def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_lm):
+    """SpecDecoder neither measures nor loads a cost curve: an unresolved config, or GT auto without the curve it
+    was resolved with, is refused; make_decoder resolves chord to one number c and the builders' floor."""
+    from engine.core.cost import CostCurve
+    from engine.core.decode import SpecDecoder
+
+    curve = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key="k")
+    with pytest.raises(ValueError, match="resolved config"):
+        SpecDecoder(demo_lm.model, DecodeConfig.of(gt_threshold=0.0), ())
+    with pytest.raises(ValueError, match="cost curve"):
+        SpecDecoder(demo_lm.model, DecodeConfig().resolved(curve), ())
+    with pytest.raises(ConfigError, match="reads a cost curve"):
+        DecodeConfig().resolved(None)
+    auto = DecodeConfig().resolved(curve)
+    assert auto.gt.threshold == "auto" and auto.gt.prune_at == curve.threshold(60)
+    assert DecodeConfig.of(gt_floor=False).resolved(curve).gt.prune_at == 0.0
+    chord = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold="chord"), (), cost_curve=curve)
+    assert chord.config.gt.threshold == chord.config.gt.prune_at == curve.threshold(60)
+    assert not auto.with_(budget=16).is_resolved  # a changed config is resolved anew

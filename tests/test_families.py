@@ -24,9 +24,9 @@ from transformers import AutoModelForCausalLM
 
 from engine.core import compat, kv_cache
 from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.core.tree import DraftTree, Source
 from engine.core.verify import forward_tree
+from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, load_model
 
 VOCAB, MAX_NEW = 256, 40
@@ -34,7 +34,7 @@ IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": None}  # no EOS: bo
 COMMON = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, **IDS}
 MOE = {"num_experts_per_tok": 2}
-CONFIG = DecodeConfig(max_new_tokens=MAX_NEW, gt_threshold=0.0)  # c = 0: whole trees of B = 60, no cost curve
+CONFIG = DecodeConfig.of(max_new_tokens=MAX_NEW, gt_threshold=0.0)  # c = 0: whole trees of B = 60, no cost curve
 
 #: family -> its tiny config (sliding-window families with a window of 256, wider than every run here)
 FAMILIES = {
@@ -138,7 +138,7 @@ def test_family_bf16_has_no_bugs(name):
 def test_refused_family_says_why_in_one_sentence(name):
     model, reason = tiny(name), REFUSED[name][1]
     with pytest.raises(compat.UnsupportedModelError) as err:
-        SpecDecoder(model, CONFIG, ())
+        make_decoder(model, CONFIG, ())
     assert_one_sentence(str(err.value), reason, "; ")
     assert isinstance(err.value, kv_cache.UnsupportedCacheError)  # what callers caught before still catches it
 
@@ -147,7 +147,7 @@ def test_a_kernel_that_cannot_take_the_tree_mask_is_refused():
     model = copy.deepcopy(tiny("llama"))
     model.config._attn_implementation = "flash_attention_2"  # as loaded on a GPU with flash-attn installed
     with pytest.raises(compat.UnsupportedModelError) as err:
-        SpecDecoder(model, CONFIG, ())
+        make_decoder(model, CONFIG, ())
     assert_one_sentence(str(err.value), "'flash_attention_2'", KERNEL, 'attn_implementation="sdpa"')
 
 
@@ -191,12 +191,12 @@ def test_learned_position_table_trims_trees_at_its_end_and_refuses_only_a_run_th
         new = 64 - len(ids)
         for cfg in (CONFIG.with_(max_new_tokens=new), CONFIG.with_(max_new_tokens=new, sources=("pld", "tr", "ptd"))):
             accepted += run_and_compare(model, (), ids, cfg)
-        traces = list(SpecDecoder(model, CONFIG.with_(max_new_tokens=new), ()).generate(ids))
+        traces = list(make_decoder(model, CONFIG.with_(max_new_tokens=new), ()).generate(ids))
         assert all(deepest < 64 for _, deepest in _positions(traces, len(ids)))
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name} at its table's end"
     ids = prompts()[0]
     with pytest.raises(compat.UnsupportedModelError) as err:
-        next(SpecDecoder(model, CONFIG.with_(max_new_tokens=64 - len(ids) + 1), ()).generate(ids))
+        next(make_decoder(model, CONFIG.with_(max_new_tokens=64 - len(ids) + 1), ()).generate(ids))
     assert_one_sentence(str(err.value), "context of 64 tokens", f"lower max new tokens to {64 - len(ids)} or fewer")
 
 
@@ -217,7 +217,7 @@ def test_sliding_window_trims_trees_at_its_end_and_refuses_only_a_run_that_canno
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name} at its window's end"
     ids = prompts()[0]
     with pytest.raises(compat.UnsupportedModelError) as err:
-        next(SpecDecoder(model, CONFIG.with_(max_new_tokens=64 - len(ids) + 1), ()).generate(ids))
+        next(make_decoder(model, CONFIG.with_(max_new_tokens=64 - len(ids) + 1), ()).generate(ids))
     assert_one_sentence(str(err.value), "sliding attention window of 64 tokens")
 
 
@@ -233,7 +233,7 @@ def test_longrope_trees_never_straddle_the_switch():
     accepted = 0
     for ids in prompts():
         accepted += run_and_compare(model, (), ids, CONFIG)  # 36 + 40 tokens: the run crosses 48
-        traces = list(SpecDecoder(model, CONFIG, ()).generate(ids))
+        traces = list(make_decoder(model, CONFIG, ()).generate(ids))
         assert all(deepest < 48 or anchor >= 48 for anchor, deepest in _positions(traces, len(ids)))
         assert any(anchor >= 48 for anchor, _ in _positions(traces, len(ids)))
     assert accepted > 0, "inconclusive: no draft token accepted on the tiny longrope Phi-3"

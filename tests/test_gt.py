@@ -7,10 +7,10 @@ import pytest
 
 from engine.core.config import DecodeConfig
 from engine.core.cost import CostCurve
-from engine.core.decode import SpecDecoder
 from engine.core.estimates import AcceptanceStats, PathCalibration
 from engine.core.gt import speedup_optimal
 from engine.core.tree import DraftTree, GhostNode, Source
+from engine.product.decoding import make_decoder
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
 STEEP = CostCurve(nodes=(1, 2, 4, 8, 64), ms=(1.0, 1.6, 2.0, 2.6, 4.2))  # SmolLM2 on a CPU (issue 10)
@@ -96,7 +96,7 @@ def test_curve_latency_is_monotone_and_extrapolates():
 def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo_lm):
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\n"
                                 "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n")
-    run = lambda c, curve: list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=40, gt_threshold=c), (),  # noqa: E731
+    run = lambda c, curve: list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=40, gt_threshold=c), (),  # noqa: E731
                                             cost_curve=curve).generate(ids))
     flat, none = run("auto", FLAT), run(0.0, None)
     assert [t.tree for t in flat] == [t.tree for t in none]  # same trees, so the same tau

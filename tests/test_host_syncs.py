@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.core.sampling import make_rows_warper
+from engine.product.decoding import make_decoder
 
 READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
@@ -60,7 +60,7 @@ def counter(monkeypatch, demo_lm):
                                     {"method": "pld"}, {"method": "iso3"}, {"sources": ("pld", "tr", "ptd")}],
                          ids=["auto", "c0", "chord", "tr", "pld", "iso3", "goose+ptd"])
 def test_one_host_sync_per_greedy_cycle(demo_lm, counter, fields):
-    decoder = SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=48, **fields), ())
+    decoder = make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=48, **fields), ())
     cycles = decoder.generate(demo_lm.encode_prompt(PROMPT))
     next(cycles)  # prefill: not a cycle
     per_cycle = []
@@ -75,7 +75,7 @@ def test_one_host_sync_per_greedy_cycle(demo_lm, counter, fields):
 
 def test_the_tree_forward_itself_reads_nothing_back(demo_lm, counter):
     """transformers' forward with our 4D mask and position ids: no host read inside it either."""
-    traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24, gt_threshold=0.0), ()).generate(
+    traces = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24, gt_threshold=0.0), ()).generate(
         demo_lm.encode_prompt(PROMPT)))
     assert any(len(t.tree) > 1 for t in traces) and counter.model == 0
 
@@ -148,10 +148,10 @@ def test_one_device_read_per_sampling_cycle(demo_lm, device_reads, fields):
     """The accelerator's sampling path (``SpecDecoder.warp_rows``, forced here on the CPU): the tree rows'
     distributions come back in the cycle's one read-back, and the walk reads only host tensors.  It samples
     exactly what the CPU's path (the rows the walk visits, warped one by one) samples: the same tokens."""
-    config = DecodeConfig(max_new_tokens=48, seed=5, **fields)
+    config = DecodeConfig.of(max_new_tokens=48, seed=5, **fields)
     ids = demo_lm.encode_prompt(PROMPT)
-    lazy = [t for tr in SpecDecoder(demo_lm.model, config, ()).generate(ids) for t in tr.new_tokens]
-    decoder = SpecDecoder(demo_lm.model, config, ())
+    lazy = [t for tr in make_decoder(demo_lm.model, config, ()).generate(ids) for t in tr.new_tokens]
+    decoder = make_decoder(demo_lm.model, config, ())
     assert decoder.warp_rows is None  # a CPU warps lazily: nothing is copied there
     decoder.warp_rows = make_rows_warper(config)
     cycles = decoder.generate(ids)
@@ -177,7 +177,7 @@ def test_uploads_on_a_cpu_pin_nothing(demo_lm, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("pinned memory on a CPU")
     monkeypatch.setattr(torch.Tensor, "pin_memory", refuse)
-    traces = list(SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24, gt_threshold=0.0), ()).generate(
+    traces = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24, gt_threshold=0.0), ()).generate(
         demo_lm.encode_prompt(PROMPT)))
     assert any(len(t.tree) > 2 for t in traces)
     assert upload([[1, 2], [3, 4]], torch.long, "cpu").tolist() == [[1, 2], [3, 4]]

@@ -10,8 +10,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from engine.core.config import PRESETS, DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.core.kv_cache import UnsupportedCacheError
+from engine.product.decoding import make_decoder
 from engine.product.metrics import summarize
 from engine.product.reference import greedy_reference
 from engine.sources import SourceMemory
@@ -74,7 +74,7 @@ def accepted_tokens(model, eos, prompt_ids: list[int], config: DecodeConfig,
                     want: list[int] | None = None) -> dict[str, int]:
     """Assert token identity with greedy generate (``want``: its ids when already computed); return the draft
     tokens accepted per source (bonus tokens excluded)."""
-    traces = list(SpecDecoder(model, config, eos).generate(prompt_ids))
+    traces = list(make_decoder(model, config, eos).generate(prompt_ids))
     got = [t for tr in traces for t in tr.new_tokens]
     want = want if want is not None else greedy_reference(model, prompt_ids, config.max_new_tokens, eos)
     first = next((i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b), None)
@@ -93,7 +93,7 @@ def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, sou
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
-    config = DecodeConfig(max_new_tokens=MAX_NEW, **CONFIGS[name])
+    config = DecodeConfig.of(max_new_tokens=MAX_NEW, **CONFIGS[name])
     by_source: dict[str, int] = {}
     for p in lossless_prompts:
         for source, n in accepted_tokens(demo_lm.model, demo_lm.eos_token_ids, demo_lm.encode_prompt(p),
@@ -108,17 +108,17 @@ def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
 def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossless_prompts, sources):
     """One user's requests share a ``SourceMemory``: a prompt asked again is drafted from the first answer."""
     method = "suffix" if sources == ("suffix",) else "goose"
-    config = DecodeConfig(max_new_tokens=MAX_NEW, method=method, sources=sources, gt_threshold=0.0)
+    config = DecodeConfig.of(max_new_tokens=MAX_NEW, method=method, sources=sources, gt_threshold=0.0)
     memory, ids = SourceMemory(), demo_lm.encode_prompt(lossless_prompts[0])
     want = greedy_reference(demo_lm.model, ids, MAX_NEW, demo_lm.eos_token_ids)
     taus = []
     for _ in range(2):
-        traces = list(SpecDecoder(demo_lm.model, config, demo_lm.eos_token_ids, memory=memory).generate(ids))
+        traces = list(make_decoder(demo_lm.model, config, demo_lm.eos_token_ids, memory=memory).generate(ids))
         assert [t for tr in traces for t in tr.new_tokens] == want
         taus.append(summarize(traces).tau)
     assert summarize(traces).accepted_by_source["suffix"] > 0
     assert taus[1] > taus[0], f"the second request did not gain from the first one's output: {taus}"
-    fresh = list(SpecDecoder(demo_lm.model, config, demo_lm.eos_token_ids).generate(ids))
+    fresh = list(make_decoder(demo_lm.model, config, demo_lm.eos_token_ids).generate(ids))
     assert summarize(fresh).tau == pytest.approx(taus[0])  # no memory given: nothing carries over
 
 
@@ -135,7 +135,7 @@ def test_tiny_qwen2_matches_greedy(attn):
     for _ in range(4):
         prompt = torch.randint(0, 512, (24,), generator=gen).tolist()
         prompt = prompt + prompt[:12]  # a repeat gives the PLD matcher something to find
-        accepted += run_and_compare(model, (), prompt, DecodeConfig(max_new_tokens=MAX_NEW))
+        accepted += run_and_compare(model, (), prompt, DecodeConfig.of(max_new_tokens=MAX_NEW))
     assert accepted > 0, "inconclusive: no draft token accepted on the tiny Qwen2"
 
 
@@ -146,7 +146,7 @@ def test_sliding_window_model_within_its_window_and_refused_beyond():
     model = MistralForCausalLM(cfg).eval()
     prompt = torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(2)).tolist()
     prompt = prompt + prompt[:10]
-    accepted = run_and_compare(model, (), prompt, DecodeConfig(max_new_tokens=64))
+    accepted = run_and_compare(model, (), prompt, DecodeConfig.of(max_new_tokens=64))
     assert accepted > 0, "inconclusive: no draft token accepted on the tiny Mistral"
     with pytest.raises(UnsupportedCacheError, match="sliding attention window of 256"):
-        list(SpecDecoder(model, DecodeConfig(max_new_tokens=300), ()).generate(prompt))
+        list(make_decoder(model, DecodeConfig.of(max_new_tokens=300), ()).generate(prompt))

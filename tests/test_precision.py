@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.product import precision
+from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, load_model, resolve_dtype
 from engine.product.lossless import TIE_ULPS, Divergence, ar_logits, attribute, engine_ar_logits, first_difference, ulp
 from engine.product.metrics import summarize
@@ -95,13 +95,13 @@ def _bf16_run(lm, prompts, changes: dict, max_new: int,
               cycles=lambda decoder, ids: list(decoder.generate(ids))) -> tuple[int, list[Divergence]]:
     """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (bf16); ``cycles`` runs
     one decoder on one prompt (tests/test_cuda.py: under the CUDA sync check)."""
-    config = DecodeConfig(max_new_tokens=max_new, **changes)
+    config = DecodeConfig.of(max_new_tokens=max_new, **changes)
     accepted, found = 0, []
     for ids in prompts:
         want, logits = ar_logits(lm.model, ids, max_new)  # AR's tokens and its own step logits, one run
         eos = next((k for k, t in enumerate(want) if t in lm.eos_token_ids), None)
         want = want if eos is None else want[: eos + 1]
-        traces = cycles(SpecDecoder(lm.model, config, lm.eos_token_ids), ids)
+        traces = cycles(make_decoder(lm.model, config, lm.eos_token_ids), ids)
         got = [t for tr in traces for t in tr.new_tokens]
         counts = dict(summarize(traces).accepted_by_source)
         accepted += sum(counts.values()) - counts["bonus"]
@@ -157,7 +157,7 @@ def test_the_engines_ar_replayed_gives_its_own_logits(demo_bf16):
     """The bench reads AR's logits by replaying the engine's AR steps: they give back the AR run's tokens."""
     lm = demo_bf16
     ids = lm.encode_prompt("import os\n\ndef list_files(path):\n")
-    traces = list(SpecDecoder(lm.model, DecodeConfig(method="ar", max_new_tokens=48), ()).generate(ids))
+    traces = list(make_decoder(lm.model, DecodeConfig.of(method="ar", max_new_tokens=48), ()).generate(ids))
     want = [t for tr in traces for t in tr.new_tokens]
     tokens, logits = engine_ar_logits(lm.model, ids, want)
     assert tokens == want and logits.shape == (48, lm.model.config.vocab_size) and logits.dtype == torch.bfloat16

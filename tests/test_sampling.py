@@ -20,9 +20,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation import logits_process as hf
 
 from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.core.sampling import make_rows_warper, make_warper
 from engine.core.verify import greedy_walk
+from engine.product.decoding import make_decoder
 
 VOCAB, N_TOKENS, N_SAMPLES = 8, 3, 20_000
 P_FAIL = 1e-3  # a verifier fails when the chi-square p-value is below this (fixed seeds: deterministic)
@@ -46,12 +46,12 @@ def reference_probs(cfg: DecodeConfig, logits: torch.Tensor) -> torch.Tensor:
     ``_get_logits_processor`` uses (temperature unless 1.0, top-k unless 0, top-p unless 1.0), on float32 scores,
     then softmax.  No engine code: this is what the engine's warper is checked against."""
     warpers = hf.LogitsProcessorList()
-    if cfg.temperature != 1.0:
-        warpers.append(hf.TemperatureLogitsWarper(cfg.temperature))
-    if cfg.sample_top_k != 0:
-        warpers.append(hf.TopKLogitsWarper(top_k=cfg.sample_top_k))
-    if cfg.top_p < 1.0:
-        warpers.append(hf.TopPLogitsWarper(top_p=cfg.top_p))
+    if cfg.sampler.temperature != 1.0:
+        warpers.append(hf.TemperatureLogitsWarper(cfg.sampler.temperature))
+    if cfg.sampler.top_k != 0:
+        warpers.append(hf.TopKLogitsWarper(top_k=cfg.sampler.top_k))
+    if cfg.sampler.top_p < 1.0:
+        warpers.append(hf.TopPLogitsWarper(top_p=cfg.sampler.top_p))
     scores = warpers(torch.empty((logits.shape[0], 0), dtype=torch.long), logits.to(torch.float32))
     return torch.softmax(scores, dim=-1).to(torch.float64)
 
@@ -91,7 +91,7 @@ def sample_many(model, prompt: list[int], cfg: DecodeConfig, n: int = N_SAMPLES)
     counts: dict[tuple[int, ...], int] = {}
     accepted = 0
     for seed in range(n):
-        decoder = SpecDecoder(model, cfg.with_(seed=seed))
+        decoder = make_decoder(model, cfg.with_(seed=seed))
         tokens: list[int] = []
         for trace in decoder.generate(prompt):
             tokens += trace.new_tokens
@@ -112,7 +112,7 @@ VERIFIERS = {
 @pytest.mark.parametrize("name", list(VERIFIERS))
 def test_sampling_verifier_matches_ar_distribution(tiny, name):
     model, prompt = tiny
-    cfg = DecodeConfig(max_new_tokens=N_TOKENS, gt_threshold=0.0, **{"temperature": 1.0, **VERIFIERS[name]})
+    cfg = DecodeConfig.of(max_new_tokens=N_TOKENS, gt_threshold=0.0, **{"temperature": 1.0, **VERIFIERS[name]})
     expected = exact_ar_distribution(model, prompt, cfg)
     counts, accepted = sample_many(model, prompt, cfg)
     assert accepted > N_SAMPLES // 10, f"inconclusive: only {accepted} draft tokens accepted in {N_SAMPLES} runs"
@@ -125,7 +125,7 @@ def test_a_lossy_verifier_fails_the_same_test(tiny, monkeypatch):
     import engine.core.decode as decode
 
     model, prompt = tiny
-    cfg = DecodeConfig(method="pld", max_new_tokens=N_TOKENS, temperature=1.0, gt_threshold=0.0)
+    cfg = DecodeConfig.of(method="pld", max_new_tokens=N_TOKENS, temperature=1.0, gt_threshold=0.0)
     monkeypatch.setattr(decode, "sample_walk", lambda tree, dist, gen, priority: greedy_walk(
         tree, [int(dist(i).argmax()) for i in range(len(tree))]))
     expected = exact_ar_distribution(model, prompt, cfg)
@@ -138,14 +138,14 @@ def test_greedy_stays_token_identical_with_sampling_fields_set(tiny):
     from engine.product.reference import greedy_reference
 
     model, prompt = tiny
-    cfg = DecodeConfig(max_new_tokens=24, top_p=0.5, sample_top_k=3, seed=7, verifier="hsd", gt_threshold=0.0)
-    tokens = [t for tr in SpecDecoder(model, cfg).generate(prompt) for t in tr.new_tokens]
+    cfg = DecodeConfig.of(max_new_tokens=24, top_p=0.5, sample_top_k=3, seed=7, verifier="hsd", gt_threshold=0.0)
+    tokens = [t for tr in make_decoder(model, cfg).generate(prompt) for t in tr.new_tokens]
     assert tokens == greedy_reference(model, prompt, 24, ())
 
 
 def test_exact_enumeration_is_a_distribution(tiny):
     model, prompt = tiny
-    dist = exact_ar_distribution(model, prompt, DecodeConfig(temperature=1.0))
+    dist = exact_ar_distribution(model, prompt, DecodeConfig.of(temperature=1.0))
     assert len(dist) == VOCAB ** N_TOKENS and abs(sum(dist.values()) - 1) < 1e-6  # float32 softmax rows
     assert all(len(key) == N_TOKENS for key in itertools.islice(dist, 5))
 
@@ -160,7 +160,7 @@ WARPINGS = [dict(temperature=1.0), dict(temperature=0.8, sample_top_k=5), dict(t
 def test_engine_warper_equals_transformers_warpers(warping):
     """The engine's warpers (one row, and a cycle's rows at once) give, bit for bit, the distribution transformers'
     own warpers give in generate's order: temperature, top-k, top-p each applied, in that order, with the value set."""
-    cfg = DecodeConfig(**warping)
+    cfg = DecodeConfig.of(**warping)
     logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(0)) * 4  # (rows, |V|): top-k / top-p bite
     want = reference_probs(cfg, logits)
     assert all(torch.equal(make_warper(cfg)(row), want[k]) for k, row in enumerate(logits)), warping

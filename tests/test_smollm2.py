@@ -54,7 +54,7 @@ def references(smollm2_lm, prompts) -> list[list[int]]:
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_smollm2_matches_greedy(smollm2_lm, prompts, references, name):
     changes, source = CONFIGS[name]
-    config = DecodeConfig(max_new_tokens=MAX_NEW, **changes)
+    config = DecodeConfig.of(max_new_tokens=MAX_NEW, **changes)
     lm = smollm2_lm
     accepted = sum(run_and_compare(lm.model, lm.eos_token_ids, ids, config, source, want=want)
                    for ids, want in zip(prompts, references))

@@ -69,7 +69,7 @@ def _pld_over(tokens: list[int], chain_tokens: int):
     from engine.sources import Request, SourceMemory
     from engine.sources.pld import PldSource
 
-    pld = PldSource(DecodeConfig(ngram_sizes=(3,), match_occurrence="earliest", max_spine=chain_tokens),
+    pld = PldSource(DecodeConfig.of(ngram_sizes=(3,), match_occurrence="earliest", max_spine=chain_tokens),
                     AcceptanceStats(), SourceMemory())
     return pld, pld.propose(Request(tokens, (), budget=100))
 
@@ -261,7 +261,7 @@ def test_sources_follow_one_protocol_and_the_registry_names_them():
     from engine.sources import REGISTRY, SourceMemory, make_sources
 
     assert tuple(i.name for i in REGISTRY) == SOURCES
-    made = make_sources(DecodeConfig(sources=SOURCES), AcceptanceStats(), SourceMemory())
+    made = make_sources(DecodeConfig.of(sources=SOURCES), AcceptanceStats(), SourceMemory())
     assert [s.info for s in made] == list(REGISTRY)
     for src in made:
         assert {"prefill", "propose", "observe"} <= set(dir(src)) and isinstance(src.top_k, int)

@@ -28,7 +28,7 @@ def budget_sweep(demo_lm, prompt_ids) -> list[Sweep]:
     """Every snapshot of a 6-value budget sweep, 128 tokens, on the demo model."""
     spec = SweepSpec.parse("budget", BUDGETS)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
-    return list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig(max_new_tokens=128), spec,
+    return list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=128), spec,
                           curve))
 
 
@@ -44,7 +44,7 @@ def test_parse_reads_each_kind_of_value(param, text, parameter, values, label):
     spec = SweepSpec.parse(param, text)
     assert spec.parameter == parameter and spec.values == values
     assert spec.label(values[0]) == label
-    assert [getattr(c, parameter) for c in spec.configs(DecodeConfig())] == list(values)
+    assert [c.get(parameter) for c in spec.configs(DecodeConfig())] == list(values)
 
 
 def test_parse_writes_values_back_for_people():
@@ -82,8 +82,8 @@ def test_parse_refuses_in_one_sentence(param, text, message):
 def test_a_source_sweep_needs_a_method_that_mixes_sources():
     spec = SweepSpec.parse("sources", "pld,pld+tr")
     with pytest.raises(ConfigError, match="method pld drafts with its own source only"):
-        spec.configs(DecodeConfig(method="pld"))
-    assert len(spec.configs(DecodeConfig(method="iso3"))) == 2
+        spec.configs(DecodeConfig.of(method="pld"))
+    assert len(spec.configs(DecodeConfig.of(method="iso3"))) == 2
 
 
 def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_ids):
@@ -96,7 +96,7 @@ def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_i
     assert list(last.ar_tokens) == greedy_reference(demo_lm.model, prompt_ids, 128, demo_lm.eos_token_ids)
     assert [r.value for r in last.runs] == [4, 8, 16, 32, 64, 128] and [r.index for r in last.runs] == list(range(6))
     for r in last.runs:
-        assert r.config.budget == r.value and r.label == f"B = {r.value}"
+        assert r.config.tree.budget == r.value and r.label == f"B = {r.value}"
         assert r.tokens == last.ar_tokens and r.first_difference is None, r.label
         assert r.tau >= 1.0 and r.tok_per_s > 0 and r.speedup is not None and r.mean_nodes >= 1.0
         assert r.tau == pytest.approx(len(r.tokens) / len(r.traces))
@@ -109,15 +109,16 @@ def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_i
 def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monkeypatch):
     seen = []
 
-    class Recording(sw.SpecDecoder):
-        def __init__(self, model, config, eos_token_ids=(), cost_curve=None, memory=None, **kw):
-            seen.append((config.method, config.budget, cost_curve, memory))
-            super().__init__(model, config, eos_token_ids, cost_curve=cost_curve, memory=memory, **kw)
+    real = sw.make_decoder
 
-    monkeypatch.setattr(sw, "SpecDecoder", Recording)
+    def recording(model, config, eos_token_ids=(), cost_curve=None, memory=None, **kw):
+        seen.append((config.method, config.tree.budget, cost_curve, memory))
+        return real(model, config, eos_token_ids, cost_curve=cost_curve, memory=memory, **kw)
+
+    monkeypatch.setattr(sw, "make_decoder", recording)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
     spec = SweepSpec.parse("budget", "4,16")
-    last = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig(max_new_tokens=16), spec,
+    last = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec,
                           curve))[-1]
     assert [(m, b) for m, b, _, _ in seen] == [("ar", 60), ("goose", 4), ("goose", 16)]
     assert all(c is curve and memory is None for _, _, c, memory in seen) and last.cost_curve is curve
@@ -127,8 +128,9 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     spec = SweepSpec.parse("budget", BUDGETS)
     control = {"stop": False}
     snapshots = []
-    for snapshot in run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig(max_new_tokens=64), spec,
-                              CURVE, should_stop=lambda: control["stop"]):
+    base = DecodeConfig.of(max_new_tokens=64)
+    for snapshot in run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, base, spec, CURVE,
+                              should_stop=lambda: control["stop"]):
         snapshots.append(snapshot)
         control["stop"] = len(snapshot.runs) == 1  # after the first run: the second stops after its prefill
     last = snapshots[-1]
@@ -139,7 +141,7 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     assert summary(last) == ("Stopped during run 2 of 6 (B = 8): the 2 runs so far produced AR's text token for "
                              "token.")
     assert "yes (stopped)" in sw.markdown_table(last)
-    only = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig(max_new_tokens=64), spec,
+    only = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=64), spec,
                           CURVE, should_stop=lambda: True))
     assert len(only) == 1 and only[0].ar is None and only[0].stopped and not only[0].runs
     assert summary(only[0]) == "Stopped while AR was timed: no run to compare."
@@ -149,7 +151,7 @@ def _hand_sweep(parted: dict[int, int], temperature: float = 0.0, param: str = "
     spec = SweepSpec.parse(param, BUDGETS)
     runs = tuple(SweepRun(i, v, spec.label(v), spec.text(v), tau=2.0, tok_per_s=100.0, speedup=1.5,
                           first_difference=parted.get(i)) for i, v in enumerate(spec.values))
-    return Sweep(spec, DecodeConfig(temperature=temperature), ArTiming(10, 0.1), tuple(range(128)), runs)
+    return Sweep(spec, DecodeConfig.of(temperature=temperature), ArTiming(10, 0.1), tuple(range(128)), runs)
 
 
 def test_sentence_says_which_run_parted_from_ar_and_where():

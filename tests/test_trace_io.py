@@ -6,16 +6,16 @@ import json
 import pytest
 
 from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
 from engine.core.theory import isotropic_yield, spine_yield_bound, tree_shape
+from engine.product.decoding import make_decoder
 from engine.product.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 
 
 @pytest.fixture(scope="module")
 def exported(demo_lm):
-    cfg = DecodeConfig(max_new_tokens=24, gt_threshold=0.0)
+    cfg = DecodeConfig.of(max_new_tokens=24, gt_threshold=0.0)
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
-    decoder = SpecDecoder(demo_lm.model, cfg, demo_lm.eos_token_ids)
+    decoder = make_decoder(demo_lm.model, cfg, demo_lm.eos_token_ids)
     traces = list(decoder.generate(ids))
     doc = export_run(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), traces=traces,
                      token_text=lambda i: demo_lm.tokenizer.decode([i]))
@@ -62,12 +62,12 @@ def test_confidence_fields_round_trip(demo_lm):
     """A paper-preset run records each cycle's match confidence, its (extended) chain and its budget."""
     cfg = DecodeConfig.preset("paper", max_new_tokens=48)
     ids = demo_lm.encode_prompt("x = [1, 2, 3, 4, 5, 6, 7, 8]\ny = [1, 2, 3, 4, 5, 6, 7, 8]\nz = [1, 2, 3, 4")
-    traces = list(SpecDecoder(demo_lm.model, cfg, demo_lm.eos_token_ids).generate(ids))
+    traces = list(make_decoder(demo_lm.model, cfg, demo_lm.eos_token_ids).generate(ids))
     doc = export_run(model="m", prompt="p", config=cfg.to_dict(), traces=traces, token_text=str)
     back = load_run(doc)["traces"]
     fields = lambda t: (t.confidence, t.match_tokens, t.chain_tokens, t.budget)  # noqa: E731
     assert [fields(t) for t in back] == [fields(t) for t in traces]
-    assert any(t.budget is not None and t.budget > cfg.budget for t in traces)  # a confident cycle raised it
+    assert any(t.budget is not None and t.budget > cfg.tree.budget for t in traces)  # a confident cycle raised it
 
 
 def test_version_1_files_still_load(exported):
@@ -109,7 +109,7 @@ def test_round_trip_keeps_the_gt_choice_and_prompt_format(demo_lm):
 
     steep = CostCurve((1, 2, 4, 8, 128), (1.0, 1.05, 1.2, 1.6, 30.0))  # a CPU-like curve: pruning happens
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
-    decoder = SpecDecoder(demo_lm.model, DecodeConfig(max_new_tokens=24), demo_lm.eos_token_ids, cost_curve=steep)
+    decoder = make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24), demo_lm.eos_token_ids, cost_curve=steep)
     traces = list(decoder.generate(ids))
     chosen = [t for t in traces if t.gt_nodes is not None]
     assert chosen, "no cycle recorded a GT size choice"

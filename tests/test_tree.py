@@ -53,28 +53,29 @@ def ancestors(tree: DraftTree, i: int) -> set[int]:
 @pytest.mark.parametrize("seed", range(40))
 def test_spine_tree_invariants(seed):
     rng = random.Random(seed)
-    cfg = DecodeConfig(budget=rng.choice([1, 2, 5, 8, 20, 60, 128]), max_depth=rng.choice([1, 2, 6, 16]),
-                       gt_threshold=rng.choice([0.0, 0.0, 0.01, 0.2]), depth_bounds_spine=rng.random() < 0.5,
-                       spine_branch_min=rng.choice([0, 1, 2]), branch_growth=rng.choice(["best-first", "score-width"]))
+    cfg = DecodeConfig.of(budget=rng.choice([1, 2, 5, 8, 20, 60, 128]), max_depth=rng.choice([1, 2, 6, 16]),
+                             gt_threshold=rng.choice([0.0, 0.0, 0.01, 0.2]), depth_bounds_spine=rng.random() < 0.5,
+                             spine_branch_min=rng.choice([0, 1, 2]),
+                             branch_growth=rng.choice(["best-first", "score-width"])).resolved(None)
     spine = tuple(rng.randrange(VOCAB) for _ in range(rng.choice([0, 1, 3, 7, 20, 90])))
     r = rng.choice([0.15, 0.3, 0.5, 0.95])
-    budget = rng.choice([None, cfg.budget + 30])
+    budget = rng.choice([None, cfg.tree.budget + 30])
     built = build_spine_tree(drafts(rng.randrange(VOCAB), rng.randrange(VOCAB), spine, random_table(seed), cfg), cfg, r,
                              budget=budget)
     tree, ghosts = built.tree, built.ghosts
-    n, B = len(tree), budget or cfg.budget
+    n, B = len(tree), budget or cfg.tree.budget
     assert 1 <= n <= B
-    assert all(e >= cfg.gt_threshold for e in tree.est_accept)
-    assert all(g.est_accept < cfg.gt_threshold for g in ghosts)
+    assert all(e >= cfg.gt.threshold for e in tree.est_accept)
+    assert all(g.est_accept < cfg.gt.threshold for g in ghosts)
     # spine laid first, as a chain of PLD nodes following the draft
     spine_nodes = [i for i in range(n) if tree.sources[i] is Source.PLD]
     assert [tree.tokens[i] for i in spine_nodes] == list(spine[: len(spine_nodes)])
-    assert len(spine_nodes) <= min(len(spine), int(B * r), cfg.max_depth if cfg.depth_bounds_spine else B)
+    assert len(spine_nodes) <= min(len(spine), int(B * r), cfg.tree.max_depth if cfg.variant.depth_bounds_spine else B)
     # D bounds every node, or (authors' reading) branch growth only: a branch deeper than D is a leaf
     # hanging off a spine node
     for i in range(1, n):
-        if tree.depths[i] > cfg.max_depth:
-            assert not cfg.depth_bounds_spine
+        if tree.depths[i] > cfg.tree.max_depth:
+            assert not cfg.variant.depth_bounds_spine
             assert tree.sources[i] is Source.PLD or (tree.sources[tree.parents[i]] is Source.PLD
                                                      and not tree.children[i])
     # no duplicate tokens among siblings
@@ -92,7 +93,7 @@ def test_spine_tree_invariants(seed):
 
 
 def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
-    cfg = DecodeConfig(budget=60, gt_threshold=0.0)
+    cfg = DecodeConfig.of(budget=60, gt_threshold=0.0).resolved(None)
     table = random_table(3)
     tr_only = build_spine_tree(drafts(1, 2, (), table, cfg), cfg, 0.5).tree
     assert len(tr_only) == 60 and set(tr_only.sources[1:]) == {Source.TR}
@@ -106,12 +107,12 @@ def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
 def test_spine_runs_past_depth_when_depth_bounds_branches_only():
     """Authors' reading of D: the spine is bounded by floor(B r) alone; branches still stop at depth D."""
     table, spine = random_table(5), tuple(range(1, 31))
-    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False).resolved(None)
     tree = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.5).tree
     assert sum(s is Source.PLD for s in tree.sources) == 30  # floor(60 * 0.5) = 30 spine nodes, depth 30
     assert all(d <= 6 for d, s, p in zip(tree.depths, tree.sources, tree.parents)
                if s is Source.TR and tree.sources[p] is not Source.PLD)
-    capped_cfg = cfg.with_(depth_bounds_spine=True)
+    capped_cfg = cfg.with_(depth_bounds_spine=True).resolved(None)
     capped = build_spine_tree(drafts(40, 41, spine, table, capped_cfg), capped_cfg, 0.5).tree
     assert sum(s is Source.PLD for s in capped.sources) == 6 and max(capped.depths) <= 6
     raised = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.9, budget=96).tree
@@ -120,19 +121,20 @@ def test_spine_runs_past_depth_when_depth_bounds_branches_only():
 
 def test_every_spine_node_gets_a_branch_while_the_share_lasts():
     table, spine = random_table(6, scale=0.3), tuple(range(1, 11))  # flat scores: every successor passes min_score
-    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False).resolved(None)
     widths = lambda tree: [sum(tree.sources[c] is Source.TR for c in tree.children[i])  # noqa: E731
                            for i in range(len(tree)) if tree.sources[i] is Source.PLD]
-    width_cfg = cfg.with_(branch_growth="score-width")
+    width_cfg = cfg.with_(branch_growth="score-width").resolved(None)
     harmonic = build_spine_tree(drafts(40, 41, spine, table, width_cfg), width_cfg, 0.5).tree
     assert 0 in widths(harmonic)  # floor(b_sp / (i H)) is 0 deep down
-    floor_cfg = cfg.with_(spine_branch_min=1, branch_growth="score-width")
+    floor_cfg = cfg.with_(spine_branch_min=1, branch_growth="score-width").resolved(None)
     floor1 = build_spine_tree(drafts(40, 41, spine, table, floor_cfg), floor_cfg, 0.5).tree
     assert min(widths(floor1)) >= 1 and widths(floor1)[0] >= widths(floor1)[-1]
 
 
 def test_score_width_growth_is_breadth_first_and_narrows_with_depth():
-    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0, branch_growth="score-width", top_k=10)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, branch_growth="score-width",
+                             top_k=10).resolved(None)
     tree = build_spine_tree(drafts(1, 2, (), random_table(7, scale=0.3), cfg), cfg, 0.5).tree
     assert len(tree) == 60 and max(tree.depths) <= 6
     for i in range(1, len(tree)):  # a node of depth d has at most max(1, K // d) children
@@ -196,9 +198,9 @@ def test_ancestor_matrix_is_boolean_reachability():
 
 @pytest.mark.parametrize("k", [3, 5])
 def test_isotropic_tree_is_balanced_k_ary(k):
-    cfg = DecodeConfig(budget=60, max_depth=6, gt_threshold=0.0)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0).resolved(None)
     tree = build_isotropic_tree(drafts(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg), cfg, k).tree
-    assert len(tree) == 60 and max(tree.depths) <= cfg.max_depth
+    assert len(tree) == 60 and max(tree.depths) <= cfg.tree.max_depth
     assert all(len(kids) <= k for kids in tree.children)
     # breadth first: every level but the last is full
     levels = [tree.depths.count(d) for d in range(max(tree.depths) + 1)]
@@ -213,7 +215,7 @@ def test_isotropic_tree_is_balanced_k_ary(k):
 def test_tr_estimates_are_calibrated_online_per_depth():
     assert TrSource(DecodeConfig(), AcceptanceStats(), SourceMemory()).rate(1, 0.4) == 0.4  # off: the score
     stats = AcceptanceStats()
-    tr = TrSource(DecodeConfig(tr_calibration=True), stats, SourceMemory())
+    tr = TrSource(DecodeConfig.of(tr_calibration=True), stats, SourceMemory())
     assert tr.rate(1, 0.4) == pytest.approx(0.4)  # no evidence yet: the score as it is
     # depth-1 TR nodes scored 0.5 each, reached 10 times, never accepted
     tree = DraftTree((0, 1), (None, 0), (Source.ROOT, Source.TR), (1.0, 0.5), (1.0, 0.5))

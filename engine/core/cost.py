@@ -5,7 +5,7 @@ cycle, Φ(N) in Eq. 6 (training-free drafters cost next to nothing to draft, M_D
 verification forward plus harvesting that row's logits into the adjacency table.  We measure that
 time T(n) for n tree nodes on the current device.  Two uses:
 
-* the speedup-optimal tree size (``DecodeConfig.gt_threshold = "auto"``, engine/core/gt.py) reads the
+* the speedup-optimal tree size (``GtConfig.threshold = "auto"``, engine/core/gt.py) reads the
   whole curve;
 * the fixed-chord threshold (``gt_threshold = "chord"``) is one number from it,
   c(B) = (T(B) - T(1)) / ((B - 1) T(1)), the mean marginal cost of one node in AR steps.

@@ -1,4 +1,4 @@
-"""The decoding loop: draft -> build tree -> verify -> accept -> commit, one frozen trace per cycle.
+"""The decoding loop: draft -> build tree -> verify -> accept -> commit -> learn, one frozen trace per cycle.
 
 Source: Goose paper, Algorithm 2 (GOOSE decoding loop) with the routing of Appendix B.2 and the
 confidence-adaptive topology of §4.3.  The same loop runs every method of ``config.METHODS``:
@@ -17,7 +17,7 @@ from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Veri
 from ..sources.base import extend_chain
 from . import compat, kv_cache
 from .config import CANDIDATE_TREE_METHODS, DecodeConfig
-from .cost import CostCurve, cached_cost_curve
+from .cost import CostCurve
 from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
 from .sampling import make_rows_warper, make_warper, new_generator
@@ -77,7 +77,7 @@ class Committed:
 
 
 @dataclass
-class Session:
+class Generation:
     """Mutable state of one generation; never shared between generations or users."""
 
     cache: object  # transformers DynamicCache (see kv_cache)
@@ -133,15 +133,16 @@ class SpecDecoder:
     mode commits tokens distributed exactly as ``generate(do_sample=True, ...)`` with the same
     temperature / top-k / top-p (tree walk: PTD App. B-C; chains optionally HSD).
 
+    Every stage reads the one ``config``; the decoder neither measures nor loads a cost curve: the caller resolves
+    both (``engine.product.decoding.make_decoder`` does, for the page, the CLI and the bench).
+
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
-        config: ``DecodeConfig``.  ``gt_threshold`` "auto" keeps the speedup-optimal top of each tree
-            (engine/core/gt.py) and stays "auto"; "chord" is resolved here to the number c it gives.
+        config: a resolved ``DecodeConfig`` (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top
+            of each tree (engine/core/gt.py); the builders prune at ``config.gt.prune_at``.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
-        cost_curve: the verification cost curve "auto" / "chord" read (e.g. a page session's own
-            re-measured curve, or ``cost.load_cost_curve`` to reproduce a run); default: the model's
-            shared curve (measured once per model, device, dtype and torch version, cached on disk).
-            ``self.cost_curve`` is the curve in use (None when c is a number and none was given).
+        cost_curve: the verification cost curve GT "auto" reads (the one ``config`` was resolved with); None
+            when c is a number.  ``self.cost_curve`` is it.
         memory: what draft sources keep across this user's requests (the suffix source's tree of earlier
             outputs), per model; default: one of this decoder's own, so only its own ``generate`` calls share
             it.  Never share one between users.
@@ -152,36 +153,33 @@ class SpecDecoder:
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve (``compat.model_problem``: its
             attention kernel, ALiBi positions, recurrent or shared-KV layers), before any forward; one sentence.
+        ValueError: ``config`` is not resolved, or GT "auto" has no ``cost_curve``.
     """
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
                  profile: bool = False) -> None:
-        compat.check_model(model)  # before any forward (the cost curve's too): what cannot be served says why
+        compat.check_model(model)  # first: what cannot be served says why
+        if not config.is_resolved:
+            raise ValueError("the decoder takes a resolved config: config.resolved(cost_curve) "
+                             "(engine.product.decoding.make_decoder resolves both)")
+        if config.gt.auto and cost_curve is None:
+            raise ValueError("GT 'auto' sizes trees from a cost curve: give the one the config was resolved with")
         self.positions = compat.PositionLimits.of(model)  # trees are trimmed to these (``_build``)
         self.model = model
         device = torch.device(model.device)
         self._sync = device if profile and device.type == "cuda" else None  # Stopwatch(sync): profiling on CUDA
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
-        if cost_curve is None and config.gt_threshold in ("auto", "chord"):
-            cost_curve = cached_cost_curve(model)
         self.cost_curve = cost_curve
-        if config.gt_threshold == "chord":  # one c from the curve's chord at B (GT §3.1, Eq. 9)
-            config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows))
-        self.config = config  # gt_threshold: "auto" or the number c in use
-        # what the builders prune by: c; under "auto" with ``gt_floor`` the chord c, below which no node pays at
-        # the AR rate, so the builder spends the budget on nodes the size choice may keep
-        floor = config.gt_threshold == "auto" and config.gt_floor
-        self.build_config = config.with_(gt_threshold=cost_curve.threshold(config.budget, self.extra_rows)) \
-            if floor else config
-        self._session_rate = config.gt_threshold == "auto" and config.gt_rate == "session"  # λ is tracked
+        self.config = config
+        self._session_rate = config.gt.auto and config.gt.rate == "session"  # λ is tracked
         self._ar_ms = cost_curve.latency(1 + self.extra_rows) if self._session_rate else None  # λ's prior: one AR step
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
-        self.priority = tuple(Source(s) for s in config.walk_priority)
+        self.priority = tuple(Source(s) for s in config.tree.walk_priority)
         # candidates asked of a source at once: the largest tree, or the longest chain a lookup copies
-        self._draft_budget = max(config.max_budget - 1, config.max_spine, config.pld_chain_tokens)
+        self._draft_budget = max(config.max_budget - 1, config.tree.max_spine)
         self.warp = make_warper(config) if config.sampling else None
         # sampling on an accelerator: the tree rows' distributions come back with the cycle's one read-back (one
         # copy); on a CPU, where nothing is copied, only the rows the walk visits are warped, lazily
@@ -213,22 +211,24 @@ class SpecDecoder:
             clock.lap("forward")
             walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
-            done = self._commit(session, plan, back, walk, clock)  # 5. commit
+            done = self._commit(session, plan, walk, clock)  # 5. commit: the accepted path's cache rows, the tokens
+            self._learn(session, plan, back, walk, done, clock)  # 6. learn: sources observe, estimates update
             trace = self._trace(session, drafts, plan, back, walk, done, clock.total())
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _prefill(self, prompt: list[int]) -> tuple[Session, CycleTrace]:
+    def _prefill(self, prompt: list[int]) -> tuple[Generation, CycleTrace]:
         """Alg. 2 lines 1-3: one forward over the prompt, its rows read back for the sources, first token = argmax."""
         cfg, clock = self.config, Stopwatch(self._sync)
-        stats = AcceptanceStats(ema_alpha=cfg.ema_alpha, p_s_ema=cfg.ema_init,
-                                counterfactual=cfg.counterfactual_rates and cfg.gt_threshold == "auto")
-        session = Session(cache=kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens),  # trees stay inside
-                          tokens=list(prompt), sources=make_sources(cfg, stats, self.memory), stats=stats)
+        stats = AcceptanceStats(ema_alpha=cfg.tree.ema_alpha, p_s_ema=cfg.tree.ema_init,
+                                counterfactual=cfg.gt.counterfactual_rates and cfg.gt.auto)
+        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens)  # trees stay inside
+        session = Generation(cache=cache, tokens=list(prompt), sources=make_sources(cfg, stats, self.memory),
+                             stats=stats)
         if cfg.sampling:
-            session.generator = new_generator(cfg.seed)
+            session.generator = new_generator(cfg.sampler.seed)
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
         logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
         if cfg.sampling:  # the first token, sampled as generate() samples it
@@ -250,20 +250,20 @@ class SpecDecoder:
             bonus=first, new_tokens=done.tokens, spine_ratio=None, p_s_ema=stats.p_s_ema, timings_ms=timings,
             elapsed_s=session.busy_s, total_tokens=len(session.output), finished=done.finished)
 
-    def _draft(self, s: Session) -> Drafts:
+    def _draft(self, s: Generation) -> Drafts:
         """Alg. 2 line 5: every source's candidates for the anchor; the spine goes to the spine source offering the
-        longest chain (its candidates' main path), or the longest match (``DecodeConfig.spine_rule``); ties go to
+        longest chain (its candidates' main path), or the longest match (``TreeShape.spine_rule``); ties go to
         ``REGISTRY`` order, PLD first."""
         cfg = self.config
         proposals = tuple((src, src.propose(Request(s.tokens, (), self._draft_budget))) for src in s.sources)
         chains = [(src, _main_chain(c)) for src, c in proposals if src.info.role is Role.SPINE and len(c)]
         if not chains:
             return Drafts(proposals)
-        by_chain = cfg.spine_rule == "longest-chain"
+        by_chain = cfg.tree.spine_rule == "longest-chain"
         spine, chain = max(chains, key=lambda pair: len(pair[1]) if by_chain else pair[1].match)  # ties: the first
         return Drafts(proposals, spine, chain)
 
-    def _build(self, s: Session, drafts: Drafts) -> Plan:
+    def _build(self, s: Generation, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2).  Nothing
         deeper than the model's positions allow this cycle (``compat.PositionLimits.room``): the tree is trimmed, and
         ride-along rows that would pass the limit sit this forward out (their source does not observe it)."""
@@ -278,23 +278,23 @@ class SpecDecoder:
             forward = grafted
         return replace(plan, forward=forward, left_out=tuple(left_out))
 
-    def _route(self, s: Session, drafts: Drafts) -> Plan:
-        """Alg. 2 lines 6-13: bypass (``bypass_rule``), else a tree shaped by the match confidence, else AR.
+    def _route(self, s: Generation, drafts: Drafts) -> Plan:
+        """Alg. 2 lines 6-13: bypass (``Variant.bypass_rule``), else a tree shaped by the match confidence, else AR.
         The ptd and suffix methods verify their source's candidate tree alone."""
-        cfg, chain = self.build_config, drafts.chain
+        cfg, chain = self.config, drafts.chain
         built: Built | None = None
         mode, r, budget = "ar", None, None
         if cfg.method in CANDIDATE_TREE_METHODS:
             src, cands = drafts.proposals[0]
             mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
         elif len(chain) and (cfg.method == "pld" or self._bypass(drafts)):
-            mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt_threshold)
+            mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt.prune_at)
         elif drafts.any() or cfg.iso_k is not None:
             budget, r, chain = self._shape(s, drafts)
             proposals = self._proposals(s, drafts, chain)
             if cfg.iso_k is not None:
                 r = None
-                if not cfg.iso_spine:
+                if not cfg.variant.iso_spine:
                     proposals = replace(proposals, spine=Candidates())
                 built = build_isotropic_tree(proposals, cfg, cfg.iso_k, budget)
             else:
@@ -304,7 +304,7 @@ class SpecDecoder:
             return Plan("ar", DraftTree.root_only(s.anchor), built.ghosts if built else ())
         return Plan(mode, built.tree, built.ghosts, r, budget=budget, chain_tokens=len(chain))
 
-    def _proposals(self, s: Session, drafts: Drafts, chain: Candidates) -> Proposals:
+    def _proposals(self, s: Generation, drafts: Drafts, chain: Candidates) -> Proposals:
         """Alg. 1's inputs: the spine's ``chain``; the anchor candidates of pool sources and what spine sources
         offer off the spine (the losing spine sources' whole candidates); the branch sources."""
         pool = []
@@ -317,48 +317,48 @@ class SpecDecoder:
         return Proposals(s.tokens, chain, drafts.spine.info.source if drafts.spine else None, tuple(pool), branch)
 
     def _bypass(self, drafts: Drafts) -> bool:
-        """Whether this cycle verifies the bare spine chain (§4.3 bypass), per ``DecodeConfig.bypass_rule``;
+        """Whether this cycle verifies the bare spine chain (§4.3 bypass), per ``Variant.bypass_rule``;
         "no-adjacency": no branch source has successors of the anchor."""
         cfg = self.config
-        if not cfg.bypass:
+        if not cfg.tree.bypass:
             return False
-        if cfg.bypass_rule == "no-adjacency":
+        if cfg.variant.bypass_rule == "no-adjacency":
             return not any(len(c) for src, c in drafts.proposals if src.info.role is Role.BRANCH)
-        return cfg.iso_k is None and (len(drafts.chain) >= cfg.bypass_threshold or drafts.chain.consensus)
+        return cfg.iso_k is None and (len(drafts.chain) >= cfg.tree.bypass_threshold or drafts.chain.consensus)
 
-    def _shape(self, s: Session, drafts: Drafts) -> tuple[int, float, Candidates]:
+    def _shape(self, s: Generation, drafts: Drafts) -> tuple[int, float, Candidates]:
         """§4.3 confidence schedule, as the authors' code applies it: budget ``B + int(m * budget_extension)``,
         spine ratio ``r + m (1 - r)`` (r from the EMA tier, or fixed), and, when m > ``extend_above``, the
         chain grown by asking the spine source again below it, to ``int(max_extended_chain * m)`` tokens (a
         saturated match, m = 1, only while each further match is saturated too).  Returns (budget, r, chain);
         with the schedule off, m = 0: (B, r, the match)."""
-        cfg = self.config
-        m = drafts.confidence if cfg.confidence_schedule else 0.0
-        r = cfg.spine_ratio if cfg.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
+        shape, variant = self.config.tree, self.config.variant
+        m = drafts.confidence if variant.confidence_schedule else 0.0
+        r = shape.spine_ratio if shape.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
         chain = drafts.chain
-        if len(chain) and m > cfg.extend_above:
-            chain = extend_chain(drafts.spine, s.tokens, chain, int(cfg.max_extended_chain * m), self._draft_budget,
-                                 saturated=m >= 1.0)
-        return cfg.budget + int(m * cfg.budget_extension), r + m * (1.0 - r), chain
+        if len(chain) and m > variant.extend_above:
+            chain = extend_chain(drafts.spine, s.tokens, chain, int(variant.max_extended_chain * m),
+                                 self._draft_budget, saturated=m >= 1.0)
+        return shape.budget + int(m * variant.budget_extension), r + m * (1.0 - r), chain
 
-    def _choose_size(self, s: Session, plan: Plan) -> Plan:
+    def _choose_size(self, s: Generation, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
         the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
         "session"), or (accepted + 1) / T(n) ("cycle") (engine/core/gt.py); AR when n* = 1.  With
         ``path_calibration`` the estimates are first mapped through this session's measured acceptance of
         earlier built nodes with like estimates (``estimates.PathCalibration``); the built tree is kept for
         that until the output decides it."""
-        if self.config.gt_threshold != "auto" or plan.mode == "ar":
+        if not self.config.gt.auto or plan.mode == "ar":
             return plan
-        est = s.stats.paths.tree(plan.tree) if self.config.path_calibration else None
+        est = s.stats.paths.tree(plan.tree) if self.config.gt.path_calibration else None
         tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, estimates=est,
                                                rate=self._rate(s), ghosts=plan.ghosts)
-        built = plan.tree if self.config.path_calibration or s.stats.counterfactual else None
+        built = plan.tree if self.config.gt.path_calibration or s.stats.counterfactual else None
         if len(tree) == 1:
             return replace(plan, mode="ar", tree=tree, ghosts=ghosts, spine_ratio=None, gt=choice, built=built)
         return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built)
 
-    def _rate(self, s: Session) -> float | None:
+    def _rate(self, s: Generation) -> float | None:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
         cycles' times read off the cost curve (so a run's trees depend on the curve, not the machine's load),
         one AR step as the prior.  None for "cycle": each tree's own ratio."""
@@ -371,7 +371,7 @@ class SpecDecoder:
         device, for ``read_back`` to copy with the rest; None otherwise (greedy, or a CPU: ``_accept`` warps)."""
         return self.warp_rows(logits[: len(plan.tree)]) if self.warp_rows is not None else None
 
-    def _accept(self, s: Session, plan: Plan, logits: torch.Tensor, greedy: list[int],
+    def _accept(self, s: Generation, plan: Plan, logits: torch.Tensor, greedy: list[int],
                 probs: torch.Tensor | None = None) -> Walk:
         """Greedy: Goose Alg. 3.  Sampling: HSD on chains when selected, else the recursive tree sampling, over
         ``probs`` (the tree rows' distributions, read back on the host) when given, else rows of ``logits`` warped
@@ -385,33 +385,37 @@ class SpecDecoder:
                 rows[node] = probs[node].double() if probs is not None else self.warp(logits[node])
             return rows[node]
 
-        if self.config.verifier == "hsd" and plan.mode == "bypass":
+        if self.config.sampler.verifier == "hsd" and plan.mode == "bypass":
             return Walk(*hsd_chain_walk(plan.tree, dist, s.generator))
         return Walk(*sample_walk(plan.tree, dist, s.generator, self.priority))
 
-    def _commit(self, s: Session, plan: Plan, back: ReadBack, walk: Walk, clock: Stopwatch) -> Committed:
-        """Alg. 2 lines 15-16: compact the KV cache, append, let every source observe the forward, update estimates."""
+    def _commit(self, s: Generation, plan: Plan, walk: Walk, clock: Stopwatch) -> Committed:
+        """Alg. 2 line 15: keep the accepted path's KV rows, append the accepted tokens and the bonus."""
         kv_cache.keep_path(s.cache, s.past_len, [0, *walk.accepted])
         s.past_len += 1 + len(walk.accepted)
         clock.lap("cache")
-        prev = s.prev
+        return self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
+
+    def _learn(self, s: Generation, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
+               clock: Stopwatch) -> None:
+        """Alg. 2 line 16: every source observes the forward; the acceptance estimates and the GT rate update."""
+        at = len(s.tokens) - len(done.tokens)  # where this cycle's tokens start; the anchor is at at - 1
         if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
-            s.stats.paths.record(plan.built, len(s.tokens))
-        done = self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
-        verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=prev, back=back,
-                            accepted=walk.accepted, committed=done.tokens, output=s.output, finished=done.finished)
+            s.stats.paths.record(plan.built, at)
+        verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
+                            back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
+                            finished=done.finished)
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
             if not any(src is out for out in plan.left_out):
                 src.observe(verified)
-        s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.ema_on_chains)
+        s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
         if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
         if self._session_rate:
             s.curve_ms += self.cost_curve.latency(len(plan.forward))
         clock.lap("harvest")
-        return done
 
-    def _append(self, s: Session, tokens: list[int]) -> Committed:
+    def _append(self, s: Generation, tokens: list[int]) -> Committed:
         """Append tokens to the output, cut at the first EOS and at ``max_new_tokens``."""
         room = self.config.max_new_tokens - len(s.output)
         kept = tokens[:room]
@@ -422,11 +426,11 @@ class SpecDecoder:
         s.tokens.extend(kept)
         return Committed(tuple(kept), eos_at is not None or len(s.output) >= self.config.max_new_tokens)
 
-    def _read_k(self, s: Session) -> int:
+    def _read_k(self, s: Generation) -> int:
         """Successors per row the cycle's read-back carries: the most any source needs."""
         return max((src.top_k for src in s.sources), default=0)
 
-    def _trace(self, s: Session, drafts: Drafts, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
+    def _trace(self, s: Generation, drafts: Drafts, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
                timings: dict[str, float]) -> CycleTrace:
         """Close the cycle's books and freeze its record."""
         s.cycles += 1

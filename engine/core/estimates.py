@@ -149,7 +149,7 @@ class AcceptanceStats:
         Every node whose parent was accepted counts for its source at its depth (unless ``counterfactual``:
         then ``paths.resolve`` counts every built node once the output decides it).  ``ema``: whether this
         tree's spine acceptance (``DraftTree.spine``) enters the EMA p_s (the authors' code leaves bypass
-        chains out of it; ``DecodeConfig.ema_on_chains``).
+        chains out of it; ``Variant.ema_on_chains``).
         """
         on_path = set(accepted) | {0}
         for i in range(1, len(tree)):

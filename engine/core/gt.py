@@ -11,7 +11,7 @@ maximises it cycle by cycle as
 
     n* = argmax_n (1 + Σ_{k < n} α̂_(k)) − λ · T(n + R)
 
-with λ the run's rate (tokens per ms) so far (``rate``; ``DecodeConfig.gt_rate = "session"``): a node
+with λ the run's rate (tokens per ms) so far (``rate``; ``GtConfig.rate = "session"``): a node
 stays while it brings tokens faster than the run does.  The cycle's own ratio
 (1 + Σ α̂) / T(n + R) (``gt_rate = "cycle"``, the earlier rule) prunes a promising tree as hard as a
 poor one and measured worse (docs/results.md).  α̂_(1) ≥ α̂_(2) ≥ ... are the built nodes' path

@@ -18,11 +18,11 @@ def _warpers(cfg: DecodeConfig) -> LogitsProcessorList:
     """transformers' warpers for ``cfg``, in ``generate``'s order.  Raises ValueError for a greedy ``cfg``."""
     if not cfg.sampling:
         raise ValueError("sampling warper asked for a greedy configuration (temperature 0)")
-    warpers = LogitsProcessorList([TemperatureLogitsWarper(cfg.temperature)])
-    if cfg.sample_top_k > 0:
-        warpers.append(TopKLogitsWarper(cfg.sample_top_k))
-    if cfg.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(cfg.top_p))
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(cfg.sampler.temperature)])
+    if cfg.sampler.top_k > 0:
+        warpers.append(TopKLogitsWarper(cfg.sampler.top_k))
+    if cfg.sampler.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(cfg.sampler.top_p))
     return warpers
 
 

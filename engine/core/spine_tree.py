@@ -67,7 +67,7 @@ class Proposals:
         return out
 
 
-def build_chain(anchor: int, chain: Candidates, source: Source, gt_threshold: float | str = 0.0) -> Built:
+def build_chain(anchor: int, chain: Candidates, source: Source, gt_threshold: float | None = 0.0) -> Built:
     """Linear chain anchor -> chain[0] -> ... (bypass mode, Goose §4.3; also the PLD baseline)."""
     n = len(chain)
     builder = TreeBuilder(anchor, budget=n + 1, max_depth=max(1, n), gt_threshold=gt_threshold)
@@ -96,16 +96,16 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
         cfg: spine-branch ratio rho, max depth D, min score, GT threshold c (a float here: ``SpecDecoder``
             resolves "auto"), ``depth_bounds_spine``, ``spine_branch_min``, ``branch_growth``, ``ptd_share``.
         spine_ratio: r for this cycle.
-        budget: node budget of this cycle, root included (default ``cfg.budget``; the confidence
+        budget: node budget of this cycle, root included (default ``cfg.tree.budget``; the confidence
             schedule of §4.3 raises it on confident cycles).
 
     Returns:
         ``Built``: at most ``budget`` nodes (root included); branch nodes at depth <= D, spine nodes
-        too when ``cfg.depth_bounds_spine`` (otherwise the spine is bounded by ``floor(budget r)`` only,
+        too when ``cfg.variant.depth_bounds_spine`` (otherwise the spine is bounded by ``floor(budget r)`` only,
         as in the authors' code, where D bounds branch extension).
 
-    Step 3 gives spine node i ``floor(b_sp (1/i) / H)`` branches, at least ``cfg.spine_branch_min`` while
-    the spine-branch share lasts.  Step 4 (``cfg.branch_growth``) expands branch leaves either best-first
+    Step 3 gives spine node i ``floor(b_sp (1/i) / H)`` branches, at least ``cfg.variant.spine_branch_min`` while
+    the spine-branch share lasts.  Step 4 (``cfg.variant.branch_growth``) expands branch leaves either best-first
     by estimated path acceptance (a priority-queue BFS, so the remaining budget goes to the candidates
     most likely to be accepted wherever they are) or breadth-first with a score-proportional width
     (the authors' code, C.1 "confidence-aware branch width").
@@ -114,18 +114,18 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
     take up to ``ptd_share`` of the remaining budget, best-first by their estimates (step 1b); steps 2-4
     share what is left by the paper's ratios.
     """
-    B, rho, D = cfg.budget if budget is None else budget, cfg.spine_branch_ratio, cfg.max_depth
-    b = TreeBuilder(drafts.anchor, budget=B, max_depth=D if cfg.depth_bounds_spine else B,
-                    gt_threshold=cfg.gt_threshold)
+    B, rho, D = cfg.tree.budget if budget is None else budget, cfg.tree.spine_branch_ratio, cfg.tree.max_depth
+    b = TreeBuilder(drafts.anchor, budget=B, max_depth=D if cfg.variant.depth_bounds_spine else B,
+                    gt_threshold=cfg.gt.prune_at)
 
     # Step 1: lay the spine, b_s = min(m, floor(B r)) nodes (also bounded by B - 1, and by D if asked).
     spine = drafts.spine
-    n_spine = min(len(spine), math.floor(B * spine_ratio), B - 1, D if cfg.depth_bounds_spine else B)
+    n_spine = min(len(spine), math.floor(B * spine_ratio), B - 1, D if cfg.variant.depth_bounds_spine else B)
     spine_nodes = _lay_chain(b, spine, drafts.spine_source, n_spine)
     n_spine = len(spine_nodes) - 1
     # Step 1b: the candidate pool (merged into the spine where it shares its tokens).
     if drafts.pool:
-        add_candidates(b, drafts.pool, math.floor((B - 1 - n_spine) * cfg.ptd_share))
+        add_candidates(b, drafts.pool, math.floor((B - 1 - n_spine) * cfg.tree.pool_share))
     if not drafts.branch_sources:
         return b.freeze()
     path = spine.tokens[:n_spine]  # path[:i] leads to spine node i
@@ -137,7 +137,7 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
         for br in drafts.successors(path[: node_pos[node]]):
             if len(added) >= count:
                 break
-            if br.score < cfg.min_score:
+            if br.score < cfg.tree.min_score:
                 continue
             if br.token not in taken and (child := b.add(node, br.token, br.source, br.score, br.p)) is not None:
                 added.append(child)
@@ -154,11 +154,11 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
     share = left - n_root
     harmonic = sum(1 / j for j in range(1, n_spine + 1))
     for i in range(1, n_spine + 1):
-        count = min(share, max(cfg.spine_branch_min, math.floor((left - n_root) * (1 / i) / harmonic)))
+        count = min(share, max(cfg.variant.spine_branch_min, math.floor((left - n_root) * (1 / i) / harmonic)))
         share -= count
         branches += attach(spine_nodes[i], count)
     # Step 4: extend all branch leaves up to depth D within the remaining budget.
-    grow = _extend_best_first if cfg.branch_growth == "best-first" else _extend_score_width
+    grow = _extend_best_first if cfg.variant.branch_growth == "best-first" else _extend_score_width
     grow(b, branches, drafts, cfg)
     return b.freeze()
 
@@ -169,10 +169,10 @@ def _extend_best_first(b: TreeBuilder, seeds: list[int], drafts: Proposals, cfg:
     heap: list[tuple[float, int, int, Branch]] = []  # (-est. acceptance, tie, parent, the successor)
 
     def push_successors(node: int) -> None:
-        if not b.can_grow(node) or b.depth[node] >= cfg.max_depth:
+        if not b.can_grow(node) or b.depth[node] >= cfg.tree.max_depth:
             return
         for br in drafts.successors(b.path_tokens(node)):
-            if br.score >= cfg.min_score:
+            if br.score >= cfg.tree.min_score:
                 heapq.heappush(heap, (-b.est[node] * br.p, next(order), node, br))
 
     for node in seeds:
@@ -195,12 +195,12 @@ def _extend_score_width(b: TreeBuilder, seeds: list[int], drafts: Proposals, cfg
     while queue and not b.full:
         node = queue.popleft()
         depth = b.depth[node]
-        if depth >= cfg.max_depth:
+        if depth >= cfg.tree.max_depth:
             continue
         successors = drafts.successors(b.path_tokens(node))
         width = max(1, min(len(successors), math.ceil((b.budget - len(b.tokens)) * b.scores[node])))
-        for br in successors[: min(width, max(1, cfg.top_k // depth))]:
-            if b.full or br.score < cfg.min_score:
+        for br in successors[: min(width, max(1, cfg.tree.top_k // depth))]:
+            if b.full or br.score < cfg.tree.min_score:
                 break
             child = b.add(node, br.token, br.source, br.score, br.p)
             if child is not None:
@@ -243,8 +243,8 @@ def add_candidates(b: TreeBuilder, pool: Sequence[tuple[Source, Candidates]], qu
 def build_candidate_tree(anchor: int, source: Source, candidates: Candidates, cfg: DecodeConfig) -> Built:
     """A single source's candidate tree alone (the ptd and suffix methods: PTD §3.3; SuffixDecoding verifies
     its speculation tree), its best ``B - 1`` nodes within depth D."""
-    b = TreeBuilder(anchor, budget=cfg.budget, max_depth=cfg.max_depth, gt_threshold=cfg.gt_threshold)
-    add_candidates(b, ((source, candidates),), cfg.budget - 1)
+    b = TreeBuilder(anchor, budget=cfg.tree.budget, max_depth=cfg.tree.max_depth, gt_threshold=cfg.gt.prune_at)
+    add_candidates(b, ((source, candidates),), cfg.tree.budget - 1)
     return b.freeze()
 
 
@@ -253,11 +253,11 @@ def build_isotropic_tree(drafts: Proposals, cfg: DecodeConfig, k: int, budget: i
 
     Breadth-first, every node gets up to ``k`` children until B nodes or depth D: the spine's
     continuation first while the node is on the spine, then the branch sources' top successors.
-    Source-blind in shape (uniform rate), unlike the spine tree.  ``budget`` defaults to ``cfg.budget``;
+    Source-blind in shape (uniform rate), unlike the spine tree.  ``budget`` defaults to ``cfg.tree.budget``;
     an empty ``drafts.spine`` gives the authors' control, built from the branches alone.
     """
-    b = TreeBuilder(drafts.anchor, budget=cfg.budget if budget is None else budget, max_depth=cfg.max_depth,
-                    gt_threshold=cfg.gt_threshold)
+    b = TreeBuilder(drafts.anchor, budget=cfg.tree.budget if budget is None else budget, max_depth=cfg.tree.max_depth,
+                    gt_threshold=cfg.gt.prune_at)
     spine = drafts.spine
     frontier = [(0, 0)]  # (node, spine depth or -1 when off the spine)
     while frontier and not b.full:
@@ -269,7 +269,7 @@ def build_isotropic_tree(drafts: Proposals, cfg: DecodeConfig, k: int, budget: i
             if 0 <= spine_depth < len(spine):
                 p = spine.p[spine_depth]
                 candidates.append((Branch(spine.tokens[spine_depth], drafts.spine_source, p, p), spine_depth + 1))
-            candidates += [(br, -1) for br in drafts.successors(b.path_tokens(node)) if br.score >= cfg.min_score]
+            candidates += [(br, -1) for br in drafts.successors(b.path_tokens(node)) if br.score >= cfg.tree.min_score]
             taken: set[int] = set()
             for br, child_spine in candidates:
                 if len(taken) >= k or b.full:

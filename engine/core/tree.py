@@ -213,15 +213,15 @@ class GhostNode:
 class TreeBuilder:
     """Mutable accumulator that freezes into a ``DraftTree``; enforces budget, depth and GT threshold.
 
-    ``gt_threshold`` is ``DecodeConfig.gt_threshold`` as the decoder resolved it: a number c (a node whose
-    path estimate is below c becomes a ghost), or "auto", which adds every candidate here because the
-    speedup-optimal size is chosen from the whole built tree afterwards (engine/core/gt.py).
+    ``gt_threshold`` is the number c the builders prune by (``GtConfig.prune_at`` of a resolved config): a node
+    whose path estimate is below c becomes a ghost; under GT "auto" the speedup-optimal size is then chosen from
+    the whole built tree (engine/core/gt.py).  None (an unresolved config) raises ValueError.
     """
 
     root_token: int
     budget: int
     max_depth: int
-    gt_threshold: float | str = 0.0
+    gt_threshold: float | None = 0.0
     tokens: list[int] = field(init=False)
     parents: list[int | None] = field(init=False)
     sources: list[Source] = field(init=False)
@@ -235,7 +235,9 @@ class TreeBuilder:
     def __post_init__(self) -> None:
         self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
         self.scores, self.est, self.depth, self.paths = [1.0], [1.0], [0], [()]
-        self.min_est = 0.0 if self.gt_threshold == "auto" else float(self.gt_threshold)  # c enforced per node
+        if self.gt_threshold is None:
+            raise ValueError("the builders prune at a resolved config's gt.prune_at: use config.resolved(curve)")
+        self.min_est = float(self.gt_threshold)  # c enforced per node
 
     @property
     def full(self) -> bool:

@@ -136,7 +136,7 @@ def greedy_walk(tree: DraftTree, greedy: list[int],
     Args:
         tree: the verified draft tree.
         greedy: (n,) argmax token of each node's logit row.
-        priority: the order sources are tried in (``DecodeConfig.walk_priority``).
+        priority: the order sources are tried in (``TreeShape.walk_priority``).
 
     Returns:
         (accepted node indices from the root's child down, root excluded; bonus token id), where the
@@ -165,7 +165,7 @@ def sample_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
     Args:
         tree: the verified draft tree (children of a node carry distinct tokens).
         dist: node -> (|V|,) float64 target probabilities (see ``Dist``).
-        generator: CPU ``torch.Generator`` (seeded by ``DecodeConfig.seed``).
+        generator: CPU ``torch.Generator`` (seeded by ``SamplerConfig.seed``).
         priority: the order sources are tried in.
 
     Returns:

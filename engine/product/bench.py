@@ -37,11 +37,12 @@ from tqdm import tqdm
 from transformers.generation.streamers import BaseStreamer
 
 from .. import ASSETS
-from ..core.config import METHODS, PRESETS, DecodeConfig, parse_gt_threshold
+from ..core.config import FLAT_NAMES, METHODS, PRESETS, ConfigError, DecodeConfig, parse_gt_threshold
 from ..core.cost import CostCurve, CostCurveError, load_cost_curve
-from ..core.decode import SpecDecoder
 from ..core.trace import TIMING_KEYS
 from ..sources import SourceMemory
+from .decoding import make_decoder
+from .generate import add_config_options, config_from_args
 from .loading import ModelLoadError, load_model
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
@@ -94,7 +95,8 @@ def parse_methods(text: str, draft_model: str | None) -> list[str]:
 
 
 def method_config(name: str) -> dict:
-    """DecodeConfig fields of an engine method name: 'goose', 'goose+ptd', 'goose+ptd@ptd>pld>tr', ...
+    """``DecodeConfig`` settings (flat names) of an engine method name: 'goose', 'goose+ptd', 'goose+ptd@ptd>pld>tr',
+    'goose-paper', 'goose/c=0', 'goose:budget=16', ...
 
     Raises:
         BenchError: unknown method, source or priority.
@@ -114,8 +116,8 @@ def method_config(name: str) -> dict:
         fields["walk_priority"] = tuple(priority.split(">"))
     for assignment in assignments:
         key, eq, value = assignment.partition("=")
-        if not eq or key not in DecodeConfig.__dataclass_fields__:
-            raise BenchError(f"method {name!r}: {assignment!r} is not field=value with a DecodeConfig field")
+        if not eq or key not in FLAT_NAMES:
+            raise BenchError(f"method {name!r}: {assignment!r} is not name=value with a DecodeConfig setting")
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError:
@@ -124,7 +126,7 @@ def method_config(name: str) -> dict:
     try:
         if threshold:
             fields["gt_threshold"] = parse_gt_threshold(threshold)
-        DecodeConfig(**fields)
+        DecodeConfig.of(**fields)
     except (TypeError, ValueError) as exc:  # a ":field=value" of the wrong type fails in the checks
         raise BenchError(f"method {name!r}: {exc}") from None
     return fields
@@ -133,8 +135,9 @@ def method_config(name: str) -> dict:
 class Runner:
     """Runs one method on one prompt and returns a flat record."""
 
-    def __init__(self, lm, args, draft=None, curve: CostCurve | None = None, fp32=None) -> None:
+    def __init__(self, lm, args, base: DecodeConfig, draft=None, curve: CostCurve | None = None, fp32=None) -> None:
         self.lm, self.args, self.draft = lm, args, draft
+        self.base = base  # the settings every engine method starts from (the CLI's options)
         self.fp32 = fp32  # the model in fp32, for the "ar-fp32" row (the exact mode's AR), or None
         self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
         self.sessions: dict[str, SourceMemory] = {}  # --same-session: each method's memory across a dataset
@@ -148,22 +151,21 @@ class Runner:
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
         if method == FP32_AR:  # the exact mode's AR on its own fp32 copy: the "old default" tok/s reference
-            config = DecodeConfig(method="ar", max_new_tokens=self.args.max_new_tokens)
-            traces = list(SpecDecoder(self.fp32.model, config, self.lm.eos_token_ids).generate(prompt_ids))
+            config = DecodeConfig.of(method="ar", max_new_tokens=self.args.max_new_tokens)
+            traces = list(make_decoder(self.fp32.model, config, self.lm.eos_token_ids).generate(prompt_ids))
             s = summarize(traces)
             return {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
                     "prefill_s": s.prefill_s}
-        fields = {"gt_threshold": self.args.gt_threshold, **method_config(method)}  # a "/c=" variant wins
-        config = DecodeConfig(**fields, max_new_tokens=self.args.max_new_tokens, budget=self.args.budget)
+        config = self.base.with_(**method_config(method))  # the method's own settings win (a "/c=" variant too)
         memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
-        decoder = SpecDecoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
+        decoder = make_decoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
                               profile=self.args.profile)  # --profile on CUDA: each stage waits for its kernels
         self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
         record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
                   "prefill_s": s.prefill_s, "forwards": s.forwards, "summary": s,
-                  "gt_threshold": decoder.config.gt_threshold}
+                  "gt_threshold": decoder.config.gt.threshold}
         if self.args.profile:
             record["cycles"] = [{"cycle": t.index, "mode": t.mode, "nodes": len(t.tree), "tokens": len(t.new_tokens),
                                  **dict(t.timings_ms)} for t in traces]
@@ -360,15 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder of prompt sets laid out as assets/datasets (default: the sets the project ships)")
     ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
     ap.add_argument("--limit", type=int, default=20, help="prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--methods", default=DEFAULT_METHODS)
-    ap.add_argument("--budget", type=int, default=60)
-    ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
-                    help="GT rule for the engine's methods: 'auto' (speedup-optimal size from the measured cost "
-                         "curve), 'chord' (one c from the curve) or a number c (0 disables)")
-    ap.add_argument("--cost-curve", default=None,
-                    help="cost curve to use: a spec 'past=128;1:5.1,...' or a JSON file (default: this machine's "
-                         "cached curve)")
+    ap.add_argument("--methods", default=DEFAULT_METHODS, help="the methods to run, comma-separated; each runs "
+                    "the settings of the options below with its own (method_config)")
+    add_config_options(ap, method=False)  # the generate CLI's settings: --budget, --gt-threshold, --cost-curve, ...
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--same-session", action="store_true",
                     help="run each dataset's prompts as one user's session: what sources keep across requests "
@@ -380,17 +376,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         methods = parse_methods(args.methods, args.draft_model)
+        base = config_from_args(args)
         prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
         draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
         fp32 = load_model(args.model, device=args.device, dtype="fp32") if args.fp32_ar else None
-    except (BenchError, CostCurveError, ModelLoadError) as exc:
+    except (BenchError, ConfigError, CostCurveError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if fp32 is not None:
         methods.append(FP32_AR)
-    run = Runner(lm, args, draft, curve, fp32)
+    run = Runner(lm, args, base, draft, curve, fp32)
     print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))

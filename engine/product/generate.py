@@ -21,13 +21,21 @@ import argparse
 import json
 import shlex
 import sys
-from dataclasses import fields
 from pathlib import Path
 
-from ..core.config import METHODS, PRESETS, SOURCES, VERIFIERS, ConfigError, DecodeConfig, parse_gt_threshold
+from ..core.config import (
+    FLAT_NAMES,
+    METHODS,
+    PRESETS,
+    SOURCES,
+    VERIFIERS,
+    ConfigError,
+    DecodeConfig,
+    parse_gt_threshold,
+)
 from ..core.cost import load_cost_curve
-from ..core.decode import SpecDecoder
 from ..core.kv_cache import UnsupportedCacheError
+from .decoding import make_decoder
 from .loading import ModelLoadError, load_model, tqdm_progress
 from .metrics import summarize
 from .reference import greedy_reference
@@ -53,10 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def add_config_options(ap: argparse.ArgumentParser) -> None:
-    """The options that set ``DecodeConfig`` fields (each option's ``dest`` is its field), ``--preset`` and
-    ``--cost-curve``: the decoding settings every CLI of the engine takes alike (``engine.product.sweep`` too)."""
-    ap.add_argument("--method", default="goose", choices=METHODS)
+_DEFAULT = DecodeConfig()
+
+
+def add_config_options(ap: argparse.ArgumentParser, *, method: bool = True) -> None:
+    """The options that set ``DecodeConfig`` settings (each option's ``dest`` is a flat name, ``FLAT_NAMES``),
+    ``--preset`` and ``--cost-curve``: the decoding settings every CLI of the engine takes alike (the sweep and the
+    bench too; the bench, which runs a list of methods, leaves out ``--method``)."""
+    if method:
+        ap.add_argument("--method", default="goose", choices=METHODS)
     ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
                     help="named configuration the other options change (paper = the Goose authors' implementation)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -71,11 +84,12 @@ def add_config_options(ap: argparse.ArgumentParser) -> None:
                          "earlier result JSON (default: this machine's measured curve, cached)")
     ap.add_argument("--no-bypass", dest="bypass", action="store_false",
                     help="never verify PLD matches as a linear chain")
-    ap.add_argument("--sources", type=_names, default=DecodeConfig.sources,
+    ap.add_argument("--sources", type=_names, default=_DEFAULT.sources,
                     help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} "
-                         f"(default {','.join(DecodeConfig.sources)})")
-    ap.add_argument("--walk-priority", type=_names, default=DecodeConfig.walk_priority,
-                    help=f"order the walk tries children's sources in (default {','.join(DecodeConfig.walk_priority)})")
+                         f"(default {','.join(_DEFAULT.sources)})")
+    priority = _DEFAULT.tree.walk_priority
+    ap.add_argument("--walk-priority", type=_names, default=priority,
+                    help=f"order the walk tries children's sources in (default {','.join(priority)})")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 = sampling mode")
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus mass when sampling (1 = off)")
     ap.add_argument("--top-k", dest="sample_top_k", type=int, default=0,
@@ -88,17 +102,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-_FIELDS = {f.name: f for f in fields(DecodeConfig)}
-
-
 def config_from_args(args: argparse.Namespace) -> DecodeConfig:
-    """The ``DecodeConfig`` the parsed options make: ``--preset``'s fields, changed by every option whose
-    ``dest`` is a config field and whose value is not the config default (an option left at its default
+    """The ``DecodeConfig`` the parsed options make: ``--preset``'s settings, changed by every option whose
+    ``dest`` is a flat name and whose value is not the config default (an option left at its default
     keeps the preset's value).  Raises ``ConfigError`` for an unknown preset or a value out of range."""
-    options = {k: v for k, v in vars(args).items() if k in _FIELDS}
+    options = {k: v for k, v in vars(args).items() if k in FLAT_NAMES}
     preset = PRESETS.get(args.preset, {})
     return DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()
-                                               if k not in preset or v != _FIELDS[k].default})
+                                               if k not in preset or v != _DEFAULT.get(k)})
 
 
 def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
@@ -116,16 +127,16 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
     head = ["--model", model, "--prompt-format", prompt_format,
             *(["--prompt", prompt] if prompt is not None else ["--prompt-file", prompt_file])]
     preset = next((name for name, changes in PRESETS.items() if changes
-                   and all(getattr(config, k) == v for k, v in changes.items())), "default")
+                   and all(config.get(k) == v for k, v in changes.items())), "default")
     if preset != "default":
         head += ["--preset", preset]
-    if cost_curve is not None and isinstance(config.gt_threshold, str):
+    if cost_curve is not None and config.needs_cost_curve:
         head += ["--cost-curve", cost_curve.spec()]
     omitted = config_from_args(parser.parse_args(head))  # what every option left out gives
     args = list(head)
     for action in parser._actions:  # argparse keeps no public list of its options
-        value = getattr(config, action.dest, None) if action.dest in _FIELDS else None
-        if value is None or value == getattr(omitted, action.dest):
+        value = config.get(action.dest) if action.dest in FLAT_NAMES else None
+        if value is None or value == omitted.get(action.dest):
             continue
         if action.nargs == 0:  # a switch (--no-bypass): present when the config holds its constant
             args += [action.option_strings[0]] if value == action.const else []
@@ -133,7 +144,7 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
             args += [action.option_strings[0], _option_text(value)]
     command = shlex.join(["python", "-m", "engine.product.generate", *args])
     again = config_from_args(parser.parse_args(args))
-    lost = [f"{name}={getattr(config, name)!r}" for name in _FIELDS if getattr(again, name) != getattr(config, name)]
+    lost = [f"{name}={config.get(name)!r}" for name in FLAT_NAMES if again.get(name) != config.get(name)]
     return command + (f"  # not expressible: {', '.join(lost)}" if lost else "")
 
 
@@ -170,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        decoder = SpecDecoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)
+        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)
         traces = list(decoder.generate(prompt_ids))
     except UnsupportedCacheError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
     result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
-              "gt_threshold": decoder.config.gt_threshold, "config": decoder.config.to_dict(),
+              "gt_threshold": decoder.config.gt.threshold, "config": decoder.config.to_dict(),
               "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:

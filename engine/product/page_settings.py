@@ -35,20 +35,20 @@ class PageSettings:
 
     prompt: str = ""
     method: str = _DEFAULT.method
-    budget: Any = _DEFAULT.budget  # node budget B, anchor included
+    budget: Any = _DEFAULT.tree.budget  # node budget B, anchor included
     auto_r: bool = True  # adaptive spine ratio (EMA tiers); False: ``spine_ratio`` is used
     spine_ratio: Any = 0.5  # r when not adaptive
-    depth: Any = _DEFAULT.max_depth  # max depth D of the branches
+    depth: Any = _DEFAULT.tree.max_depth  # max depth D of the branches
     auto_c: bool = True  # GT "auto" (speedup-optimal size); False: ``gt_threshold`` is the threshold c
     gt_threshold: Any = 0.0  # c when not auto (0 = no pruning)
     max_new_tokens: Any = _DEFAULT.max_new_tokens
-    bypass: bool = _DEFAULT.bypass
+    bypass: bool = _DEFAULT.tree.bypass
     sources: Any = _DEFAULT.sources  # names of the sources goose / iso(k) mix
-    temperature: Any = _DEFAULT.temperature  # 0 = greedy
-    top_p: Any = _DEFAULT.top_p
-    top_k: Any = _DEFAULT.sample_top_k  # sampling top-k (0 = off); the config's ``sample_top_k``
-    seed: Any = _DEFAULT.seed
-    verifier: str = _DEFAULT.verifier
+    temperature: Any = _DEFAULT.sampler.temperature  # 0 = greedy
+    top_p: Any = _DEFAULT.sampler.top_p
+    top_k: Any = _DEFAULT.sampler.top_k  # sampling top-k (0 = off); the config's ``sample_top_k``
+    seed: Any = _DEFAULT.sampler.seed
+    verifier: str = _DEFAULT.sampler.verifier
     prompt_format: str = "chat"  # "chat": through the chat template when the model has one; "raw": as is
 
     def clamped(self, max_new_tokens: int | None = None) -> tuple[PageSettings, list[str]]:
@@ -79,16 +79,16 @@ class PageSettings:
 
     def to_config(self) -> DecodeConfig:
         """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""
-        return DecodeConfig(method=self.method or _DEFAULT.method, budget=_number(self.budget, "node budget B", int),
-                            max_depth=_number(self.depth, "max depth D", int),
-                            spine_ratio=None if self.auto_r else _number(self.spine_ratio, "spine ratio r", float),
-                            gt_threshold="auto" if self.auto_c else _number(self.gt_threshold, "GT threshold c",
-                                                                           float),
-                            max_new_tokens=_number(self.max_new_tokens, "max new tokens", int),
-                            bypass=bool(self.bypass), sources=tuple(self.sources or ()),
-                            temperature=float(self.temperature or 0.0), top_p=float(self.top_p or 1.0),
-                            sample_top_k=int(self.top_k or 0), seed=int(self.seed or 0),
-                            verifier=self.verifier or _DEFAULT.verifier)
+        return DecodeConfig.of(method=self.method or _DEFAULT.method, budget=_number(self.budget, "node budget B", int),
+                               max_depth=_number(self.depth, "max depth D", int),
+                               spine_ratio=None if self.auto_r else _number(self.spine_ratio, "spine ratio r", float),
+                               gt_threshold="auto" if self.auto_c else _number(self.gt_threshold, "GT threshold c",
+                                                                              float),
+                               max_new_tokens=_number(self.max_new_tokens, "max new tokens", int),
+                               bypass=bool(self.bypass), sources=tuple(self.sources or ()),
+                               temperature=float(self.temperature or 0.0), top_p=float(self.top_p or 1.0),
+                               sample_top_k=int(self.top_k or 0), seed=int(self.seed or 0),
+                               verifier=self.verifier or _DEFAULT.sampler.verifier)
 
     def prepare(self, lm: LoadedModel) -> tuple[list[int], DecodeConfig]:
         """(prompt token ids, config) of a run on ``lm``.

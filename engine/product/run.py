@@ -10,7 +10,7 @@ over many rows costs several one-token forwards (a CPU).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ..core.config import DecodeConfig
 from ..core.trace import CycleTrace
@@ -67,9 +67,7 @@ class Run:
         Raises:
             ConfigError / TypeError: the record does not make a valid config here.
         """
-        names = {f.name for f in fields(DecodeConfig)}
-        return DecodeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.config.items()
-                               if k in names})
+        return DecodeConfig.from_dict(self.config)
 
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
         """The run as a trace file's JSON text (``trace_io.export_run``); ``token_text`` decodes its ids."""

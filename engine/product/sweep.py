@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.config import GT_RULES, SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
+from ..core.config import SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
 from ..core.cost import CostCurve, cached_cost_curve, load_cost_curve
-from ..core.decode import SpecDecoder
 from ..core.trace import CycleTrace
 from ..sources import REGISTRY
+from .decoding import make_decoder
 from .lossless import Divergence, attribute, engine_ar_logits, first_difference
 from .metrics import summarize
 from .run import ArTiming, Speedup, decode_phase
@@ -159,7 +159,7 @@ class SweepSpec:
 
     def needs_cost_curve(self, base: DecodeConfig) -> bool:
         """True when some run reads a cost curve (GT threshold "auto" or "chord")."""
-        return any(c.gt_threshold in GT_RULES for c in self.configs(base))
+        return any(c.needs_cost_curve for c in self.configs(base))
 
 
 _EXAMPLES = {"int": "4,8,16,32", "ratio": "0.3,0.5,auto", "threshold": "0,0.1,auto,chord",
@@ -294,7 +294,7 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
     Every run is made comparable with the others: each gets the same ``cost_curve`` object (GT "auto" sizes
     trees from it and "chord" reads its c from it, so one curve per run would make a curve's noise look like
     the parameter's effect; resolve it once, e.g. ``cost.cached_cost_curve``; None: the first run that needs
-    one resolves it and the rest reuse it), and a fresh source memory (``SpecDecoder(memory=None)``: the suffix
+    one resolves it and the rest reuse it), and a fresh source memory (``make_decoder(memory=None)``: the suffix
     source keeps earlier outputs, so a shared memory would let each run draft from the runs before it and the
     order of the values would decide τ).  AR runs with ``base_config``'s ``max_new_tokens`` (and temperature);
     its text is the reference each greedy run is compared with, token for token.
@@ -318,7 +318,7 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
     """
     configs = spec.configs(base_config)
     started = time.perf_counter()
-    ar_decoder = SpecDecoder(model, base_config.with_(method="ar"), eos_token_ids, cost_curve=cost_curve)
+    ar_decoder = make_decoder(model, base_config.with_(method="ar"), eos_token_ids, cost_curve=cost_curve)
     curve = cost_curve or ar_decoder.cost_curve
     ar_traces = list(ar_decoder.generate(prompt_ids, should_stop=should_stop))
     if not ar_traces or not ar_traces[-1].finished:  # stopped while AR was timed: nothing to compare with
@@ -329,7 +329,7 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
                   seconds=time.perf_counter() - started)
     yield sweep
     for index, (value, config) in enumerate(zip(spec.values, configs)):
-        decoder = SpecDecoder(model, config, eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
+        decoder = make_decoder(model, config, eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
         curve = curve or decoder.cost_curve
         traces = list(decoder.generate(prompt_ids, should_stop=should_stop))
         run = _measure(index, spec, value, decoder.config, traces, sweep.ar, ar_tokens)
@@ -362,8 +362,8 @@ def summary(sweep: Sweep) -> str:
     from AR at token 37." (token 0 = the first new token), a stop, or, in sampling mode, that texts differ by
     design and nothing was compared."""
     if sweep.sampling:
-        return (f"Sampling (temperature {sweep.base.temperature:g}): each run draws its own text by design, so no "
-                "text is compared with AR's.")
+        return (f"Sampling (temperature {sweep.base.sampler.temperature:g}): each run draws its own text by design, "
+                "so no text is compared with AR's.")
     if sweep.ar is None:
         return "Stopped while AR was timed: no run to compare." if sweep.stopped else "AR is being timed."
     runs = sweep.runs
@@ -452,7 +452,7 @@ def to_dict(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> d
                   "speedup": r.speedup, "mean_nodes": r.mean_nodes, "tokens": len(r.tokens), "cycles": r.cycles,
                   "accepted_drafts": r.accepted_drafts, "first_difference": r.first_difference,
                   "same_as_ar": None if sweep.sampling else r.first_difference is None, "finished": r.finished,
-                  "gt_threshold": r.config.gt_threshold if r.config is not None else None,
+                  "gt_threshold": r.config.gt.threshold if r.config is not None else None,
                   "divergence": divergences[r.index].to_dict() if r.index in divergences else None}
                  for r in sweep.runs],
         "stopped": sweep.stopped, "seconds": sweep.seconds, "summary": summary(sweep),

@@ -267,6 +267,9 @@ class DraftSource(Protocol):
     """A draft source: three calls with fixed signatures, the same for every source."""
 
     info: SourceInfo
+    #: its own settings' dataclass, with a ``FLAT`` map from field to flat name (CLI flag / trace key) and an
+    #: ``extra_rows`` count (rows it rides along in every forward); ``DecodeConfig`` holds one instance
+    config_type: type
     #: successors per forward row the source needs read back for ``observe`` (0 = none)
     top_k: int
 

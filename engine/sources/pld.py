@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
@@ -32,6 +33,33 @@ if TYPE_CHECKING:  # the config reads the registry (its methods), so sources imp
 
 #: Which earlier occurrence of the suffix n-gram the match copies.
 OCCURRENCES = ("earliest", "latest")
+
+
+@dataclass(frozen=True)
+class PldConfig:
+    """PLD's own settings (``DecodeConfig.source_config("pld")``); ``FLAT`` names each field as the CLI and trace
+    files do."""
+
+    ngram_sizes: tuple[int, ...] = (5, 4, 3)  # context-match n, longest first (B.2)
+    chain_tokens: int = 20  # chain length of the 'pld' method, PLD alone (authors' Table 5 "max spine
+    # continuation"; HF's default 10: tau 2.35 vs 2.48, and slower, on the demo model); in a tree the spine's
+    # length is ``TreeShape.max_spine``
+    match_occurrence: str = "auto"  # earlier occurrence of the suffix n-gram copied ("auto", or OCCURRENCES):
+    # auto = latest when the confidence schedule re-matches (goose 5.77 vs earliest 5.38: re-matching grows a
+    # chain the stream's end cut short, and recent text predicts better), else earliest (PLD 2.48 vs 2.21);
+    # demo model, HumanEval 0-9, 128 tokens, c = 0 (docs/results.md, "Fidelity to the authors' implementation")
+    pooled_prior: bool = True  # per-depth PLD acceptance estimates shrink to the pooled PLD rate, not 0.5:
+    # the GT "auto" size choice otherwise prices long spines at 0.5^k (A/B: docs/results.md, "GT principle")
+
+    FLAT: ClassVar[dict[str, str]] = {"ngram_sizes": "ngram_sizes", "chain_tokens": "pld_chain_tokens",
+                                      "match_occurrence": "match_occurrence", "pooled_prior": "pooled_pld_prior"}
+    extra_rows: ClassVar[int] = 0  # PLD rides no rows along in the forward
+
+    def __post_init__(self) -> None:
+        check([(len(self.ngram_sizes) >= 1 and min(self.ngram_sizes) >= 1, "n-gram sizes must be positive"),
+               (self.chain_tokens >= 1, f"PLD chain tokens must be >= 1 (got {self.chain_tokens})"),
+               one_of(self.match_occurrence, ("auto", *OCCURRENCES), "match occurrence")])
+        object.__setattr__(self, "ngram_sizes", tuple(sorted(self.ngram_sizes, reverse=True)))
 
 
 @dataclass(frozen=True)
@@ -142,10 +170,19 @@ class PldSource:
                       tint="#b2d5e8", method_label="PLD only (chain)")
     top_k = 0
 
+    config_type = PldConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
+
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        self.index = NgramIndex(cfg.ngram_sizes, cfg.occurrence)
-        self.chain_tokens = cfg.pld_chain_tokens if cfg.method == "pld" else cfg.max_spine  # one lookup's length
-        self.long_match, self.max_spine, self.pooled_prior = cfg.bypass_threshold, cfg.max_spine, cfg.pooled_pld_prior
+        own: PldConfig = cfg.source_config(self.info.name)
+        alone = cfg.drafts_alone  # the PLD baseline: one chain, no tree, no re-matching
+        occurrence = own.match_occurrence
+        if occurrence == "auto":  # latest when the confidence schedule grows chains by re-matching
+            occurrence = "latest" if cfg.variant.confidence_schedule and not alone else "earliest"
+        self.index = NgramIndex(own.ngram_sizes, occurrence)
+        self.chain_tokens = own.chain_tokens if alone else cfg.tree.max_spine  # one lookup's length
+        self.alone = alone
+        self.long_match, self.max_spine, self.pooled_prior = cfg.tree.bypass_threshold, cfg.tree.max_spine, \
+            own.pooled_prior
         self.counter = stats.counter(Source.PLD)
 
     def prefill(self, prompt: Sequence[int], back) -> None:
@@ -154,7 +191,7 @@ class PldSource:
     def propose(self, request: Request) -> Candidates:
         self.index.extend(list(request.context[len(self.index.tokens):]))  # the tokens committed since last asked
         suffix = None if not request.path else request.tail(self.index.ngram_sizes[0])
-        match = self.index.match(min(self.chain_tokens, request.budget), suffix)
+        match = self.index.match(self.chain_tokens if self.alone else min(self.chain_tokens, request.budget), suffix)
         if not match.draft:
             return Candidates()
         confidence = match_confidence(len(match.draft), match.unanimous, self.long_match, self.max_spine)

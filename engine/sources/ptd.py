@@ -22,7 +22,7 @@ How the pieces map onto this engine:
 
 The rows do **not** count against the node budget B: B bounds the verified draft tree (Goose
 Alg. 1) so that trees stay comparable across methods, while PTD's rows are a fixed, separate cost
-(``DecodeConfig.ptd_rows``) that produces drafts for later cycles and is never itself verified.  The
+(``PtdConfig.rows``) that produces drafts for later cycles and is never itself verified.  The
 GT threshold "auto" is derived for the whole forward (B + rows), see ``SpecDecoder``.
 
 ``PtdSource`` adapts the pool to the draft-source protocol (``engine.sources.base``).
@@ -33,14 +33,36 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from ..core.checks import check
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, Rows, SourceInfo, SourceMemory, Verified
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
     from ..core.config import DecodeConfig
+
+
+@dataclass(frozen=True)
+class PtdConfig:
+    """PTD's own settings (``DecodeConfig.source_config("ptd")``); the share of a goose tree its candidates may
+    take is ``TreeShape.pool_share``.  ``FLAT`` names each field as the CLI and trace files do."""
+
+    rows: int = 16  # drafting rows per forward (not counted in B: the module's docstring says why)
+    width: int = 4  # children per node of the PTD tree and of pool tries (PTD §4 setup: 4)
+    depth: int = 6  # depth cap of the PTD tree before stepping (PTD §4 setup: 6)
+
+    FLAT: ClassVar[dict[str, str]] = {"rows": "ptd_rows", "width": "ptd_width", "depth": "ptd_depth"}
+
+    def __post_init__(self) -> None:
+        check([(self.rows >= 2 and self.width >= 1 and self.depth >= 1,
+                "PTD rows must be >= 2, PTD width and depth >= 1")])
+
+    @property
+    def extra_rows(self) -> int:
+        """Rows every verification forward carries besides the draft tree while PTD drafts (PTD §3.2)."""
+        return self.rows
 
 
 @dataclass
@@ -176,16 +198,19 @@ class PtdSource:
                       candidate_tree=True)
     top_k = 0
 
+    config_type = PtdConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
+
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        self.cfg = cfg
-        self.pool = CandidatePool(width=cfg.ptd_width, max_depth=cfg.ptd_depth)
+        self.own: PtdConfig = cfg.source_config(self.info.name)
+        self.seed = cfg.sampler.seed
+        self.pool = CandidatePool(width=self.own.width, max_depth=self.own.depth)
         self.tree: ProgressiveTree | None = None
         self.counter = stats.counter(Source.PTD)
 
     def prefill(self, prompt: Sequence[int], back) -> None:
-        cfg = self.cfg
-        self.tree = ProgressiveTree(list(prompt), width=cfg.ptd_width, max_depth=cfg.ptd_depth,
-                                    max_rows=cfg.ptd_rows, seed=cfg.seed)
+        own = self.own
+        self.tree = ProgressiveTree(list(prompt), width=own.width, max_depth=own.depth, max_rows=own.rows,
+                                    seed=self.seed)
 
     def propose(self, request: Request) -> Candidates:
         if request.depth:

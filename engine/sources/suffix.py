@@ -22,14 +22,40 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
+from ..core.checks import check
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
     from ..core.config import DecodeConfig
+
+
+@dataclass(frozen=True)
+class SuffixConfig:
+    """The suffix source's own settings (``DecodeConfig.source_config("suffix")``); ``FLAT`` names each field as the
+    CLI and trace files do."""
+
+    max_depth: int = 24  # depth of the suffix tries, which bounds the matched suffix plus the speculation below it
+    # (vLLM's suffix_decoding_max_tree_depth default, 24)
+    spec_factor: float = 4.0  # adaptive size: at most factor x (match length) candidates; vLLM's default 1.0 lost
+    # tau on every dataset, demo model and SmolLM2 (docs/results.md, "Suffix source": +0.05 to +0.4)
+    min_prob: float = 0.1  # candidates whose estimated path probability is below this are not proposed (vLLM's
+    # suffix_decoding_min_token_prob default, 0.1)
+    memory_tokens: int = 4096  # earlier output tokens one user's suffix tree keeps (oldest outputs evicted);
+    # bounds what a visitor holds on a shared server (~6.7 KB per token at depth 24: ~27 MB)
+
+    FLAT: ClassVar[dict[str, str]] = {"max_depth": "suffix_max_depth", "spec_factor": "suffix_spec_factor",
+                                      "min_prob": "suffix_min_prob", "memory_tokens": "suffix_memory_tokens"}
+    extra_rows: ClassVar[int] = 0  # the suffix source rides no rows along in the forward
+
+    def __post_init__(self) -> None:
+        check([(self.max_depth >= 1 and self.spec_factor > 0 and 0.0 <= self.min_prob < 1.0
+                and self.memory_tokens >= 0, "suffix depth must be >= 1, spec factor > 0, min probability in "
+                "[0, 1), memory >= 0 tokens")])
 
 
 class SuffixTrie:
@@ -183,13 +209,16 @@ class SuffixSource:
                       tint="#d48db4", method_label="Suffix tree only (SuffixDecoding)", candidate_tree=True)
     top_k = 0
 
+    config_type = SuffixConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
+
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        self.depth, self.factor, self.min_prob = cfg.suffix_max_depth, cfg.suffix_spec_factor, cfg.suffix_min_prob
+        own: SuffixConfig = cfg.source_config(self.info.name)
+        self.depth, self.factor, self.min_prob = own.max_depth, own.spec_factor, own.min_prob
         self.local = SuffixTrie(self.depth)
         self.seen = 0  # context tokens already in ``local``
         self.memory: SuffixMemory = memory.slot(f"suffix/depth={self.depth}",
-                                                lambda: SuffixMemory(self.depth, cfg.suffix_memory_tokens))
-        self.memory.max_tokens = cfg.suffix_memory_tokens  # this run's bound applies from its output on
+                                                lambda: SuffixMemory(self.depth, own.memory_tokens))
+        self.memory.max_tokens = own.memory_tokens  # this run's bound applies from its output on
 
     def prefill(self, prompt: Sequence[int], back) -> None:
         pass  # the local tree catches up with the context it is asked about (``propose``)

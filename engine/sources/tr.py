@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
 from ..core.verify import top_successors
@@ -29,6 +31,30 @@ from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
     from ..core.config import DecodeConfig
+
+#: TR score definitions (``TrConfig.adjacency_scores``): "softmax" = probability under the full softmax;
+#: "top-k" = softmax over the top-K logits only (the authors' code; a row's K scores sum to 1).
+ADJACENCY_SCORES = ("softmax", "top-k")
+
+
+@dataclass(frozen=True)
+class TrConfig:
+    """TR's own settings (``DecodeConfig.source_config("tr")``); the table's width K is ``TreeShape.top_k``
+    (Table 5 names it with the tree's shape).  ``FLAT`` names each field as the CLI and trace files do."""
+
+    adjacency_scores: str = "softmax"  # see ADJACENCY_SCORES (the authors' top-k: tau 5.71 vs 5.77, demo model,
+    # HumanEval 0-9, 128 tokens, c = 0: docs/results.md, "Fidelity to the authors' implementation")
+    bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
+    calibration: bool = False  # calibrate TR scores online per depth for GT estimates; off: an interleaved
+    # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
+
+    FLAT: ClassVar[dict[str, str]] = {"adjacency_scores": "adjacency_scores", "bigram_capacity": "bigram_capacity",
+                                      "calibration": "tr_calibration"}
+    extra_rows: ClassVar[int] = 0  # TR rides no rows along in the forward
+
+    def __post_init__(self) -> None:
+        check([one_of(self.adjacency_scores, ADJACENCY_SCORES, "adjacency scores"),
+               (self.bigram_capacity >= 0, f"bigram capacity must be >= 0 (got {self.bigram_capacity})")])
 
 #: One table row: successor token ids and their scores, best first.
 Row = tuple[tuple[int, ...], tuple[float, ...]]
@@ -109,7 +135,7 @@ class TrSource:
     whatever the request's budget: the tree builder prunes those scored below ``min_score`` (C.1) and takes
     as many as its step allows.
 
-    Estimates: the adjacency score as it is, or with ``tr_calibration`` the score times, per depth,
+    Estimates: the adjacency score as it is, or with ``TrConfig.calibration`` the score times, per depth,
     (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent was accepted.
     """
 
@@ -117,11 +143,14 @@ class TrSource:
                       "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)",
                       tint="#e8a91a", method_label="TR only (tree)")
 
+    config_type = TrConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
+
     def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
-        self.top_k = cfg.top_k
-        self.calibrate = cfg.tr_calibration
-        self.renormalise = cfg.adjacency_scores == "top-k"
-        self.bigram_capacity = cfg.bigram_capacity
+        own: TrConfig = cfg.source_config(self.info.name)
+        self.top_k = cfg.tree.top_k
+        self.calibrate = own.calibration
+        self.renormalise = own.adjacency_scores == "top-k"
+        self.bigram_capacity = own.bigram_capacity
         self.table: AdjacencyTable | None = None  # made at prefill, when the vocabulary size is known
         self.counter = stats.counter(Source.TR)
 

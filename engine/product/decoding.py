@@ -1,0 +1,41 @@
+"""The one way the page, the CLIs and the bench make a decoder: resolve the config and its cost curve, then build.
+
+``SpecDecoder`` (engine/core/decode.py) neither measures nor loads a cost curve and reads one resolved config;
+this factory gives it both: the curve the caller chose (a visitor's own re-measured curve, one loaded with
+``--cost-curve``), else the model's shared curve (``cost.cached_cost_curve``: measured once per model, device,
+dtype and torch version, cached on disk) when the GT rule reads one.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..core import compat
+from ..core.config import DecodeConfig
+from ..core.cost import CostCurve, cached_cost_curve
+from ..core.decode import SpecDecoder
+
+
+def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None) -> tuple[DecodeConfig, CostCurve | None]:
+    """``config`` resolved (``DecodeConfig.resolved``) and the cost curve it read: ``cost_curve``, else, when the GT
+    rule ("auto", "chord") reads one, the model's cached curve (measured here the first time on this machine).
+
+    Raises:
+        compat.UnsupportedModelError: a model tree verification cannot serve, before any forward (the curve's too).
+        ConfigError: a setting out of range.
+    """
+    compat.check_model(model)
+    if cost_curve is None and config.needs_cost_curve:
+        cost_curve = cached_cost_curve(model)
+    return config.resolved(cost_curve), cost_curve
+
+
+def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (), cost_curve: CostCurve | None = None,
+                 **options) -> SpecDecoder:
+    """A ``SpecDecoder`` for ``config`` (``resolve``d first); ``options``: ``SpecDecoder``'s ``memory`` and
+    ``profile``.  ``decoder.config`` is the resolved config and ``decoder.cost_curve`` the curve it read.
+
+    Raises:
+        compat.UnsupportedModelError, ConfigError: as ``resolve``.
+    """
+    config, curve = resolve(model, config, cost_curve)
+    return SpecDecoder(model, config, eos_token_ids, cost_curve=curve, **options)
