@@ -494,7 +494,7 @@ def test_tau_is_tied_to_the_cost_curve():
     from viz.explain import cost_sentence
 
     def cycle(nodes, ptd_rows=0, mode="tree", elapsed=0.0, tokens=1):
-        tree = DraftTree(tuple(range(nodes)), (None, *range(nodes - 1)), (Source.ROOT,) + (Source.TR,) * (nodes - 1),
+        tree = DraftTree(tuple(range(nodes)), (None, *range(nodes - 1)), (Source.ROOT,) + (Source("tr"),) * (nodes - 1),
                          (1.0,) * nodes, (1.0,) * nodes)
         return SimpleTrace(tree=tree, ptd_rows=ptd_rows, mode=mode, elapsed_s=elapsed, new_tokens=(0,) * tokens)
 

@@ -157,7 +157,7 @@ def test_alibi_scores_tree_rows_wrongly_which_is_why_it_is_refused():
     sequential forward does (to 1e-6), ALiBi (MPT) does not."""
     prompt = list(range(10, 40))
     #        0 (anchor)  1   2   3: child of 2, at depth 2 but cache row 3
-    tree = DraftTree((prompt[-1], 50, 60, 70), (None, 0, 0, 2), (Source.ROOT,) + (Source.TR,) * 3, (1.0,) * 4,
+    tree = DraftTree((prompt[-1], 50, 60, 70), (None, 0, 0, 2), (Source.ROOT,) + (Source("tr"),) * 3, (1.0,) * 4,
                      (1.0,) * 4)
     for name, exact in (("llama", True), ("gpt2", True), ("mpt", False)):
         model = tiny(name)

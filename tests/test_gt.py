@@ -24,7 +24,7 @@ def random_tree(seed: int, n: int = 60) -> DraftTree:
         p = rng.randrange(i)
         parents.append(p)
         est.append(est[p] * rng.choice([0.9, 0.6, 0.3, 0.1, 0.02]))
-    sources = (Source.ROOT,) + tuple(rng.choice([Source.PLD, Source.TR]) for _ in range(n - 1))
+    sources = (Source.ROOT,) + tuple(rng.choice([Source("pld"), Source("tr")]) for _ in range(n - 1))
     return DraftTree(tuple(range(100, 100 + n)), tuple(parents), sources, tuple(est), tuple(est))
 
 
@@ -81,7 +81,7 @@ def test_steeper_curve_keeps_fewer_nodes_and_extra_rows_count():
 
 def test_estimates_that_rise_along_a_path_still_give_a_valid_tree():
     # a child estimated above its parent (not produced by the builders, but must not break the tree)
-    tree = DraftTree((1, 2, 3), (None, 0, 1), (Source.ROOT, Source.TR, Source.TR), (1, .1, .9), (1, .1, .9))
+    tree = DraftTree((1, 2, 3), (None, 0, 1), (Source.ROOT, Source("tr"), Source("tr")), (1, .1, .9), (1, .1, .9))
     kept, _, choice = speedup_optimal(tree, CostCurve((1, 2, 3), (1.0, 1.05, 1.2)))
     assert kept.parents[0] is None and all(p is not None and p < i for i, p in enumerate(kept.parents[1:], 1))
     assert choice.nodes == 2 and kept.tokens == (1, 2)
@@ -129,8 +129,9 @@ def test_a_lower_session_rate_keeps_a_larger_tree():
 
 def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outcomes():
     # anchor -> 7 -> 8 -> 9 (PLD chain) and anchor -> 5 (TR); the stream after the anchor will be 7 8 9
-    tree = DraftTree((1, 7, 8, 9, 5), (None, 0, 1, 2, 0), (Source.ROOT, Source.PLD, Source.PLD, Source.PLD, Source.TR),
-                     (1, .5, .5, .5, .2), (1, .5, .25, .125, .2))
+    pld, tr = Source("pld"), Source("tr")
+    tree = DraftTree((1, 7, 8, 9, 5), (None, 0, 1, 2, 0), (Source.ROOT, pld, pld, pld, tr), (1, .5, .5, .5, .2),
+                     (1, .5, .25, .125, .2))
     cal = PathCalibration(weight=1.0)
     stream = [1]
     cal.record(tree, start=len(stream))
@@ -141,25 +142,25 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
     stats = AcceptanceStats()
     cal.resolve(stream + [7, 8, 9], stats)
     assert not cal.pending
-    assert cal.calibrate(Source.PLD, .125) > 0.9 and cal.calibrate(Source.TR, .2) < 0.02  # all / none accepted
-    assert cal.calibrate(Source.PTD, .3) == .3  # no outcome in that bin: the estimate as it is
-    assert stats.counter(Source.PLD).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
-    assert stats.counter(Source.TR).reached == {1: 21} and stats.counter(Source.TR).accepted == {1: 0}
+    assert cal.calibrate(Source("pld"), .125) > 0.9 and cal.calibrate(Source("tr"), .2) < 0.02  # all / none accepted
+    assert cal.calibrate(Source("ptd"), .3) == .3  # no outcome in that bin: the estimate as it is
+    assert stats.counter(Source("pld")).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
+    assert stats.counter(Source("tr")).reached == {1: 21} and stats.counter(Source("tr")).accepted == {1: 0}
     assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))
 
 
 def test_ghosts_the_builder_made_are_reindexed_or_dropped_with_their_parent():
     """The builder's ghosts follow their parent's new index, or go with it; the pruned nodes join them."""
     # anchor -> TR 2 (est .01, pruned) ; anchor -> PLD 3 -> PLD 4 (kept, re-indexed 2 -> 1 and 3 -> 2)
-    tree = DraftTree((1, 2, 3, 4), (None, 0, 0, 2), (Source.ROOT, Source.TR, Source.PLD, Source.PLD),
+    tree = DraftTree((1, 2, 3, 4), (None, 0, 0, 2), (Source.ROOT, Source("tr"), Source("pld"), Source("pld")),
                      (1, .01, .9, .9), (1, .01, .9, .8))
-    earlier = (GhostNode(3, 7, Source.TR, .02, .02), GhostNode(1, 8, Source.TR, .02, .0001))
+    earlier = (GhostNode(3, 7, Source("tr"), .02, .02), GhostNode(1, 8, Source("tr"), .02, .0001))
     kept, ghosts, _ = speedup_optimal(tree, STEEP, ghosts=earlier)
     assert kept.tokens == (1, 3, 4) and kept.parents == (None, 0, 1)
     # the ghost under node 3 now hangs off its new index 2; the one under the pruned node 1 is dropped with it;
     # the pruned TR node 1 itself becomes a ghost of the anchor, with its own score and estimate
-    assert sorted(ghosts, key=lambda g: g.token) == [GhostNode(0, 2, Source.TR, .01, .01),
-                                                     GhostNode(2, 7, Source.TR, .02, .02)]
+    assert sorted(ghosts, key=lambda g: g.token) == [GhostNode(0, 2, Source("tr"), .01, .01),
+                                                     GhostNode(2, 7, Source("tr"), .02, .02)]
 
 
 def test_latencies_in_one_pass_equal_latency_each():

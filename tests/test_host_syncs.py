@@ -91,7 +91,7 @@ def test_device_inputs_match_the_parent_array(seed):
     n = rng.choice([1, 2, 7, 60, 130])
     chain = seed % 3 == 0  # bypass chains of up to 129 tokens: depth = n - 1
     parents = (None, *((i - 1) if chain else rng.randrange(i) for i in range(1, n)))
-    tree = DraftTree(tuple(range(n)), parents, (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n)
+    tree = DraftTree(tuple(range(n)), parents, (Source.ROOT,) + (Source("tr"),) * (n - 1), (1.0,) * n, (1.0,) * n)
     past = rng.choice([0, 5, 300])
     inputs = tree.device_inputs(past, torch.float32, "cpu")
     assert inputs.input_ids.tolist() == [list(tree.tokens)]

@@ -23,7 +23,7 @@ def test_keep_path_equals_fresh_prefill(demo_lm, path):
     past = kv_cache.cache_length(cache)
     #        0(root)  1     2     3     4     5     6
     tree = DraftTree(tokens=(prompt[-1], 11, 12, 13, 14, 15, 16), parents=(None, 0, 0, 0, 3, 2, 4),
-                     sources=(Source.ROOT,) + (Source.TR,) * 6, scores=(1.0,) * 7, est_accept=(1.0,) * 7)
+                     sources=(Source.ROOT,) + (Source("tr"),) * 6, scores=(1.0,) * 7, est_accept=(1.0,) * 7)
     forward_tree(model, cache, tree, past)
     assert kv_cache.cache_length(cache) == past + len(tree)
     kv_cache.keep_path(cache, past, path)

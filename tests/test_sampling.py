@@ -127,7 +127,7 @@ def test_a_lossy_verifier_fails_the_same_test(tiny, monkeypatch):
     model, prompt = tiny
     cfg = DecodeConfig.of(method="pld", max_new_tokens=N_TOKENS, temperature=1.0, gt_threshold=0.0)
     monkeypatch.setattr(decode, "sample_walk", lambda tree, dist, gen, priority: greedy_walk(
-        tree, [int(dist(i).argmax()) for i in range(len(tree))]))
+        tree, [int(dist(i).argmax()) for i in range(len(tree))], priority))
     expected = exact_ar_distribution(model, prompt, cfg)
     counts, _ = sample_many(model, prompt, cfg, n=5_000)  # fewer samples suffice to catch this bias
     assert chi_square_p(counts, expected, 5_000) < P_FAIL

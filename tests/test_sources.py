@@ -4,8 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.core.config import WALK_PRIORITY
+from engine.core.tree import Source
 from engine.sources.pld import NgramIndex, match_confidence
 from engine.sources.tr import AdjacencyTable
+
+PRIORITY = tuple(Source(name) for name in WALK_PRIORITY)  # the walk's default order (Goose Alg. 3)
 
 
 def test_no_match_on_fresh_text():
@@ -193,13 +197,13 @@ def test_ptd_tree_grows_steps_and_feeds_the_pool():
 def test_ptd_rows_ride_along_under_the_anchor():
     from engine.core.tree import DraftTree, Source
 
-    tree = DraftTree((7, 8), (None, 0), (Source.ROOT, Source.PLD), (1.0, 0.5), (1.0, 0.5))
-    full = tree.graft([3, 4, 5], [None, 0, 1], Source.PTD_ROW)
+    tree = DraftTree((7, 8), (None, 0), (Source.ROOT, Source("pld")), (1.0, 0.5), (1.0, 0.5))
+    full = tree.graft([3, 4, 5], [None, 0, 1], Source("ptd-row"))
     assert full.parents == (None, 0, 0, 2, 3) and full.depths == (0, 1, 1, 2, 3)
     assert full.ancestor_matrix[4].tolist() == [True, False, True, True, True]  # not the PLD node
     from engine.core.verify import greedy_walk
 
-    assert greedy_walk(full, [3, 0, 4, 5, 0]) == ((), 3)  # drafting rows are never accepted
+    assert greedy_walk(full, [3, 0, 4, 5, 0], PRIORITY) == ((), 3)  # drafting rows are never accepted
 
 
 # -- suffix source (SuffixDecoding) -----------------------------------------------------------------
@@ -266,3 +270,25 @@ def test_sources_follow_one_protocol_and_the_registry_names_them():
     for src in made:
         assert {"prefill", "propose", "observe"} <= set(dir(src)) and isinstance(src.top_k, int)
         assert isinstance(src.info.source, Source)
+
+
+def test_a_source_declares_its_tag_settings_and_method_in_its_module():
+    """Issue 20: the core names no source: each tag, its spine-ness, its settings and its method come from the
+    source's module through the registry, and the walk's default order derives from the roles."""
+    from dataclasses import fields
+
+    from engine.core.config import FLAT_NAMES, METHODS, DecodeConfig
+    from engine.sources import REGISTRY, SOURCE_TYPES, Role
+
+    for t in SOURCE_TYPES:
+        info = t.info
+        assert Source(info.name) is info.source and info.source.spine == (info.role is Role.SPINE)
+        assert info.name in METHODS and info.source.verified
+        own = DecodeConfig().source_config(info.name)
+        assert type(own) is t.config_type and t.__module__ == t.config_type.__module__
+        assert {t.config_type.FLAT.get(f.name, f.name) for f in fields(t.config_type)} <= set(FLAT_NAMES)
+    assert [Source(n).spine for n in WALK_PRIORITY] == sorted((Source(n).spine for n in WALK_PRIORITY), reverse=True)
+    assert set(WALK_PRIORITY) == {i.name for i in REGISTRY}
+    assert not Source("ptd-row").verified and not Source.ROOT.verified
+    with pytest.raises(ValueError, match="not a node tag"):
+        Source("eagle")

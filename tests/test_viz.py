@@ -14,9 +14,9 @@ TEXT = {0: "def", 1: " f", 2: "(", 3: "x", 4: "\n", 5: ")", 6: "y", 9: ":"}
 def make_trace(index=1, elapsed=0.01) -> CycleTrace:
     # root -> PLD 1 -> PLD 2 -> PLD 3 ; PLD 2 -> TR 5 ; root -> TR 4 -> TR 6 ; ghost TR 9 under node 1
     tree = DraftTree(tokens=(0, 1, 2, 3, 4, 5, 6), parents=(None, 0, 1, 2, 0, 2, 4),
-                     sources=(Source.ROOT, Source.PLD, Source.PLD, Source.PLD, Source.TR, Source.TR, Source.TR),
+                     sources=(Source.ROOT, *(Source("pld"),) * 3, *(Source("tr"),) * 3),
                      scores=(1, .5, .5, .5, .3, .2, .4), est_accept=(1, .5, .25, .125, .3, .05, .12))
-    return CycleTrace(index=index, mode="tree", tree=tree, ghosts=(GhostNode(1, 9, Source.TR, 0.01, 0.005),),
+    return CycleTrace(index=index, mode="tree", tree=tree, ghosts=(GhostNode(1, 9, Source("tr"), 0.01, 0.005),),
                       greedy=(1, 2, 5, 0, 0, 9, 0), accepted=(1, 2, 5), bonus=9, new_tokens=(1, 2, 5, 9),
                       spine_ratio=0.3, p_s_ema=0.4, timings_ms={"forward": 5.0, "total": 6.0}, elapsed_s=elapsed,
                       total_tokens=4, finished=False)
@@ -25,7 +25,7 @@ def make_trace(index=1, elapsed=0.01) -> CycleTrace:
 def test_path_category_and_sources():
     t = make_trace()
     assert t.path_category == "spine continuation"
-    assert t.accepted_sources == (Source.PLD, Source.PLD, Source.TR)
+    assert t.accepted_sources == (Source("pld"), Source("pld"), Source("tr"))
 
 
 def test_layout_is_layered_and_uncrossed():
@@ -130,11 +130,11 @@ def test_cycle_segments_label_tokens_by_source():
 
 def wide_trace(width: int = 127) -> CycleTrace:
     """B = 128 at c = 0: a 5-token accepted spine and 122 rejected TR nodes, many of them siblings."""
-    parents, sources = [None, 0, 1, 2, 3, 4], [Source.ROOT] + [Source.PLD] * 5
+    parents, sources = [None, 0, 1, 2, 3, 4], [Source.ROOT] + [Source("pld")] * 5
     while len(parents) < width + 1:
         k = len(parents)
         parents.append(k - 6 if k % 3 == 0 and k > 10 else k % 6)
-        sources.append(Source.TR)
+        sources.append(Source("tr"))
     n = len(parents)
     tree = DraftTree(tokens=tuple(i % 9 for i in range(n)), parents=tuple(parents), sources=tuple(sources),
                      scores=(1.0,) * n, est_accept=(0.5,) * n)
@@ -169,8 +169,8 @@ def test_a_long_chain_folds_its_middle():
     from viz.tree_figure import MAX_COLUMNS, label_boxes
 
     n = 41
-    tree = DraftTree(tokens=tuple(range(n)), parents=(None, *range(n - 1)), sources=(Source.ROOT,) + (Source.PLD,) * 40,
-                     scores=(1.0,) * n, est_accept=(0.9,) * n)
+    tree = DraftTree(tokens=tuple(range(n)), parents=(None, *range(n - 1)),
+                     sources=(Source.ROOT, *(Source("pld"),) * 40), scores=(1.0,) * n, est_accept=(0.9,) * n)
     trace = CycleTrace(index=1, mode="bypass", tree=tree, ghosts=(), greedy=tuple(range(1, n + 1)),
                        accepted=tuple(range(1, n)), bonus=n, new_tokens=tuple(range(1, n + 1)), spine_ratio=None,
                        p_s_ema=0.9, timings_ms={"total": 6.0}, elapsed_s=0.1, total_tokens=n, finished=False)
@@ -229,17 +229,17 @@ def test_explain_cycle_says_why_gt_auto_chose_the_size():
 def broken_spine_trace(length: int = 59) -> CycleTrace:
     """A spine of ``length`` PLD tokens that broke at its first token, a TR branch off every spine node, and a TR
     child of the anchor that was accepted (issue 19: the whole spine used to fold into a grey "+59")."""
-    parents, sources = [None, 0], [Source.ROOT, Source.TR]  # node 1: the accepted TR child of the anchor
+    parents, sources = [None, 0], [Source.ROOT, Source("tr")]  # node 1: the accepted TR child of the anchor
     spine = []
     for k in range(length):
         parents.append(0 if k == 0 else spine[-1])
-        sources.append(Source.PLD)
+        sources.append(Source("pld"))
         spine.append(len(parents) - 1)
     for s in spine:  # one rejected TR branch (two tokens deep) off every spine node
         parents.append(s)
-        sources.append(Source.TR)
+        sources.append(Source("tr"))
         parents.append(len(parents) - 1)
-        sources.append(Source.TR)
+        sources.append(Source("tr"))
     n = len(parents)
     tree = DraftTree(tokens=tuple(i % 50 for i in range(n)), parents=tuple(parents), sources=tuple(sources),
                      scores=(1.0,) * n, est_accept=(0.5,) * n)
@@ -363,7 +363,7 @@ def test_step_through_numbers_the_stages_the_cycle_has():
     """A cycle with no PLD drafts used to start at "1b"; its one source stage is "1", two are "1a", "1b"."""
     from viz.lesson import stage_sentence, stages_of
 
-    tr_only = DraftTree(tokens=(0, 4, 6), parents=(None, 0, 1), sources=(Source.ROOT, Source.TR, Source.TR),
+    tr_only = DraftTree(tokens=(0, 4, 6), parents=(None, 0, 1), sources=(Source.ROOT, Source("tr"), Source("tr")),
                         scores=(1, .3, .4), est_accept=(1, .3, .12))
     from dataclasses import replace
 

@@ -83,7 +83,7 @@ def stage_sentence(trace: CycleTrace, stage: str, token_text: Callable[[int], st
     """One plain sentence for ``stage`` of ``trace`` (Markdown; tokens quoted and escaped)."""
     q = lambda t: _q(token_text, t)  # noqa: E731
     tree = trace.tree
-    count = {s: sum(x is s for x in tree.sources) for s in Source}
+    count = {s: sum(x is s for x in tree.sources) for s in Source.all()}
     if trace.mode in ("prefill", "ar"):
         return (f"**{stage_title(trace, stage)}** — this cycle had no drafts: one forward gave the next "
                 f"token {q(trace.bonus)}.")

@@ -25,8 +25,9 @@ from collections.abc import Callable
 import networkx as nx
 import plotly.graph_objects as go
 
+from engine.core.config import WALK_PRIORITY
 from engine.core.trace import CycleTrace
-from engine.core.tree import WALK_PRIORITY, Source
+from engine.core.tree import Source
 from engine.sources import REGISTRY
 
 #: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.  The
@@ -78,7 +79,7 @@ def tree_graph(trace: CycleTrace) -> nx.DiGraph:
         g.add_node(i, kind="node", token=tree.tokens[i], source=tree.sources[i], depth=tree.depths[i],
                    score=tree.scores[i], est=tree.est_accept[i], greedy=trace.greedy[i],
                    wanted=trace.greedy[parent] if i else None, accepted=i in on_path,
-                   rank=(WALK_PRIORITY.index(tree.sources[i]) if i else 0, i), spine=i in spine,
+                   rank=(WALK_PRIORITY.index(tree.sources[i].value) if i else 0, i), spine=i in spine,
                    reached=i == 0 or parent in on_path)
         if i:
             g.add_edge(parent, i)
@@ -383,7 +384,7 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     if stage is None or stage == "bonus":
         return set(g)
     names = [i.name for i in REGISTRY]
-    shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(Source)
+    shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(Source.all())
     keep = {0}
     for u, v in nx.bfs_edges(g, 0):
         d = g.nodes[v]

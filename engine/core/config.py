@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from ..sources import REGISTRY, SOURCE_TYPES
+from ..sources import REGISTRY, SOURCE_TYPES, Role
 from .checks import ConfigError, check, one_of
 
 #: Draft sources a tree may mix, from the registry; ``DecodeConfig.sources`` picks among them for goose / iso(k).
@@ -28,6 +28,12 @@ METHODS = ("goose", *SOURCES, "iso3", "iso5", "ar")
 
 #: Single-source methods that verify their source's candidate tree alone (PTD §3.3; SuffixDecoding).
 CANDIDATE_TREE_METHODS = tuple(info.name for info in REGISTRY if info.candidate_tree)
+
+#: Goose Alg. 3 / B.3's default order of the walk over a node's children: spine sources' first, then pool sources'
+#: (PTD: measured between them, docs/results.md "PTD walk priority"), then branch sources'; registry order within a
+#: role.  Greedy tau does not depend on it (a node's children carry distinct tokens); sampling tau does.
+WALK_PRIORITY = tuple(i.name for i in sorted(REGISTRY, key=lambda i: (Role.SPINE, Role.POOL, Role.BRANCH).index(
+    i.role)))
 
 #: Verifiers for sampling mode: "tree" = SpecInfer-style recursive rejection over the tree (PTD
 #: Appendix B-C); "hsd" = hierarchical speculative decoding on linear chains (bypass / PLD cycles),
@@ -90,8 +96,8 @@ class TreeShape:
     spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
     # is nearly always longer than PLD's n-gram (3-5), so "longest-match" hands the spine to the suffix tree's
     # shorter chains (A/B: docs/results.md, "Suffix source")
-    walk_priority: tuple[str, ...] = ("pld", "suffix", "ptd", "tr")  # order children are tried in (Goose Alg.
-    # 3); greedy tau does not depend on it (children of a node carry distinct tokens); sampling tau does
+    walk_priority: tuple[str, ...] = WALK_PRIORITY  # order children are tried in (Goose Alg. 3; see WALK_PRIORITY:
+    # pld, suffix, ptd, tr)
 
     FLAT: ClassVar[dict[str, str]] = {"pool_share": "ptd_share"}  # the rest: the field's own name
 
@@ -461,5 +467,5 @@ PRESETS: dict[str, dict] = {
 }
 
 __all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES", "GT_RULES", "METHODS",
-           "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "ConfigError", "DecodeConfig", "GtConfig",
-           "SamplerConfig", "TreeShape", "Variant", "parse_gt_threshold"]
+           "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError", "DecodeConfig",
+           "GtConfig", "SamplerConfig", "TreeShape", "Variant", "parse_gt_threshold"]

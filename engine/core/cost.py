@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..sources.tr import AdjacencyTable
+from ..sources.tr import AdjacencyTable, TrSource
 from . import kv_cache
 from .tree import DraftTree, Source
 from .verify import forward_tree, read_back
@@ -177,7 +177,7 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     model(input_ids=prefix, past_key_values=cache, use_cache=True)
     table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost
     trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
-                          (Source.ROOT,) + (Source.TR,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
+                          (Source.ROOT,) + (TrSource.info.source,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats + 1):  # the first round warms up
         for n, tree in trees.items():

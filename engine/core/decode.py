@@ -287,7 +287,7 @@ class SpecDecoder:
         if cfg.method in CANDIDATE_TREE_METHODS:
             src, cands = drafts.proposals[0]
             mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
-        elif len(chain) and (cfg.method == "pld" or self._bypass(drafts)):
+        elif len(chain) and (cfg.drafts_alone or self._bypass(drafts)):  # alone: a spine source's chain (PLD)
             mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt.prune_at)
         elif drafts.any() or cfg.iso_k is not None:
             budget, r, chain = self._shape(s, drafts)

@@ -153,7 +153,7 @@ class AcceptanceStats:
         """
         on_path = set(accepted) | {0}
         for i in range(1, len(tree)):
-            if tree.parents[i] in on_path and tree.sources[i] is not Source.PTD_ROW and not self.counterfactual:
+            if tree.parents[i] in on_path and tree.sources[i].verified and not self.counterfactual:
                 self.counter(tree.sources[i]).add(tree.depths[i], i in on_path, tree.scores[i])
         spine = tree.spine
         if spine and ema:

@@ -6,7 +6,6 @@ order they are fed to the verification forward.
 """
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,25 +16,70 @@ import torch
 from .transfer import upload
 
 
-class Source(str, enum.Enum):
-    """Where a node's token came from; drawn in these colours by viz."""
+class Source(str):
+    """A node's tag: where its token came from (a string: "pld", "tr", ...; drawn in its source's colour by viz).
 
-    ROOT = "anchor"  # the anchor token, committed in the previous cycle
-    PLD = "pld"  # PLD spine: n-gram prompt lookup (Goose §4, Saxena 2023)
-    TR = "tr"  # TR branch: Token Recycling adjacency table (Goose §4.1, C.1)
-    PTD = "ptd"  # PTD perturbation: a candidate from the PTD pool (PTD paper §3.2-3.3)
-    PTD_ROW = "ptd-row"  # a PTD drafting row: rides along in the forward, never verified (engine/sources/ptd.py)
-    SUFFIX = "suffix"  # suffix tree: frequent continuations of the longest suffix match (SuffixDecoding)
+    Each draft source declares its own tag in its module (``SourceInfo`` does, from the source's name and role), so
+    the core names no source: it knows only the anchor's tag and what a tag says of its nodes.  Tags are interned
+    (``Source("pld") is Source("pld")``), so nodes compare them with ``is``; ``Source(name)`` of a name nobody
+    declared raises ValueError.
+
+    Attributes:
+        spine: a spine source's tag: a root child carrying it starts the tree's spine (``DraftTree.spine``).
+        verified: its nodes are draft tokens the walk may accept; False for the anchor and for rows that only ride
+            along in the forward (PTD's drafting rows).
+    """
+
+    _declared: dict[str, Source] = {}
+    ROOT: Source  # the anchor token, committed in the previous cycle (declared below)
+
+    def __new__(cls, name: str) -> Source:
+        if not isinstance(name, str):
+            raise ValueError(f"a node tag is a string (got {name!r})")
+        if name not in cls._declared:
+            from .. import sources  # noqa: F401 - importing the registry declares every source's tag
+        if name not in cls._declared:
+            raise ValueError(f"{name!r} is not a node tag; known: {', '.join(cls._declared)}")
+        return cls._declared[name]
+
+    @classmethod
+    def declare(cls, name: str, *, spine: bool = False, verified: bool = True) -> Source:
+        """The tag ``name`` (made the first time; a later declaration must say the same)."""
+        tag = cls._declared.get(name)
+        if tag is None:
+            tag = str.__new__(cls, name)
+            tag.spine, tag.verified = spine, verified
+            cls._declared[name] = tag
+        if (tag.spine, tag.verified) != (spine, verified):
+            raise ValueError(f"node tag {name!r} is declared twice, differently")
+        return tag
+
+    @classmethod
+    def all(cls) -> tuple[Source, ...]:
+        """Every declared tag: the anchor's, the sources' in ``REGISTRY`` order, then the others (ride-along rows)."""
+        from ..sources import REGISTRY  # importing the registry declares every source's tag
+        first = (cls.ROOT, *(info.source for info in REGISTRY))
+        return first + tuple(t for t in cls._declared.values() if t not in first)
+
+    @property
+    def value(self) -> str:
+        """The tag as a plain string (what trace files store)."""
+        return str.__str__(self)
+
+    def __reduce__(self):
+        return Source, (self.value,)  # pickled by name: unpickling finds the same interned tag
+
+    def __repr__(self) -> str:
+        return f"Source({self.value!r})"
+
+    def __deepcopy__(self, memo) -> Source:
+        return self
+
+    def __copy__(self) -> Source:
+        return self
 
 
-#: Sources whose chains can be a tree's spine (``engine.sources.Role.SPINE``; the registry checks this).
-SPINE_SOURCES = frozenset({Source.PLD, Source.SUFFIX})
-
-
-#: Greedy-walk priority (Goose Alg. 3 / B.3): spine children are tried before branch children; PTD
-#: candidates sit between them (measured: docs/results.md, "PTD walk priority").  Sources absent
-#: from a priority (PTD drafting rows) are never accepted.
-WALK_PRIORITY = (Source.PLD, Source.SUFFIX, Source.PTD, Source.TR)
+Source.ROOT = Source.declare("anchor", verified=False)
 
 
 @dataclass(frozen=True)
@@ -92,10 +136,10 @@ class DraftTree:
 
     @cached_property
     def spine(self) -> tuple[int, ...]:
-        """The spine's nodes, root excluded: from the root, the first child of a spine source (``SPINE_SOURCES``),
+        """The spine's nodes, root excluded: from the root, the first child of a spine source (``Source.spine``),
         then each node's first child of that same source (builders lay the spine before anything else, so its
         nodes are their parents' first children of that source).  () when the tree has no spine."""
-        first = next((c for c in self.children[0] if self.sources[c] in SPINE_SOURCES), None)
+        first = next((c for c in self.children[0] if self.sources[c].spine), None)
         if first is None:
             return ()
         spine = [first]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tree import WALK_PRIORITY, DraftTree, Source
+from .tree import DraftTree, Source
 
 #: A node's target distribution: node index -> (|V|,) float64 probabilities on the CPU (warped:
 #: temperature, top-k, top-p), computed lazily so only the rows a walk visits are softmaxed.
@@ -126,8 +126,7 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
                     host_probs)
 
 
-def greedy_walk(tree: DraftTree, greedy: list[int],
-                priority: tuple[Source, ...] = WALK_PRIORITY) -> tuple[tuple[int, ...], int]:
+def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
     """Goose Algorithm 3: the longest path whose every token equals the target's greedy choice.
 
     At each node, children are tried in source priority (PLD spine before TR branch), then in
@@ -153,7 +152,7 @@ def greedy_walk(tree: DraftTree, greedy: list[int],
 
 
 def sample_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
-                priority: tuple[Source, ...] = WALK_PRIORITY) -> tuple[tuple[int, ...], int]:
+                priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
     """Lossless tree verification for deterministic drafts (PTD Appendix B Alg. 2, proof in App. C).
 
     At each node, with P the node's target distribution: try the children in ``priority`` order;

@@ -111,7 +111,7 @@ def method_config(name: str) -> dict:
                          "(engine methods take +ptd / +pld / +tr, @a>b>c, /c=X, -preset and :field=value variants)")
     fields: dict = {**PRESETS[preset or "default"], "method": method}
     if extra:
-        fields["sources"] = tuple(dict.fromkeys(("pld", "tr", *extra)))
+        fields["sources"] = tuple(dict.fromkeys((*DecodeConfig().sources, *extra)))
     if priority:
         fields["walk_priority"] = tuple(priority.split(">"))
     for assignment in assignments:

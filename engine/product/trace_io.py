@@ -87,7 +87,7 @@ def _source(x: Any, where: str) -> Source:
     try:
         return Source(x)
     except ValueError:
-        known = ", ".join(s.value for s in Source)
+        known = ", ".join(s.value for s in Source.all())
         raise TraceFormatError(f"{where}: unknown source {x!r} (known: {known})") from None
 
 

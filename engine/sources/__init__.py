@@ -1,13 +1,15 @@
 """Draft sources: one small protocol (``base.DraftSource``), one module per source, and the registry.
 
-Everything that names sources (the config's sources and methods, metrics, figures and their legend,
-explanations, the page's toggles and method menu, the trace schema, the bench) reads ``REGISTRY`` instead of
-naming them, so adding a source is its module plus one line here, and (until each source owns its config) its
-node tag in ``engine.core.tree.Source`` and its options in ``DecodeConfig``.
+A source's module declares all of it: its ``SourceInfo`` (name, which is also its nodes' tag, label, colours, role,
+the method that drafts with it alone), its own settings' dataclass (``config_type``, held by
+``DecodeConfig.source_configs``, with the flat names the CLI and trace files use) and the source itself.
+Everything that names sources (the config's sources, methods and walk priority, metrics, figures and their legend,
+explanations, the page's toggles and method menu, the trace schema, the bench) reads ``REGISTRY`` instead of naming
+them, so adding a source is its module plus one line in ``SOURCE_TYPES`` here.
 """
 from __future__ import annotations
 
-from ..core.tree import SPINE_SOURCES, Source
+from ..core.tree import Source
 from .base import Candidates, DraftSource, Request, Role, Rows, SourceInfo, SourceMemory, Verified
 from .pld import PldSource
 from .ptd import PtdSource
@@ -18,7 +20,6 @@ from .tr import TrSource
 SOURCE_TYPES = (PldSource, TrSource, PtdSource, SuffixSource)
 #: What the page, figures and tables know of each (``SourceInfo``), same order.
 REGISTRY: tuple[SourceInfo, ...] = tuple(t.info for t in SOURCE_TYPES)
-assert {i.source for i in REGISTRY if i.role is Role.SPINE} == SPINE_SOURCES, "tree.SPINE_SOURCES is stale"
 
 
 def info(source: Source | str) -> SourceInfo:

@@ -42,7 +42,7 @@ class SourceInfo:
     check (every pair apart under protanopia, deuteranopia and tritanopia) still passes.
     """
 
-    source: Source
+    name: str  # the source's name in configs, traces, CLI flags and ``accepted_by_source`` ("pld"); its nodes' tag
     label: str
     short: str
     colour: str  # node colour (CSS hex)
@@ -53,10 +53,13 @@ class SourceInfo:
     candidate_tree: bool = False  # that method verifies the source's own candidate tree as proposed (PTD §3.3,
     # SuffixDecoding) instead of a tree the builder grows from its candidates
 
+    def __post_init__(self) -> None:
+        Source.declare(self.name, spine=self.role is Role.SPINE)  # its nodes' tag: the core names no source
+
     @property
-    def name(self) -> str:
-        """The source's name in configs, traces, CLI flags and ``accepted_by_source`` ("pld")."""
-        return self.source.value
+    def source(self) -> Source:
+        """The tag of this source's nodes (``Source(name)``)."""
+        return Source(self.name)
 
 
 class Request(NamedTuple):
@@ -105,7 +108,7 @@ class Rows(NamedTuple):
 
     tokens: tuple[int, ...] = ()
     parents: tuple[int | None, ...] = ()
-    tag: Source = Source.PTD_ROW
+    tag: Source | None = None  # None only for no rows
 
 
 @dataclass(frozen=True)

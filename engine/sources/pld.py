@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
@@ -165,7 +164,7 @@ class PldSource:
     rarely reached, start from what the spine achieves instead of 0.5 (docs/results.md, "GT principle").
     """
 
-    info = SourceInfo(Source.PLD, "PLD spine", "PLD", "#0072B2", Role.SPINE,
+    info = SourceInfo("pld", "PLD spine", "PLD", "#0072B2", Role.SPINE,
                       "copied from an earlier n-gram match in the prompt or the output (prompt lookup)",
                       tint="#b2d5e8", method_label="PLD only (chain)")
     top_k = 0
@@ -183,7 +182,7 @@ class PldSource:
         self.alone = alone
         self.long_match, self.max_spine, self.pooled_prior = cfg.tree.bypass_threshold, cfg.tree.max_spine, \
             own.pooled_prior
-        self.counter = stats.counter(Source.PLD)
+        self.counter = stats.counter(self.info.source)
 
     def prefill(self, prompt: Sequence[int], back) -> None:
         pass  # the index catches up with the context it is asked about (``propose``)

@@ -15,7 +15,7 @@ How the pieces map onto this engine:
   its row cap (our addition: a full tree that never steps stops producing new drafts).
 * Every subtree of T is merged into the **candidate pool** under its root's token (Alg. 1 step 4,
   merge M).  The pool's tree for the current anchor token is the PTD candidate tree; the tree
-  builders add its nodes as ``Source.PTD`` (spine_tree.py).
+  builders add its nodes as ``Source("ptd")`` (spine_tree.py).
 * T⁰ (the paper's "randomly initialized shallow tree") is a root with ``init_width`` children whose
   tokens are drawn at random (fixed seed) from the prompt, so perturbations stay in the prompt's
   vocabulary.
@@ -42,6 +42,10 @@ from .base import Candidates, Request, Role, Rows, SourceInfo, SourceMemory, Ver
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
     from ..core.config import DecodeConfig
+
+
+#: The tag of PTD's drafting rows: they ride along in the forward and are never verified (PTD §3.2).
+ROW_TAG = Source.declare("ptd-row", verified=False)
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,7 @@ class PtdSource:
     keeps its best nodes), with T's rows to ride along; nothing below other nodes.  A candidate's estimate
     is the per-depth PTD acceptance rate, Beta(1, 1) prior."""
 
-    info = SourceInfo(Source.PTD, "PTD perturbation", "PTD", "#009E73", Role.POOL,
+    info = SourceInfo("ptd", "PTD perturbation", "PTD", "#009E73", Role.POOL,
                       "a candidate from the pool progressive tree drafting grows in the forward's extra rows",
                       tint="#1aa881", method_label="PTD only (progressive tree drafting)",
                       candidate_tree=True)
@@ -205,7 +209,7 @@ class PtdSource:
         self.seed = cfg.sampler.seed
         self.pool = CandidatePool(width=self.own.width, max_depth=self.own.depth)
         self.tree: ProgressiveTree | None = None
-        self.counter = stats.counter(Source.PTD)
+        self.counter = stats.counter(self.info.source)
 
     def prefill(self, prompt: Sequence[int], back) -> None:
         own = self.own
@@ -216,7 +220,7 @@ class PtdSource:
         if request.depth:
             return Candidates()
         tokens, parents = self.tree.rows()
-        rows = Rows(tuple(tokens), tuple(parents), Source.PTD_ROW)
+        rows = Rows(tuple(tokens), tuple(parents), ROW_TAG)
         trie = self.pool.get(request.token)
         if trie is None:
             return Candidates(rows=rows)
@@ -226,7 +230,7 @@ class PtdSource:
 
     def observe(self, verified: Verified) -> None:
         # PTD Alg. 1 steps 3-4: extend T by each row's greedy token, merge its subtrees into the pool
-        self.tree.grow(verified.greedy_of(Source.PTD_ROW), self.pool)
+        self.tree.grow(verified.greedy_of(ROW_TAG), self.pool)
 
 
 def _flatten(trie: Trie, depth: int) -> tuple[list[int], list[int | None], list[int]]:

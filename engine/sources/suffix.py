@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from ..core.tree import Source
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
 if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
@@ -203,7 +202,7 @@ class SuffixSource:
     checked).  ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not frequencies.
     """
 
-    info = SourceInfo(Source.SUFFIX, "Suffix tree", "Suffix", "#CC79A7", Role.SPINE,
+    info = SourceInfo("suffix", "Suffix tree", "Suffix", "#CC79A7", Role.SPINE,
                       "the most frequent continuations of the longest suffix match, over the prompt, the output "
                       "and this visitor's earlier outputs (SuffixDecoding)",
                       tint="#d48db4", method_label="Suffix tree only (SuffixDecoding)", candidate_tree=True)

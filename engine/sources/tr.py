@@ -25,7 +25,6 @@ import torch
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from ..core.tree import Source
 from ..core.verify import top_successors
 from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
 
@@ -139,7 +138,7 @@ class TrSource:
     (TR nodes accepted + 1) / (sum of their scores + 1) over TR nodes whose parent was accepted.
     """
 
-    info = SourceInfo(Source.TR, "TR branch", "TR", "#E69F00", Role.BRANCH,
+    info = SourceInfo("tr", "TR branch", "TR", "#E69F00", Role.BRANCH,
                       "the target's own top-K successors of a token, recycled from earlier logits (Token Recycling)",
                       tint="#e8a91a", method_label="TR only (tree)")
 
@@ -152,7 +151,7 @@ class TrSource:
         self.renormalise = own.adjacency_scores == "top-k"
         self.bigram_capacity = own.bigram_capacity
         self.table: AdjacencyTable | None = None  # made at prefill, when the vocabulary size is known
-        self.counter = stats.counter(Source.TR)
+        self.counter = stats.counter(self.info.source)
 
     def prefill(self, prompt: Sequence[int], back) -> None:
         self.table = AdjacencyTable(0, self.top_k, self.bigram_capacity, renormalise=self.renormalise)
