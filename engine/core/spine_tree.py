@@ -93,8 +93,9 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
     Args:
         drafts: the spine (possibly empty: then the tree is branches only), the candidate pool and the
             branch sources (none: the tree is the spine and the pool alone).
-        cfg: spine-branch ratio rho, max depth D, min score, GT threshold c (a float here: ``SpecDecoder``
-            resolves "auto"), ``depth_bounds_spine``, ``spine_branch_min``, ``branch_growth``, ``ptd_share``.
+        cfg: a resolved ``DecodeConfig``: ``tree`` (rho, D, K, min score, ``pool_share``), ``variant``
+            (``depth_bounds_spine``, ``spine_branch_min``, ``branch_growth``) and ``gt.prune_at`` (the c nodes are
+            pruned at; ``DecodeConfig.resolved`` sets it).
         spine_ratio: r for this cycle.
         budget: node budget of this cycle, root included (default ``cfg.tree.budget``; the confidence
             schedule of §4.3 raises it on confident cycles).
@@ -111,7 +112,7 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
     (the authors' code, C.1 "confidence-aware branch width").
 
     The candidate pool (our extension; the Goose paper has two sources): after the spine, pool candidates
-    take up to ``ptd_share`` of the remaining budget, best-first by their estimates (step 1b); steps 2-4
+    take up to ``TreeShape.pool_share`` of the remaining budget, best-first by their estimates (step 1b); steps 2-4
     share what is left by the paper's ratios.
     """
     B, rho, D = cfg.tree.budget if budget is None else budget, cfg.tree.spine_branch_ratio, cfg.tree.max_depth

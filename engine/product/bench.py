@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
     ap.add_argument("--limit", type=int, default=20, help="prompts per dataset")
     ap.add_argument("--methods", default=DEFAULT_METHODS, help="the methods to run, comma-separated; each runs "
-                    "the settings of the options below with its own (method_config)")
+                    "the settings of the options below changed by its own (method_config; goose+X: the default "
+                    "sources and X)")
     add_config_options(ap, method=False)  # the generate CLI's settings: --budget, --gt-threshold, --cost-curve, ...
     ap.add_argument("--profile", action="store_true", help="also write every cycle's stage timings (profile.jsonl)")
     ap.add_argument("--same-session", action="store_true",
@@ -420,8 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": dt.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m engine.product.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "git_commit": _git_commit(), "max_new_tokens": args.max_new_tokens, "budget": args.budget,
-            "gt_threshold": args.gt_threshold, "same_session": args.same_session,
+            "git_commit": _git_commit(), "max_new_tokens": base.max_new_tokens, "budget": base.tree.budget,
+            "gt_threshold": base.gt.threshold, "same_session": args.same_session,
             "cost_curve": run.curve.to_dict() if run.curve is not None else None,
             "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
     write_outputs(args.out, meta, rows, profile)

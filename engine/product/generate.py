@@ -42,8 +42,8 @@ from .reference import greedy_reference
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI's parser.  An option whose ``dest`` is a ``DecodeConfig`` field sets that field
-    (``config_from_args``); ``command_line`` writes a config back as these options."""
+    """The CLI's parser.  An option whose ``dest`` is a ``DecodeConfig`` setting's flat name (``FLAT_NAMES``) sets
+    it (``config_from_args``); ``command_line`` writes a config back as these options."""
     ap = argparse.ArgumentParser(prog="python -m engine.product.generate", description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")

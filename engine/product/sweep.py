@@ -45,10 +45,10 @@ MAX_VALUES = 12
 
 @dataclass(frozen=True)
 class Parameter:
-    """A sweepable ``DecodeConfig`` field.
+    """A sweepable ``DecodeConfig`` setting.
 
     Attributes:
-        field: the ``DecodeConfig`` field.
+        field: the setting's flat name (``config.FLAT_NAMES``: ``DecodeConfig.with_`` / ``get`` take it).
         symbol: how labels name it ("B" in "B = 16"); "" = the value alone labels a run ("goose", "pld+tr").
         what: its name for people, for axis titles ("node budget B").
         kind: how a value's text is read: "int", "ratio" (a number or auto), "threshold" (a number, auto or
@@ -61,7 +61,7 @@ class Parameter:
     kind: str
 
 
-#: What a sweep may vary, by the ``DecodeConfig`` field's name.
+#: What a sweep may vary, by the setting's flat name.
 PARAMETERS: dict[str, Parameter] = {p.field: p for p in (
     Parameter("budget", "B", "node budget B", "int"),
     Parameter("spine_ratio", "r", "spine ratio r", "ratio"),
@@ -83,7 +83,7 @@ class SweepSpec:
     """One parameter and the values a sweep runs, in order.
 
     Attributes:
-        parameter: the ``DecodeConfig`` field (a key of ``PARAMETERS``).
+        parameter: the setting's flat name (a key of ``PARAMETERS``).
         values: its values as the config takes them (int B / D; float r, None = adaptive; float c, "auto",
             "chord"; method name; tuple of source names in ``config.SOURCES`` order), each once.
     """

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..core.tree import DraftTree, Source
@@ -53,13 +53,10 @@ class SourceInfo:
     candidate_tree: bool = False  # that method verifies the source's own candidate tree as proposed (PTD §3.3,
     # SuffixDecoding) instead of a tree the builder grows from its candidates
 
-    def __post_init__(self) -> None:
-        Source.declare(self.name, spine=self.role is Role.SPINE)  # its nodes' tag: the core names no source
+    source: Source = field(init=False)  # its nodes' tag, ``Source(name)``, declared here: the core names no source
 
-    @property
-    def source(self) -> Source:
-        """The tag of this source's nodes (``Source(name)``)."""
-        return Source(self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", Source.declare(self.name, spine=self.role is Role.SPINE))
 
 
 class Request(NamedTuple):

@@ -23,7 +23,7 @@ How the pieces map onto this engine:
 The rows do **not** count against the node budget B: B bounds the verified draft tree (Goose
 Alg. 1) so that trees stay comparable across methods, while PTD's rows are a fixed, separate cost
 (``PtdConfig.rows``) that produces drafts for later cycles and is never itself verified.  The
-GT threshold "auto" is derived for the whole forward (B + rows), see ``SpecDecoder``.
+GT threshold "auto" is derived for the whole forward (B + rows), see ``DecodeConfig.resolved``.
 
 ``PtdSource`` adapts the pool to the draft-source protocol (``engine.sources.base``).
 """
