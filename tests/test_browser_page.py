@@ -316,8 +316,13 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
     open_accordion(page, "Method and tree shape")
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="TR only (tree)").first.click()
+    before = page.locator("#stats").inner_text()
     page.get_by_role("button", name="Generate", exact=True).click()
-    stats_has(page, "128 tokens")
+    # the TR-only run's end, not the goose run's "128 tokens" still on screen (CI once stepped through a cycle
+    # while the new run was still drawing over it)
+    page.wait_for_function("(b) => { const t = document.querySelector('#stats')?.innerText || '';"
+                           " return t !== b && t.includes('128 tokens') && t.includes('PLD 0 ·'); }", arg=before,
+                           timeout=120_000)
     show_cycle(page, 3)
     page.get_by_role("button", name="Step through").click()
     page.wait_for_function("() => (document.querySelector('#explain')?.innerText || '').includes('· drafts:')",
