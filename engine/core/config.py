@@ -332,13 +332,12 @@ class DecodeConfig:
                     groups.setdefault(path[0], {})[path[1]] = value
             else:
                 raise ConfigError(f"unknown setting {name!r}; known: {', '.join(FLAT_NAMES)}")
-        changed = replace(self, **top) if top else self
-        for group, changes in groups.items():
-            top[group] = replace(getattr(changed, group), **changes)
+        for group, changes in groups.items():  # on top of a group given whole (``variant="authors"``)
+            top[group] = replace(top.get(group, getattr(self, group)), **changes)
         if own:
-            top["source_configs"] = tuple(replace(c, **own[i]) if i in own else c
-                                          for i, c in enumerate(changed.source_configs))
-        changed = replace(changed, **top) if top else changed
+            configs = top.get("source_configs", self.source_configs)
+            top["source_configs"] = tuple(replace(c, **own[i]) if i in own else c for i, c in enumerate(configs))
+        changed = replace(self, **top) if top else self
         return replace(changed, gt=replace(changed.gt, prune_at=None)) if changed.is_resolved else changed
 
     def get(self, name: str):
@@ -436,20 +435,17 @@ _TOP = tuple(f.name for f in fields(DecodeConfig))
 
 def _flat_paths() -> dict[str, tuple]:
     """Flat name -> where it lives: (field,), (group, field) or ("source_configs", index, field)."""
-    paths: dict[str, tuple] = {name: (name,) for name in ("method", "max_new_tokens", "sources")}
-    for group in ("tree", "gt", "sampler", "variant"):
-        kind = type(getattr(DecodeConfig(), group))
-        for f in fields(kind):
-            flat = kind.FLAT.get(f.name, f.name)
-            if flat:
-                paths[flat] = (group, f.name)
+    named = [(name, (name,)) for name in ("method", "max_new_tokens", "sources")]
+    for f in fields(DecodeConfig):
+        if f.name in ("tree", "gt", "sampler", "variant"):
+            kind = type(f.default)
+            named += [(kind.FLAT.get(g.name, g.name), (f.name, g.name)) for g in fields(kind)]
     for i, t in enumerate(SOURCE_TYPES):
-        for f in fields(t.config_type):
-            paths[t.config_type.FLAT.get(f.name, f.name)] = ("source_configs", i, f.name)
-    expected = 3 + sum(len(fields(type(getattr(DecodeConfig(), g)))) for g in ("tree", "gt", "sampler", "variant")) \
-        - 1 + sum(len(fields(t.config_type)) for t in SOURCE_TYPES)  # - 1: gt.prune_at has no flat name
-    assert len(paths) == expected, "two settings share a flat name"
-    return paths
+        named += [(t.config_type.FLAT.get(g.name, g.name), ("source_configs", i, g.name))
+                  for g in fields(t.config_type)]
+    named = [(name, path) for name, path in named if name]  # gt.prune_at is resolved, never a setting
+    assert len(dict(named)) == len(named), "two settings share a flat name"
+    return dict(named)
 
 
 _PATHS = _flat_paths()
