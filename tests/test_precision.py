@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.core import cost
 from engine.core.config import DecodeConfig
 from engine.product import precision
 from engine.product.decoding import make_decoder
@@ -59,6 +60,25 @@ def test_measure_times_both_precisions(demo_lm):
     assert all(len(v) == 2 and min(v) > 0 for v in ms.values())
     assert demo_lm.model.dtype == torch.float32  # the measured copies never touch the loaded model
     assert demo_lm.model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16: nothing is packed")
+def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
+    """pack_linears swaps every bf16 nn.Linear (lm_head included) and the model's logits stay bit-identical."""
+    monkeypatch.setenv(precision.PACK_ENV, "0")  # the escape hatch: nothing packed
+    plain = load_model("demo", device="cpu", dtype="bf16").model
+    assert type(plain.lm_head) is torch.nn.Linear
+    monkeypatch.delenv(precision.PACK_ENV)
+    packed = load_model("demo", device="cpu", dtype="bf16")
+    assert isinstance(packed.model.lm_head, precision.PackedLinear)
+    assert not any(type(m) is torch.nn.Linear for m in packed.model.modules())
+    assert packed.params == demo_lm.params  # counted before the packed weights left the parameters
+    ids = torch.tensor([packed.encode_prompt("def add(a, b):\n    return a + b\n" * 3)])
+    with torch.no_grad():
+        assert torch.equal(packed.model(input_ids=ids).logits, plain(input_ids=ids).logits)
+    key = cost.curve_key(packed.model)
+    assert key.endswith(f"|packed|torch {torch.__version__}") and "/" not in key.split("|")[0]
+    assert "packed" not in cost.curve_key(plain)
 
 
 def test_unsupported_dtypes_fall_back_with_one_sentence():

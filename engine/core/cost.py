@@ -153,7 +153,12 @@ def load_cost_curve(text: str) -> CostCurve:
 
 
 def curve_key(model) -> str:
-    return f"{model.name_or_path}|{model.device}|{model.dtype}|torch {torch.__version__}"
+    """What a curve depends on: the model's name (its folder's or file's name, never a path), device, dtype,
+    attention kernel, packed linears (``PackedLinear.prepacked``) and torch version."""
+    name = Path(str(model.name_or_path)).name or str(model.name_or_path)
+    attn = getattr(model.config, "_attn_implementation", None) or "default"
+    packed = "|packed" if any(getattr(m, "prepacked", False) for m in model.modules()) else ""
+    return f"{name}|{model.device}|{model.dtype}|{attn}{packed}|torch {torch.__version__}"
 
 
 def _sync(device: torch.device) -> None:

@@ -52,11 +52,12 @@ class LoadedModel:
     title: str = ""  # human name for headers, e.g. "SmolLM2-135M-Instruct" (default: ``name``)
     dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
     auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/precision.py)
+    param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
 
     @property
     def params(self) -> int:
         """Number of parameters (tied embeddings counted once)."""
-        return sum(p.numel() for p in self.model.parameters())
+        return self.param_count or sum(p.numel() for p in self.model.parameters())
 
     def describe(self) -> str:
         """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
@@ -292,8 +293,11 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             model.set_attn_implementation(choice.attn)
     elif dtype == "auto":
         reason = precision.cuda_choice(dev).reason
+    params = sum(p.numel() for p in model.parameters())
+    if dev == "cpu" and torch_dtype == torch.bfloat16:
+        precision.pack_linears(model)  # bf16 linears on weights reordered once (precision.py's docstring)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
-                       reason, auto)
+                       reason, auto, params)
 
 
 def tqdm_progress(desc: str = "model"):

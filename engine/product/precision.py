@@ -11,6 +11,12 @@ on a CPU measures fp32 and bf16, each with sdpa and eager attention, once per (m
 threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a tree, the two forwards a run
 alternates between).  The result is cached next to the cost curves (``$GOOSE_LENS_CACHE/precision``).
 
+A bf16 model on such a CPU runs its linears on weights reordered once into oneDNN's blocked layout
+(``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
+in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step costs what fp32's does and a
+16-row tree ~0.8 of it (docs/results.md, "Packed bf16 linears").  The outputs are bit-identical to
+``F.linear``'s (checked per layer when packing).
+
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
 (``engine.product.lossless`` attributes each such divergence).
@@ -34,8 +40,10 @@ from ..core import kv_cache
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 BY_NAME = {name: dtype for dtype, name in NAMES.items()}
+#: Set to "0" to run bf16 linears unpacked (torch's plain ``F.linear``): an escape hatch, and the A/B's baseline.
+PACK_ENV = "GOOSE_LENS_PACK_LINEARS"
 TREE_ROWS = 16  # the tree size the choice weighs beside one AR step (the GT-sized trees of a CPU run are 4-32)
-FORMAT = 2  # version of the cached choice file
+FORMAT = 3  # version of the cached choice file (3: bf16 is measured with packed linears)
 #: (dtype, attention implementation) pairs a CPU measures; the first is the reference the sentence compares with.
 CPU_VARIANTS = (("fp32", "sdpa"), ("fp32", "eager"), ("bf16", "sdpa"), ("bf16", "eager"))
 
@@ -74,6 +82,60 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+class PackedLinear(torch.nn.Module):
+    """A bias-optional ``nn.Linear`` whose bf16 weight is reordered once into oneDNN's blocked layout, as
+    torch inductor's weight freezing does for CPU linears, instead of on every call.
+
+    ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16, bit-identical to ``F.linear``
+    (``pack_linears`` checks each layer).  The packed weight is an opaque oneDNN tensor: a packed model can
+    neither be deep-copied nor moved to another device or dtype (load another copy instead).
+    """
+
+    prepacked = True  # read by ``engine.core.cost.curve_key``: a packed model's cost curve is its own
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+@torch.no_grad()
+def pack_linears(model) -> int:
+    """Swap each bf16 ``nn.Linear`` of a CPU ``model`` (lm_head included) for a ``PackedLinear``, in place.
+
+    Only where this CPU runs bf16 natively and ``$GOOSE_LENS_PACK_LINEARS`` is not "0", and only layers whose
+    packed output on a probe (3 rows) equals ``F.linear``'s bit for bit; a torch without the oneDNN ops
+    packs nothing more.  Returns how many layers were packed (0: nothing changed).  Call it last: after
+    ``.to(dtype)``, ``.to(device)`` and any deepcopy.
+    """
+    if not cpu_has_native_bf16() or os.environ.get(PACK_ENV) == "0":
+        return 0
+    packed = 0
+    gen = torch.Generator().manual_seed(0)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not torch.nn.Linear or child.weight.dtype != torch.bfloat16 \
+                    or child.weight.device.type != "cpu":
+                continue
+            try:
+                swap = PackedLinear(child)
+                probe = torch.randn(1, 3, child.in_features, generator=gen).to(torch.bfloat16)
+                same = torch.equal(swap(probe), torch.nn.functional.linear(probe, child.weight, child.bias))
+            except (AttributeError, RuntimeError, NotImplementedError):
+                return packed
+            if same:
+                setattr(parent, name, swap)
+                packed += 1
+    return packed
+
+
 def cuda_choice(device: str) -> PrecisionChoice:
     """CUDA: bf16 where the device supports it, else fp16 (no measurement: half precision is the fast path)."""
     if torch.cuda.is_bf16_supported():
@@ -86,7 +148,8 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
             repeats: int = 9) -> dict[str, list[float]]:
     """Median ms of one forward of 1 and of ``TREE_ROWS`` rows over ``past`` cached tokens, per (dtype, attention).
 
-    ``model`` is copied once per variant (a variant its architecture cannot run is left out); sizes and
+    ``model`` is copied once per variant (a variant its architecture cannot run is left out; a bf16 copy runs
+    packed linears, as ``load_model`` will serve it: ``pack_linears``); sizes and
     variants are interleaved within each repeat so machine drift hits all alike; the first repeat warms up.
     Returns {"dtype/attention": [T(1), T(16)]}.
     """
@@ -99,6 +162,8 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
             m.set_attn_implementation(attn)
         except (ValueError, ImportError, AttributeError):
             continue
+        if dtype == "bf16":
+            pack_linears(m)
         copies[f"{dtype}/{attn}"] = m
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
     caches = {}
