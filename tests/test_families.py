@@ -26,6 +26,7 @@ from engine.core import compat, kv_cache
 from engine.core.config import DecodeConfig
 from engine.core.tree import DraftTree, Source
 from engine.core.verify import forward_tree
+from engine.product import precision
 from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, load_model
 
@@ -128,6 +129,7 @@ def test_family_fp32_matches_greedy(name):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_bf16_has_no_bugs(name):
     lm = SimpleNamespace(model=copy.deepcopy(tiny(name)).to(torch.bfloat16), eos_token_ids=())
+    precision.pack_linears(lm.model)  # as load_model serves bf16 on a CPU with native bf16
     accepted, found = _bf16_run(lm, prompts(), {"gt_threshold": 0.0}, MAX_NEW)
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name} in bf16"
     bugs = [d.sentence() for d in found if d.kind != "precision tie"]

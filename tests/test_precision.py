@@ -79,6 +79,19 @@ def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
     key = cost.curve_key(packed.model)
     assert key.endswith(f"|packed|torch {torch.__version__}") and "/" not in key.split("|")[0]
     assert "packed" not in cost.curve_key(plain)
+    embedding = packed.model.get_input_embeddings().weight
+    if packed.model.config.tie_word_embeddings:  # a tied lm_head keeps its (shared) weight; no other layer does
+        assert packed.model.lm_head.weight is embedding
+    assert sum(hasattr(m, "weight") for m in packed.model.modules() if isinstance(m, precision.PackedLinear)) <= 1
+
+
+@pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16: nothing is packed")
+def test_a_model_whose_code_reads_a_packed_weight_gets_its_layers_back():
+    model = load_model("demo", device="cpu", dtype="fp32").model.to(torch.bfloat16)
+    mlp = model.model.layers[0].mlp
+    mlp.register_forward_pre_hook(lambda module, args: module.down_proj.weight)  # as some model code does
+    assert precision.pack_linears(model) == 0
+    assert not any(isinstance(m, precision.PackedLinear) for m in model.modules())
 
 
 def test_unsupported_dtypes_fall_back_with_one_sentence():

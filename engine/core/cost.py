@@ -12,9 +12,9 @@ time T(n) for n tree nodes on the current device.  Two uses:
 
 On a GPU T(n) is flat up to tens of nodes; on a CPU it grows with n, steeply at first.
 
-Storage: one JSON file per (model, device, dtype, torch version) under ``$GOOSE_LENS_CACHE/cost``
-(default ~/.cache/goose-lens/cost), format ``FORMAT``, written atomically (temporary file, then
-``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
+Storage: one JSON file per (model, device, dtype, attention kernel, packed linears, torch version) under
+``$GOOSE_LENS_CACHE/cost`` (default ~/.cache/goose-lens/cost), format ``FORMAT``, written atomically
+(temporary file, then ``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
 "re-measure" uses it for one user's session.  A curve is identified by ``CostCurve.id``, a hash of
 its ``spec()``, the compact text that reproduces it exactly (``python -m engine.product.generate --cost-curve``).
 """
@@ -55,7 +55,8 @@ class CostCurve:
         ms: median ms of one verification forward plus the logit harvest, for each n, over ``past``
             cached tokens; rounded to 0.001 ms so ``spec()`` reproduces the curve exactly.
         past: cached tokens during the measurement.
-        key: model | device | dtype | torch version the curve belongs to ("" when given by hand).
+        key: model | device | dtype | attention | packed | torch version the curve belongs to (``curve_key``;
+            "" when given by hand).
     """
 
     nodes: tuple[int, ...]
@@ -153,9 +154,10 @@ def load_cost_curve(text: str) -> CostCurve:
 
 
 def curve_key(model) -> str:
-    """What a curve depends on: the model's name (its folder's or file's name, never a path), device, dtype,
-    attention kernel, packed linears (``PackedLinear.prepacked``) and torch version."""
-    name = Path(str(model.name_or_path)).name or str(model.name_or_path)
+    """What a curve depends on: the model (its folder's or file's name and a hash of where it came from, never
+    a path), device, dtype, attention kernel, packed linears (``PackedLinear.prepacked``) and torch version."""
+    where = str(model.name_or_path)
+    name = f"{Path(where).name or where}#{hashlib.sha1(where.encode()).hexdigest()[:8]}"
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     packed = "|packed" if any(getattr(m, "prepacked", False) for m in model.modules()) else ""
     return f"{name}|{model.device}|{model.dtype}|{attn}{packed}|torch {torch.__version__}"

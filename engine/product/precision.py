@@ -14,8 +14,8 @@ alternates between).  The result is cached next to the cost curves (``$GOOSE_LEN
 A bf16 model on such a CPU runs its linears on weights reordered once into oneDNN's blocked layout
 (``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
 in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step costs what fp32's does and a
-16-row tree ~0.8 of it (docs/results.md, "Packed bf16 linears").  The outputs are bit-identical to
-``F.linear``'s (checked per layer when packing).
+16-row tree ~0.75 of it (docs/results.md, "Packed bf16 linears").  The outputs equal ``F.linear``'s bit for
+bit (checked per layer on probes when packing).
 
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
@@ -86,18 +86,22 @@ class PackedLinear(torch.nn.Module):
     """A bias-optional ``nn.Linear`` whose bf16 weight is reordered once into oneDNN's blocked layout, as
     torch inductor's weight freezing does for CPU linears, instead of on every call.
 
-    ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16, bit-identical to ``F.linear``
-    (``pack_linears`` checks each layer).  The packed weight is an opaque oneDNN tensor: a packed model can
-    neither be deep-copied nor moved to another device or dtype (load another copy instead).
+    ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16, equal to ``F.linear``'s bit for
+    bit on the probes ``pack_linears`` checks.  The packed weight is an opaque oneDNN tensor: a packed model
+    can neither be deep-copied nor moved to another device or dtype (load another copy instead).  ``weight``
+    stays only when another module shares it (a tied lm_head: the embedding holds it anyway); elsewhere the
+    plain weight is dropped, so the layer costs no more memory than before.
     """
 
     prepacked = True  # read by ``engine.core.cost.curve_key``: a packed model's cost curve is its own
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = linear.bias
+        if keep_weight:
+            self.weight = linear.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -106,34 +110,49 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+def packing_enabled() -> bool:
+    """Whether bf16 linears get packed here: a CPU with native bf16, ``$GOOSE_LENS_PACK_LINEARS`` not "0"."""
+    return cpu_has_native_bf16() and os.environ.get(PACK_ENV) != "0"
+
+
 @torch.no_grad()
 def pack_linears(model) -> int:
     """Swap each bf16 ``nn.Linear`` of a CPU ``model`` (lm_head included) for a ``PackedLinear``, in place.
 
-    Only where this CPU runs bf16 natively and ``$GOOSE_LENS_PACK_LINEARS`` is not "0", and only layers whose
-    packed output on a probe (3 rows) equals ``F.linear``'s bit for bit; a torch without the oneDNN ops
-    packs nothing more.  Returns how many layers were packed (0: nothing changed).  Call it last: after
-    ``.to(dtype)``, ``.to(device)`` and any deepcopy.
+    Only where ``packing_enabled()``, and only layers whose packed output equals ``F.linear``'s bit for bit
+    on probes of 1, 3 and 16 rows (a layer that fails the check or raises stays as it was).  Then one
+    forward of the whole model: a model whose code reads a packed layer's weight gets every layer back.
+    Returns how many layers were packed (0: nothing changed).  Call it last: after ``.to(dtype)``,
+    ``.to(device)`` and any deepcopy.
     """
-    if not cpu_has_native_bf16() or os.environ.get(PACK_ENV) == "0":
+    if not packing_enabled():
         return 0
-    packed = 0
     gen = torch.Generator().manual_seed(0)
+    others = {id(p) for m in model.modules() if type(m) is not torch.nn.Linear for p in m.parameters(recurse=False)}
+    swapped = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is not torch.nn.Linear or child.weight.dtype != torch.bfloat16 \
                     or child.weight.device.type != "cpu":
                 continue
             try:
-                swap = PackedLinear(child)
-                probe = torch.randn(1, 3, child.in_features, generator=gen).to(torch.bfloat16)
-                same = torch.equal(swap(probe), torch.nn.functional.linear(probe, child.weight, child.bias))
+                swap = PackedLinear(child, keep_weight=id(child.weight) in others)
+                same = all(torch.equal(swap(x), torch.nn.functional.linear(x, child.weight, child.bias))
+                           for x in (torch.randn(1, rows, child.in_features, generator=gen).to(torch.bfloat16)
+                                     for rows in (1, 3, 16)))
             except (AttributeError, RuntimeError, NotImplementedError):
-                return packed
+                continue
             if same:
                 setattr(parent, name, swap)
-                packed += 1
-    return packed
+                swapped.append((parent, name, child))
+    if swapped:
+        try:
+            model(input_ids=torch.tensor([[0, 1, 2]], device=model.device))
+        except Exception:  # noqa: BLE001 - any failure: the model's own code needs plain layers
+            for parent, name, child in swapped:
+                setattr(parent, name, child)
+            return 0
+    return len(swapped)
 
 
 def cuda_choice(device: str) -> PrecisionChoice:
@@ -202,9 +221,11 @@ def _cache_file(key: str, cache_dir: str | Path | None) -> Path:
 
 
 def machine_key(model_name: str) -> str:
-    """What a CPU choice depends on: the model, the CPU, torch and its thread count (never a path)."""
+    """What a CPU choice depends on: the model, the CPU, torch, its thread count and whether bf16 linears are
+    packed (never a path)."""
     threads = torch.get_num_threads()
-    return f"{model_name}|{platform.machine()}|{_cpu_name()}|torch {torch.__version__}|{threads} threads"
+    packed = "packed" if packing_enabled() else "plain"  # bf16 is measured as it will run
+    return f"{model_name}|{platform.machine()}|{_cpu_name()}|torch {torch.__version__}|{threads} threads|{packed}"
 
 
 def free_memory(device: str) -> int | None:
