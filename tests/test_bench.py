@@ -21,6 +21,10 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     for key in ("tau", "tok_per_s", "speedup_vs_ar", "p_s", "p_t", "accepted_by_source", "accepted_by_path",
                 "median_overhead_ms", "synergy"):
         assert key in goose
+    # of limit: each prompt's decode speedup over its own limit, median over prompts (not over a pooled limit)
+    ratios = sorted(p["decode_speedup"] / p["limit"] for p in goose["prompts"])
+    assert len(ratios) == 2 and goose["of_limit"] == pytest.approx((ratios[0] + ratios[1]) / 2)
+    assert goose["of_limit_pooled"] == pytest.approx(goose["decode_speedup"] / goose["limit"])
     assert result["meta"]["command"].startswith("python -m engine.product.bench")
     assert "Avg Spd" in (out / "results.md").read_text()
     assert "plotly" in (out / "report.html").read_text()
