@@ -9,12 +9,15 @@ import sys
 import time
 
 import pytest
+import torch
 
 from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, ModelRegistry, load_model
+from engine.product.reference import greedy_reference
 from engine.sources import REGISTRY
 
 ROOT = __import__("conftest").ROOT
+DEMO_CURVE = "past=128;1:10,2:11,4:12,8:13,16:15,32:19,64:27,128:45"  # a fixed curve: the same trees anywhere
 
 
 def free_port() -> int:
@@ -48,6 +51,27 @@ def test_cli_json_with_lossless_check(tmp_path, dtype):
     assert sum(result["accepted_by_source"].values()) == result["new_tokens"]
     drafted = result["new_tokens"] - result["accepted_by_source"]["bonus"]
     assert drafted > 0, "no draft token accepted: inconclusive"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_cli_lossless_check_fails_on_a_bug(monkeypatch, capsys, dtype):
+    """A reference that parts from the run by far more than rounding (a token AR would never pick) is a bug in
+    every precision: exit status 1, ``lossless`` false, the divergence attributed."""
+    from engine.product import generate
+
+    def wrong_reference(model, prompt_ids, max_new_tokens, eos):
+        ref = greedy_reference(model, prompt_ids, max_new_tokens, eos)
+        row = model(input_ids=torch.tensor([list(prompt_ids) + ref[:3]])).logits[0, -1]  # AR's step at token 3
+        return ref[:3] + [int(row.argmin())] + ref[4:]
+
+    monkeypatch.setattr(generate, "greedy_reference", wrong_reference)
+    code = generate.main(["--model", "demo", "--dtype", dtype, "--prompt", "def add(a, b):\n    return a + b\n",
+                          "--max-new-tokens", "12", "--check-lossless", "--json", "--cost-curve", DEMO_CURVE])
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert code == 1 and result["lossless"] is False
+    assert result["divergence"]["kind"] == "bug" and result["divergence"]["position"] == 3
+    assert "LOSSLESS VIOLATION" in out.err
 
 
 def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):

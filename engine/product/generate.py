@@ -205,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         result["lossless"] = found is None or (not exact and found.kind == "precision tie")
         result["divergence"] = found.to_dict() if found is not None else None
         if found is not None:
-            print(f"{'' if result['lossless'] else 'LOSSLESS VIOLATION: '}{found.sentence(lm.tokenizer.decode)}",
-                  file=sys.stderr)
+            verdict = "" if result["lossless"] else "LOSSLESS VIOLATION (fp32 allows no difference): " if exact \
+                else "LOSSLESS VIOLATION: "
+            print(verdict + found.sentence(lm.tokenizer.decode), file=sys.stderr)
     if not args.json:
         print(result["text"])
     print(json.dumps(result, indent=None if args.json else 2))
