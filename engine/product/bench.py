@@ -271,7 +271,7 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
     cycles = sum(s.cycles for s in sums)
     if curve is not None and cycles:
         tau_decode = (new_tokens - len(runs)) / cycles  # tokens after each prefill per decoding forward
-        row["limit"] = tau_decode * curve.latency(1) / curve.latency(row["mean_forward_rows"])
+        row["limit"] = _limit(tau_decode, row["mean_forward_rows"], curve)
         prompts = [{"decode_speedup": _decode_rate(r) / _decode_rate(a) if len(r["tokens"]) > 1 else None,
                     "tau": _decode_tau(r), "rows": r["summary"].mean_forward_rows, "limit": run_limit(r, curve)}
                    for r, a in zip(runs, ar_runs)]
@@ -286,7 +286,12 @@ def run_limit(run: dict, curve: CostCurve) -> float | None:
     """One run's decode-phase limit τ·T(1)/T(n̄) on ``curve`` (τ: tokens after the prefill's first per decoding
     forward; n̄: its mean rows per forward); None for a run without decoding cycles."""
     tau = _decode_tau(run)
-    return tau * curve.latency(1) / curve.latency(run["summary"].mean_forward_rows) if tau is not None else None
+    return _limit(tau, run["summary"].mean_forward_rows, curve) if tau is not None else None
+
+
+def _limit(tau: float, rows: float, curve: CostCurve) -> float:
+    """τ·T(1)/T(n̄): the decode-phase speedup τ allows when every forward carries ``rows`` rows on ``curve``."""
+    return tau * curve.latency(1) / curve.latency(rows)
 
 
 def _decode_tau(run: dict) -> float | None:
