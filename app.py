@@ -1,6 +1,6 @@
 """goose-lens: a Gradio page that streams speculative decoding and draws every cycle's draft tree.
 
-    python app.py [--model smollm2|demo|ID|PATH] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16]
+    python app.py [--model smollm2|demo|ID|PATH] [--device auto|cpu|cuda] [--dtype auto|fp32|fp16|bf16|q4]
                   [--host 127.0.0.1] [--port 7860] [--share] [--public]
 
 This file only wires the engine (``engine/``) to the figures (``viz/``); it holds no algorithm (the race's
@@ -254,8 +254,9 @@ FULLSCREEN = """() => { const e = document.getElementById('draft-tree'); if (!e)
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name: i.method_label for i in REGISTRY},
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
 METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
-DTYPE_CHOICES = [("auto (measured: the faster of fp32 and bf16 on a CPU; half precision on a GPU)", "auto"),
-                 ("fp32 (exact: token for token AR's output)", "fp32"), ("fp16", "fp16"), ("bf16", "bf16")]
+DTYPE_CHOICES = [("auto (measured: the fastest of fp32, bf16 and q4 on a CPU; half precision on a GPU)", "auto"),
+                 ("fp32 (exact: token for token AR's output)", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"),
+                 ("q4 (a 4-bit model's own weights, bf16 activations; CPU)", "q4")]
 SOURCE_CHOICES = [(info.label, info.name) for info in REGISTRY]
 PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
 FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
@@ -832,7 +833,7 @@ def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) 
     after it started would be missing there: only the models placed at start-up (``place_models``) are offered."""
     try:
         dev = resolve_device(device or "auto")
-        want = (resolve(name).name, dev, str(resolve_dtype(dtype or "auto", dev)[0]).removeprefix("torch."))
+        want = (resolve(name).name, dev, resolve_dtype(dtype or "auto", dev)[0])
     except ModelLoadError:
         want = None
     if want is not None and models.key_of(models.get(want)) == want:

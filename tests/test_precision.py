@@ -2,8 +2,9 @@
 
 fp32 stays exact (tests/test_lossless.py, tests/test_smollm2.py: token ids equal ``generate``, no tolerance).
 Here: the dtype choice and its sentence, the ulp rule that tells a half-precision tie from a bug, and the
-lossless runs in bf16 on the demo model and on SmolLM2: every divergence from AR is a precision tie (zero
-bugs), and each configuration accepted draft tokens (no inconclusive run).
+lossless runs in bf16 and in q4 (4-bit weights, bf16 activations) on the demo model and on SmolLM2: every
+divergence from AR is a precision tie (zero bugs), and each configuration accepted draft tokens (no inconclusive
+run).
 """
 from __future__ import annotations
 
@@ -97,12 +98,74 @@ def test_a_model_whose_code_reads_a_packed_weight_gets_its_layers_back():
 def test_unsupported_dtypes_fall_back_with_one_sentence():
     assert resolve_dtype("fp16", "cpu") == (None, "fp16 is not supported on a CPU (no fast kernels); using the "
                                                   "measured precision instead.")
-    assert resolve_dtype("fp32", "cpu") == (torch.float32, "") and resolve_dtype("auto", "cpu") == (None, "")
+    assert resolve_dtype("fp32", "cpu") == ("fp32", "") and resolve_dtype("auto", "cpu") == (None, "")
+    assert resolve_dtype("q4", "cpu") == ("q4", "")
     with pytest.raises(ModelLoadError, match="unknown dtype 'int3'"):
         resolve_dtype("int3", "cpu")
     lm = load_model("demo", device="cpu", dtype="fp16")
     assert lm.dtype in (torch.float32, torch.bfloat16) and lm.dtype_reason.startswith("fp16 is not supported")
     assert lm.auto_dtype and "\n" not in lm.dtype_reason
+
+
+def _q4_weight(out_features: int, in_features: int, gen: torch.Generator) -> torch.Tensor:
+    """(out, in) fp32 weights that are exactly 4-bit group codes, as a Q4_1 GGUF file dequantizes: scale · q + low
+    per group of 32 along the input, q in 0..15 with 0 and 15 in every group (llama.cpp's quantizer)."""
+    groups = in_features // precision.Q4_GROUP
+    codes = torch.randint(0, 16, (out_features, groups, precision.Q4_GROUP), generator=gen).float()
+    codes[..., 0], codes[..., 1] = 0, 15
+    scale = (torch.rand(out_features, groups, 1, generator=gen) * 0.01 + 1e-3).half().float()  # GGUF: fp16 d, m
+    low = (-8 * scale + torch.randn(out_features, groups, 1, generator=gen) * 1e-3).half().float()
+    return (codes * scale + low).reshape(out_features, in_features)
+
+
+def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
+    gen = torch.Generator().manual_seed(0)
+    exact = torch.nn.Linear(64, 32, bias=False)
+    exact.weight.data = _q4_weight(32, 64, gen)
+    q4 = precision.Q4Linear.from_linear(exact)
+    assert q4 is not None and q4.kernel == "q4"
+    x = torch.randn(2, 5, 64, generator=gen).to(torch.bfloat16)
+    want = torch.nn.functional.linear(x.float(), exact.weight)  # (2, 5, 32) the fp32 product
+    assert q4(x).shape == (2, 5, 32) and q4(x).dtype == torch.bfloat16
+    assert torch.allclose(q4(x).float(), want, atol=0.02 * want.abs().max().item())  # bf16 activations and scales
+    plain = torch.nn.Linear(64, 32, bias=False)  # trained weights: not 4-bit codes, never re-quantized
+    biased = torch.nn.Linear(64, 32)
+    biased.weight.data = exact.weight.data.clone()
+    narrow = torch.nn.Linear(64, 24, bias=False)  # the kernel takes out_features in multiples of 16
+    narrow.weight.data = _q4_weight(24, 64, gen)
+    assert [precision.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
+
+
+def test_q4_is_refused_for_a_model_without_4bit_weights_in_one_sentence(demo_lm):
+    lm = load_model("demo", device="cpu", dtype="q4")
+    assert lm.precision != "q4" and lm.auto_dtype and "\n" not in lm.dtype_reason
+    assert lm.dtype_reason.startswith("q4 is not possible for this model: its weights are not 4-bit group codes")
+
+
+@pytest.fixture(scope="module")
+def demo_q4():
+    """The demo model with its decoder layers' weights made 4-bit group codes, served in q4."""
+    lm = load_model("demo", device="cpu", dtype="fp32")
+    with torch.no_grad():
+        for layer in lm.model.model.layers:
+            for m in layer.modules():
+                if type(m) is torch.nn.Linear:  # each weight rounded to its own group's 16 levels, Q4_1's way
+                    w = m.weight.reshape(m.out_features, -1, precision.Q4_GROUP)
+                    low = w.amin(-1, keepdim=True).half().float()  # fp16 d and m, as GGUF stores them
+                    scale = ((w.amax(-1, keepdim=True) - low) / 15).half().float()
+                    m.weight.copy_(((w - low) / scale).round().clamp(0, 15).mul(scale).add(low).reshape_as(m.weight))
+    assert precision.apply(lm.model, "q4") == 4 * 7 + 1  # 7 linears per layer, 4-bit; the tied lm_head packed
+    assert precision.precision_name(lm.model) == "q4"
+    return lm
+
+
+@pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
+def test_demo_model_q4_has_no_bugs(demo_q4, lossless_prompts, name):
+    prompts = [demo_q4.encode_prompt(p) for p in lossless_prompts]
+    accepted, found = _bf16_run(demo_q4, prompts, BF16_CONFIGS[name], 128)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token in q4"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
 
 
 def test_attribution_reads_ars_own_logits(demo_lm):
@@ -172,6 +235,22 @@ def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
                   lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
     accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], 64)
     assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in bf16"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
+@pytest.mark.parametrize("name", ["default", "method-pld"])
+def test_smollm2_q4_has_no_bugs(smollm2_lm, name):
+    """SmolLM2's GGUF weights are Q4_1: q4 serves its own 4-bit codes; bf16 activations, so ties are attributed."""
+    from test_smollm2 import _read
+
+    lm = load_model("smollm2", device="cpu", dtype="q4")
+    assert lm.precision == "q4" and lm.dtype == torch.bfloat16 and lm.describe().endswith("(135M, q4, CPU)")
+    prompts = ([lm.encode_prompt(_read("humaneval/HumanEval.jsonl", i, "prompt"), chat=False) for i in (0, 23)]
+               + [lm.encode_prompt(_read("gsm8k/test.jsonl", 0, "question"), chat=True),
+                  lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
+    accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], 64)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in q4"
     bugs = [d.sentence() for d in found if d.kind != "precision tie"]
     assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
 

@@ -155,12 +155,13 @@ def load_cost_curve(text: str) -> CostCurve:
 
 def curve_key(model) -> str:
     """What a curve depends on: the model (its folder's or file's name and a hash of where it came from, never
-    a path), device, dtype, attention kernel, packed linears (``PackedLinear.prepacked``) and torch version."""
+    a path), device, dtype, attention kernel, the layers' own kernels (a module's ``kernel``: packed bf16
+    linears, 4-bit ones) and torch version."""
     where = str(model.name_or_path)
     name = f"{Path(where).name or where}#{hashlib.sha1(where.encode()).hexdigest()[:8]}"
     attn = getattr(model.config, "_attn_implementation", None) or "default"
-    packed = "|packed" if any(getattr(m, "prepacked", False) for m in model.modules()) else ""
-    return f"{name}|{model.device}|{model.dtype}|{attn}{packed}|torch {torch.__version__}"
+    kernels = "".join(f"|{k}" for k in sorted({getattr(m, "kernel", "") for m in model.modules()} - {""}))
+    return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}"
 
 
 def _sync(device: torch.device) -> None:

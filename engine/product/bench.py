@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{dataset} prompt {k}: {d.sentence()}", file=sys.stderr)
         rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
     add_synergy(rows)
-    meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": str(lm.dtype),
+    meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
             "dtype_reason": lm.dtype_reason,
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),

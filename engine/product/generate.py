@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="chat: one user turn in the chat template; raw: a completion prompt as is; "
                          "auto (default): chat when the tokenizer has a template")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
+    ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16 | q4")
     add_config_options(ap)
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")

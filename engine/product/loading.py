@@ -35,7 +35,8 @@ from .precision import free_memory
 MODEL_ENV = "GOOSE_LENS_MODEL"
 DEMO_MODEL = "demo"  # the embedded model's name
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: Precisions a user may ask for besides "auto" ("q4": a 4-bit checkpoint's own weights, bf16 activations, on a CPU).
+DTYPES = ("fp32", "fp16", "bf16", precision.Q4)
 
 
 class ModelLoadError(RuntimeError):
@@ -63,9 +64,14 @@ class LoadedModel:
         """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
         n = self.params
         size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
-        dtype = precision.dtype_name(self.dtype)
+        dtype = self.precision
         device = "CPU" if self.device == "cpu" else self.device
         return f"{self.title or self.name} ({size}, {dtype}, {device})"
+
+    @property
+    def precision(self) -> str:
+        """'fp32', 'bf16', 'fp16' or 'q4' (``dtype`` is bf16 then: 4-bit weights, bf16 activations)."""
+        return precision.precision_name(self.model)
 
     @property
     def has_chat_template(self) -> bool:
@@ -125,13 +131,13 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str) -> tuple[torch.dtype | None, str]:
-    """The torch dtype ``dtype`` asks for on ``device``, and a sentence when it had to fall back.
+def resolve_dtype(dtype: str, device: str) -> tuple[str | None, str]:
+    """The precision ``dtype`` asks for on ``device`` (a ``DTYPES`` name), and a sentence when it had to fall back.
 
     Returns:
-        (dtype, note): dtype None = "auto" on a CPU, decided by measurement once the model is loaded
+        (name, note): name None = "auto" on a CPU, decided by measurement once the model is loaded
         (``precision.cpu_choice``); note "" unless an unsupported request fell back (fp16 on a CPU ->
-        auto; bf16 on a GPU without it -> fp16).
+        auto; bf16 on a GPU without it -> fp16; q4 on a GPU -> the GPU's half precision).
 
     Raises:
         ModelLoadError: an unknown dtype name.
@@ -142,10 +148,13 @@ def resolve_dtype(dtype: str, device: str) -> tuple[torch.dtype | None, str]:
     if dtype == "fp16" and not cuda:
         return None, "fp16 is not supported on a CPU (no fast kernels); using the measured precision instead."
     if dtype == "bf16" and cuda and not torch.cuda.is_bf16_supported():
-        return torch.float16, "bf16 is not supported on this GPU; using fp16 instead."
+        return "fp16", "bf16 is not supported on this GPU; using fp16 instead."
+    if dtype == precision.Q4 and cuda:
+        choice = precision.cuda_choice(device)
+        return choice.dtype, f"q4 runs on a CPU only (torch's 4-bit CPU kernel); using {choice.dtype} instead."
     if dtype == "auto":
-        return (precision.cuda_choice(device).torch_dtype if cuda else None), ""
-    return DTYPES[dtype], ""
+        return (precision.cuda_choice(device).dtype if cuda else None), ""
+    return dtype, ""
 
 
 @dataclass(frozen=True)
@@ -244,9 +253,10 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         name_or_path: ``smollm2``, ``demo``, a local ``.gguf`` file, a local folder or a hub id; None =
             ``$GOOSE_LENS_MODEL`` if set, else SmolLM2 (fetched and converted on first use, ~1 min).
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
-        dtype: 'auto' (bf16/fp16 on CUDA; on a CPU fp32 or bf16, whichever verifies trees faster here, measured
-            once and cached: ``engine/product/precision.py``), 'fp32' (the exact mode), 'fp16', 'bf16'; an unsupported
-            one falls back with a note in ``LoadedModel.dtype_reason``.
+        dtype: 'auto' (bf16/fp16 on CUDA; on a CPU fp32, bf16 or, for a 4-bit checkpoint, q4, whichever verifies
+            trees faster here, measured once and cached: ``engine/product/precision.py``), 'fp32' (the exact mode),
+            'fp16', 'bf16', 'q4' (a CPU and a 4-bit checkpoint: its own 4-bit weights, bf16 activations); an
+            unsupported one falls back with a note in ``LoadedModel.dtype_reason``.
         attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
         progress: called with (fraction, message) while a named model is fetched and converted.
 
@@ -258,8 +268,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     src = resolve(name_or_path)
     local = check_source(src)  # before the device, dtype and any hub traffic: what cannot load says so at once
     dev = resolve_device(device)
-    want_dtype, note = resolve_dtype(dtype, dev)
-    torch_dtype = want_dtype or torch.float32  # a CPU's "auto" loads fp32, then measures
+    want, note = resolve_dtype(dtype, dev)
+    # a CPU's "auto" loads fp32, then measures; q4 loads fp32, then finds the 4-bit codes in the weights
+    torch_dtype = precision.BY_NAME[want] if want and want != precision.Q4 else torch.float32
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
     kwargs = {"dtype": torch_dtype, "local_files_only": local}
     if attn_implementation:
@@ -284,17 +295,23 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     if not multi_gpu:
         model = model.to(dev)
     model.eval()
-    reason, auto = note, dtype == "auto" or want_dtype is None
-    if want_dtype is None:  # a CPU's auto: the faster of fp32 and bf16, measured here
+    params = sum(p.numel() for p in model.parameters())
+    if want == precision.Q4:
+        try:
+            precision.apply(model, want)  # the 4-bit kernel on the model's own codes, other linears packed
+            torch_dtype = precision.BY_NAME[want]
+        except ValueError as exc:
+            note, want = f"q4 is not possible for this model: {exc}; using the measured precision instead.", None
+    reason, auto = note, dtype == "auto" or want is None
+    if want is None:  # a CPU's auto: the fastest of fp32, bf16 and (a 4-bit checkpoint) q4, measured here
         choice = precision.cpu_choice(model, src.name)
         torch_dtype, reason = choice.torch_dtype, " ".join(filter(None, (note, choice.reason)))
-        model = model.to(torch_dtype)
         if choice.attn and not attn_implementation:  # the measured kernel, unless the caller named one
             model.set_attn_implementation(choice.attn)
+        precision.apply(model, choice.dtype)  # bf16: linears packed (precision.py's docstring); q4: 4-bit
     elif dtype == "auto":
         reason = precision.cuda_choice(dev).reason
-    params = sum(p.numel() for p in model.parameters())
-    if dev == "cpu" and torch_dtype == torch.bfloat16:
+    elif dev == "cpu" and want == "bf16":
         precision.pack_linears(model)  # bf16 linears on weights reordered once (precision.py's docstring)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
                        reason, auto, params)
@@ -334,7 +351,7 @@ class ModelRegistry:
 
     @staticmethod
     def key_of(lm: LoadedModel) -> tuple[str, str, str]:
-        return (lm.name, lm.device, str(lm.dtype).removeprefix("torch."))
+        return (lm.name, lm.device, lm.precision)
 
     def put(self, lm: LoadedModel) -> tuple[str, str, str]:
         key = self.key_of(lm)
@@ -352,7 +369,7 @@ class ModelRegistry:
         key = tuple(key) if key else self.default_key
         return self._models.get(key) or self._models.get(self.default_key) or next(iter(self._models.values()))
 
-    def _check_memory(self, name: str, device: str, dtype: torch.dtype | None) -> None:
+    def _check_memory(self, name: str, device: str, dtype: str | None) -> None:
         """Refuse a second copy of a loaded model (another dtype or device) that would not fit in free memory.
 
         Raises:
@@ -361,8 +378,8 @@ class ModelRegistry:
         same = next((lm for lm in self._models.values() if lm.name == name), None)
         if same is None:
             return
-        width = torch.finfo(dtype or torch.float32).bits // 8
-        need = same.params * width * (2 if dtype is None else 1)  # auto on a CPU loads fp32 first, then converts
+        width = 4 if dtype in (None, precision.Q4) else torch.finfo(precision.BY_NAME[dtype]).bits // 8
+        need = same.params * width * (2 if dtype is None else 1)  # auto and q4 on a CPU load fp32 first, then convert
         free = free_memory(device)
         if free is not None and need > 0.8 * free:
             raise ModelLoadError(f"a second copy of {name!r} needs about {need / 2**30:.1f} GiB and only "
@@ -376,7 +393,7 @@ class ModelRegistry:
             want_device = resolve_device(device)
             want_dtype, _ = resolve_dtype(dtype, want_device)
             for lm in self._models.values():
-                same_dtype = lm.dtype == want_dtype or (want_dtype is None and lm.auto_dtype)
+                same_dtype = lm.precision == want_dtype or (want_dtype is None and lm.auto_dtype)
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             self._check_memory(want_name, want_device, want_dtype)

@@ -17,6 +17,11 @@ in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step co
 16-row tree ~0.75 of it (docs/results.md, "Packed bf16 linears").  The outputs equal ``F.linear``'s bit for
 bit (checked per layer on probes when packing).
 
+A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its
+linears run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes,
+with bf16 activations.  On this project's 2-core VMs it verified 1 to 16 rows faster than bf16 (an AR step
+about 1.8x faster: docs/results.md, "q4").
+
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
 (``engine.product.lossless`` attributes each such divergence).
@@ -39,13 +44,17 @@ from ..core import kv_cache
 
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-BY_NAME = {name: dtype for dtype, name in NAMES.items()}
+#: "q4": the model's 4-bit weights (``Q4Linear``) with bf16 activations, a CPU precision of 4-bit checkpoints.
+Q4 = "q4"
+BY_NAME = {**{name: dtype for dtype, name in NAMES.items()}, Q4: torch.bfloat16}
+Q4_GROUP = 32  # weights per 4-bit group along the input (GGUF Q4_1's block)
 #: Set to "0" to run bf16 linears unpacked (torch's plain ``F.linear``): an escape hatch, and the A/B's baseline.
 PACK_ENV = "GOOSE_LENS_PACK_LINEARS"
 TREE_ROWS = 16  # the tree size the choice weighs beside one AR step (the GT-sized trees of a CPU run are 4-32)
-FORMAT = 3  # version of the cached choice file (3: bf16 is measured with packed linears)
+FORMAT = 4  # version of the cached choice file (3: bf16 is measured with packed linears; 4: and q4)
 #: (dtype, attention implementation) pairs a CPU measures; the first is the reference the sentence compares with.
-CPU_VARIANTS = (("fp32", "sdpa"), ("fp32", "eager"), ("bf16", "sdpa"), ("bf16", "eager"))
+#: q4 is measured only for a model whose weights are 4-bit codes (``apply``).
+CPU_VARIANTS = (("fp32", "sdpa"), ("fp32", "eager"), ("bf16", "sdpa"), ("bf16", "eager"), (Q4, "sdpa"), (Q4, "eager"))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -53,12 +62,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     return NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
+def precision_name(model) -> str:
+    """The precision ``model`` runs in: "q4" when 4-bit layers serve it (``Q4Linear``), else its dtype's name."""
+    return Q4 if any(isinstance(m, Q4Linear) for m in model.modules()) else dtype_name(model.dtype)
+
+
 @dataclass(frozen=True)
 class PrecisionChoice:
     """The dtype ``auto`` resolved to, and why (shown in the page header and the CLI's JSON).
 
     Attributes:
-        dtype: 'fp32', 'bf16' or 'fp16'.
+        dtype: 'fp32', 'bf16', 'fp16' or 'q4' (the model's 4-bit weights, bf16 activations: ``Q4Linear``).
         reason: one sentence, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here".
         ms: measured medians {"dtype/attention": [T(1), T(16)]} in ms ({} when nothing was measured).
         attn: the attention implementation to use ('sdpa', 'eager'), or "" to keep the model's own.
@@ -93,7 +107,7 @@ class PackedLinear(torch.nn.Module):
     plain weight is dropped, so the layer costs no more memory than before.
     """
 
-    prepacked = True  # read by ``engine.core.cost.curve_key``: a packed model's cost curve is its own
+    kernel = "packed"  # read by ``engine.core.cost.curve_key``: a packed model's cost curve is its own
 
     def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
@@ -108,6 +122,89 @@ class PackedLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Q4Linear(torch.nn.Module):
+    """A bias-free ``nn.Linear`` whose weights are exactly 4-bit group codes, served by torch's 4-bit CPU kernel.
+
+    SmolLM2 ships as a GGUF file in Q4_1: every group of ``Q4_GROUP`` weights along the input is d·q + m with
+    q in 0..15 (llama.cpp's format; its quantizer maps a group's minimum to q = 0 and its maximum to q = 15).
+    ``from_linear`` recovers (q, d, m) from the dequantized fp32 weight and refuses a layer it cannot recover
+    exactly, so nothing is re-quantized: the kernel reads the model's own 4-bit codes, a quarter of bf16's bytes,
+    which is what an AR step on a CPU waits for.  Activations and the per-group scale d and offset m + 8d are bf16
+    (the kernel's format), so this precision rounds like bf16; it is not fp32's exact mode.
+
+    ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16.
+    """
+
+    kernel = "q4"  # read by ``engine.core.cost.curve_key``: a 4-bit model's cost curve is its own
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> None:
+        """codes (N, K) int32 in 0..15; scale, low (N, K / Q4_GROUP) fp32: weight = scale · codes + low per group."""
+        super().__init__()
+        self.out_features, self.in_features = codes.shape
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1))  # (N, K/2) u8
+        # the kernel computes (q - 8) · scale + zero, so zero = low + 8 · scale; (K / G, N, 2) bf16
+        self.register_buffer("scale_zero", torch.stack([scale.T, (low + 8 * scale).T], -1).to(torch.bfloat16))
+
+    @classmethod
+    @torch.no_grad()
+    def from_linear(cls, linear: torch.nn.Linear) -> Q4Linear | None:
+        """The layer in 4 bits, or None: a bias, shapes the kernel cannot take (out % 16, in % 32), or a weight
+        that is not exactly 4-bit group codes."""
+        w = linear.weight.detach().float()  # (N, K)
+        n, k = w.shape
+        if linear.bias is not None or n % 16 or k % Q4_GROUP or w.device.type != "cpu":
+            return None
+        groups = w.reshape(n, k // Q4_GROUP, Q4_GROUP)  # (N, K/G, G)
+        low, high = groups.amin(-1), groups.amax(-1)  # (N, K/G)
+        scale = (high - low) / 15
+        safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+        codes = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, 15)  # (N, K/G, G)
+        if not torch.equal(codes * scale[..., None] + low[..., None], groups):
+            return None
+        return cls(codes.to(torch.int32).reshape(n, k), scale, low)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # (M, K) bf16
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scale_zero)  # (M, N)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={Q4_GROUP}"
+
+
+@torch.no_grad()
+def quantize_linears(model) -> int:
+    """Swap each fp32 ``nn.Linear`` of a CPU ``model`` whose weight is exactly 4-bit group codes for a ``Q4Linear``,
+    in place (a tied lm_head too: the embedding keeps its own weight); returns how many (0: nothing changed, the
+    model is not 4-bit).  Call it on the fp32 model, before ``.to(torch.bfloat16)``."""
+    others = {id(p) for m in model.modules() if type(m) is not torch.nn.Linear for p in m.parameters(recurse=False)}
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32:
+                q4 = Q4Linear.from_linear(child)
+                if q4 is not None:
+                    if id(child.weight) in others:  # tied: code that reads the head's weight still finds it
+                        q4.weight = child.weight
+                    setattr(parent, name, q4)
+                    swapped += 1
+    return swapped
+
+
+def apply(model, name: str) -> int:
+    """Turn a CPU ``model`` loaded in fp32 into precision ``name`` ("fp32", "bf16" or "q4"), in place as far as
+    torch allows; returns the layers given a faster kernel (bf16: packed, q4: 4-bit plus packed).
+
+    Raises:
+        ValueError: "q4" for a model with no 4-bit layer.
+    """
+    q4 = quantize_linears(model) if name == Q4 else 0
+    if name == Q4 and not q4:
+        raise ValueError("its weights are not 4-bit group codes (Q4_1, as SmolLM2's GGUF file has them)")
+    model.to(BY_NAME[name])
+    return q4 + (pack_linears(model) if BY_NAME[name] == torch.bfloat16 else 0)
 
 
 def packing_enabled() -> bool:
@@ -167,8 +264,8 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
             repeats: int = 9) -> dict[str, list[float]]:
     """Median ms of one forward of 1 and of ``TREE_ROWS`` rows over ``past`` cached tokens, per (dtype, attention).
 
-    ``model`` is copied once per variant (a variant its architecture cannot run is left out; a bf16 copy runs
-    packed linears, as ``load_model`` will serve it: ``pack_linears``); sizes and
+    ``model`` (fp32) is copied once per variant and made that precision as ``load_model`` will serve it
+    (``apply``: packed bf16 linears, 4-bit ones for "q4"; a variant the model cannot run is left out); sizes and
     variants are interleaved within each repeat so machine drift hits all alike; the first repeat warms up.
     Returns {"dtype/attention": [T(1), T(16)]}.
     """
@@ -176,13 +273,12 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
     gen = torch.Generator().manual_seed(0)
     copies = {}
     for dtype, attn in variants:
-        m = copy.deepcopy(model).to(BY_NAME[dtype]).eval()
+        m = copy.deepcopy(model).eval()
         try:
             m.set_attn_implementation(attn)
+            apply(m, dtype)
         except (ValueError, ImportError, AttributeError):
             continue
-        if dtype == "bf16":
-            pack_linears(m)
         copies[f"{dtype}/{attn}"] = m
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
     caches = {}
@@ -207,9 +303,10 @@ def decide(ms: dict[str, list[float]], reference: str = "fp32/sdpa") -> Precisio
     dtype, attn = best.split("/")
     ref = ms.get(reference) or ms[min((v for v in ms if v.startswith("fp32/")), key=lambda v: sum(ms[v]))]
     kernel = f" with {attn} attention" if best != reference and attn != reference.split("/")[1] else ""
-    if dtype == "bf16":
-        return PrecisionChoice("bf16", f"bf16{kernel}: verifies {TREE_ROWS} rows {ref[1] / ms[best][1]:.1f}× faster "
-                                       f"than fp32 here (an AR step {ref[0] / ms[best][0]:.1f}×)", ms, attn)
+    what = {"bf16": "bf16", Q4: "q4 (the model's 4-bit weights, bf16 activations)"}.get(dtype)
+    if what:
+        return PrecisionChoice(dtype, f"{what}{kernel}: verifies {TREE_ROWS} rows {ref[1] / ms[best][1]:.1f}× faster "
+                                      f"than fp32 here (an AR step {ref[0] / ms[best][0]:.1f}×)", ms, attn)
     bf16 = min((ms[v] for v in ms if v.startswith("bf16/")), key=sum, default=None)
     than = f" ({TREE_ROWS} rows {bf16[1] / ms[best][1]:.1f}× this time)" if bf16 else ""
     return PrecisionChoice("fp32", f"fp32{kernel}: bf16 is no faster on this CPU{than}", ms, attn)
@@ -267,7 +364,7 @@ def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> P
             return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", ""))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    need = 3 * sum(p.numel() for p in model.parameters()) * 4  # the copies measure() holds at once (bytes)
+    need = 4 * sum(p.numel() for p in model.parameters()) * 4  # the copies measure() holds at once (bytes)
     free = free_memory("cpu")
     if free is not None and need > 0.7 * free:
         return PrecisionChoice("fp32", "fp32: too little free memory to measure bf16 beside it", {})

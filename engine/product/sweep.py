@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     divergences = diagnose(lm.model, prompt_ids, sweep) if not sweep.sampling else {}
-    meta = {"model": lm.name, "device": lm.device, "dtype": str(lm.dtype).replace("torch.", ""),
+    meta = {"model": lm.name, "device": lm.device, "dtype": lm.precision,
             "prompt": where, "prompt_tokens": len(prompt_ids), "max_new_tokens": base.max_new_tokens,
             "date": dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
             "command": _public_command(argv, lm.name, curve if args.cost_curve else None)}
