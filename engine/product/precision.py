@@ -19,8 +19,8 @@ bit (checked per layer on probes when packing).
 
 A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its
 linears run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes,
-with bf16 activations.  On this project's 2-core VMs it verified 1 to 16 rows faster than bf16 (an AR step
-about 1.8x faster: docs/results.md, "q4").
+with bf16 activations.  On this project's 2-core VMs it verified 1 to 16 rows faster than packed bf16 (an AR
+step 1.8x faster, 2.9x fp32's; a 16-row forward 1.3x: docs/results.md, "q4").
 
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
