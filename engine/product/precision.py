@@ -132,7 +132,8 @@ class Q4Linear(torch.nn.Module):
     ``from_linear`` recovers (q, d, m) from the dequantized fp32 weight and refuses a layer it cannot recover
     exactly, so nothing is re-quantized: the kernel reads the model's own 4-bit codes, a quarter of bf16's bytes,
     which is what an AR step on a CPU waits for.  Activations and the per-group scale d and offset m + 8d are bf16
-    (the kernel's format), so this precision rounds like bf16; it is not fp32's exact mode.
+    (the kernel's format), so this precision rounds like bf16; it is not fp32's exact mode.  The layer runs on a
+    CPU in bf16 only: a q4 model is not moved to another device or dtype (load another copy instead).
 
     ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16.
     """
