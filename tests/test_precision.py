@@ -162,10 +162,7 @@ def demo_q4():
 @pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
 def test_demo_model_q4_has_no_bugs(demo_q4, lossless_prompts, name):
     prompts = [demo_q4.encode_prompt(p) for p in lossless_prompts]
-    accepted, found = _bf16_run(demo_q4, prompts, BF16_CONFIGS[name], 128)
-    assert accepted > 0, f"inconclusive: {name} accepted no draft token in q4"
-    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
-    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+    _has_no_bugs(demo_q4, prompts, name, 128)
 
 
 def test_attribution_reads_ars_own_logits(demo_lm):
@@ -206,6 +203,15 @@ def _bf16_run(lm, prompts, changes: dict, max_new: int,
     return accepted, found
 
 
+def _has_no_bugs(lm, prompts: list[list[int]], name: str, max_new: int) -> None:
+    """``BF16_CONFIGS[name]`` on ``prompts``: some draft token accepted (else inconclusive), every divergence from AR
+    a precision tie."""
+    accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], max_new)
+    assert accepted > 0, f"inconclusive: {name} accepted no draft token on {lm.name} in {lm.precision}"
+    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
+    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+
+
 @pytest.fixture(scope="module")
 def demo_bf16():
     return load_model("demo", device="cpu", dtype="bf16")
@@ -214,10 +220,7 @@ def demo_bf16():
 @pytest.mark.parametrize("name", list(BF16_CONFIGS))
 def test_demo_model_bf16_has_no_bugs(demo_bf16, lossless_prompts, name):
     prompts = [demo_bf16.encode_prompt(p) for p in lossless_prompts]
-    accepted, found = _bf16_run(demo_bf16, prompts, BF16_CONFIGS[name], 128)
-    assert accepted > 0, f"inconclusive: {name} accepted no draft token in bf16"
-    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
-    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+    _has_no_bugs(demo_bf16, prompts, name, 128)
 
 
 @pytest.fixture(scope="module")
@@ -225,34 +228,27 @@ def smollm2_bf16(smollm2_lm):
     return load_model("smollm2", device="cpu", dtype="bf16")
 
 
-@pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
-def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
+def _smollm2_has_no_bugs(lm, name: str) -> None:
+    """Four real prompts (two HumanEval raw, GSM8K and MT-Bench chat), 64 tokens: drafts accepted, zero bugs."""
     from test_smollm2 import _read
 
-    lm = smollm2_bf16
     prompts = ([lm.encode_prompt(_read("humaneval/HumanEval.jsonl", i, "prompt"), chat=False) for i in (0, 23)]
                + [lm.encode_prompt(_read("gsm8k/test.jsonl", 0, "question"), chat=True),
                   lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
-    accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], 64)
-    assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in bf16"
-    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
-    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+    _has_no_bugs(lm, prompts, name, 64)
+
+
+@pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
+def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
+    _smollm2_has_no_bugs(smollm2_bf16, name)
 
 
 @pytest.mark.parametrize("name", ["default", "method-pld"])
 def test_smollm2_q4_has_no_bugs(smollm2_lm, name):
     """SmolLM2's GGUF weights are Q4_1: q4 serves its own 4-bit codes; bf16 activations, so ties are attributed."""
-    from test_smollm2 import _read
-
     lm = load_model("smollm2", device="cpu", dtype="q4")
     assert lm.precision == "q4" and lm.dtype == torch.bfloat16 and lm.describe().endswith("(135M, q4, CPU)")
-    prompts = ([lm.encode_prompt(_read("humaneval/HumanEval.jsonl", i, "prompt"), chat=False) for i in (0, 23)]
-               + [lm.encode_prompt(_read("gsm8k/test.jsonl", 0, "question"), chat=True),
-                  lm.encode_prompt(_read("mt_bench/question.jsonl", 40, "turns"), chat=True)])
-    accepted, found = _bf16_run(lm, prompts, BF16_CONFIGS[name], 64)
-    assert accepted > 0, f"inconclusive: {name} accepted no draft token on SmolLM2 in q4"
-    bugs = [d.sentence() for d in found if d.kind != "precision tie"]
-    assert not bugs, f"{name}: divergences from AR that are not precision ties: {bugs}"
+    _smollm2_has_no_bugs(lm, name)
 
 
 def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, monkeypatch):
