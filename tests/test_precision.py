@@ -136,7 +136,7 @@ def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
     assert [precision.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
 
 
-def test_q4_is_refused_for_a_model_without_4bit_weights_in_one_sentence(demo_lm):
+def test_q4_is_refused_for_a_model_without_4bit_weights_in_one_sentence():
     lm = load_model("demo", device="cpu", dtype="q4")
     assert lm.precision != "q4" and lm.auto_dtype and "\n" not in lm.dtype_reason
     assert lm.dtype_reason.startswith("q4 is not possible for this model: its weights are not 4-bit group codes")

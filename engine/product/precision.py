@@ -175,12 +175,18 @@ class Q4Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, group={Q4_GROUP}"
 
 
+def _shared_params(model) -> set[int]:
+    """ids of the parameters held by modules other than plain ``nn.Linear``s (a tied lm_head's weight: the
+    embedding's), which a swapped layer must keep reachable."""
+    return {id(p) for m in model.modules() if type(m) is not torch.nn.Linear for p in m.parameters(recurse=False)}
+
+
 @torch.no_grad()
 def quantize_linears(model) -> int:
     """Swap each fp32 ``nn.Linear`` of a CPU ``model`` whose weight is exactly 4-bit group codes for a ``Q4Linear``,
     in place (a tied lm_head too: the embedding keeps its own weight); returns how many (0: nothing changed, the
     model is not 4-bit).  Call it on the fp32 model, before ``.to(torch.bfloat16)``."""
-    others = {id(p) for m in model.modules() if type(m) is not torch.nn.Linear for p in m.parameters(recurse=False)}
+    others = _shared_params(model)
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -226,7 +232,7 @@ def pack_linears(model) -> int:
     if not packing_enabled():
         return 0
     gen = torch.Generator().manual_seed(0)
-    others = {id(p) for m in model.modules() if type(m) is not torch.nn.Linear for p in m.parameters(recurse=False)}
+    others = _shared_params(model)
     swapped = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
