@@ -8,6 +8,7 @@ import pytest
 from engine.core.config import ConfigError, DecodeConfig, parse_gt_threshold
 from engine.core.cost import (
     FORMAT,
+    SIZES,
     CostCurve,
     CostCurveError,
     cached_cost_curve,
@@ -63,6 +64,9 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     cost._loaded.clear()
     assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
     assert json.loads(files[0].read_text())["format"] == FORMAT
+    files[0].write_text(json.dumps(curve.to_dict() | {"key": first.key}))  # this key, other sizes: measured again
+    cost._loaded.clear()
+    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).nodes == SIZES
 
 
 def test_decoder_rules_and_a_given_curve(demo_lm):
@@ -76,3 +80,10 @@ def test_decoder_rules_and_a_given_curve(demo_lm):
     assert [parse_gt_threshold(t) for t in ("auto", "CHORD", "0.05")] == ["auto", "chord", 0.05]
     with pytest.raises(ConfigError):
         DecodeConfig.of(gt_threshold="sometimes")
+
+
+def test_max_rows_reads_the_curve():
+    curve = CostCurve((1, 2, 4), (10.0, 20.0, 40.0))
+    assert [curve.max_rows(ms) for ms in (5.0, 10.0, 30.0, 40.0)] == [1, 1, 3, 4]
+    assert curve.max_rows(100.0) == 10  # beyond the last size, along the last segment
+    assert CostCurve((1, 128), (5.0, 5.0)).max_rows(6.0) == 8 * 128  # a flat curve: the search's end

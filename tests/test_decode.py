@@ -94,3 +94,23 @@ def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_l
     chord = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold="chord"), (), cost_curve=curve)
     assert chord.config.gt.threshold == chord.config.gt.prune_at == curve.threshold(60)
     assert not auto.with_(budget=16).is_resolved  # a changed config is resolved anew
+    assert auto.with_(budget=16).gt.chain_cap is None
+    # the chain cap: the longest extended chain whose forward costs at most gt_chain_steps AR steps
+    assert auto.gt.chain_cap == curve.max_rows(3.0 * 5.0) - 1 == 17
+    assert DecodeConfig.of(gt_threshold=0.1).resolved(None).gt.chain_cap is None  # no curve, no cap
+
+
+def test_an_extended_chain_stays_within_the_chain_cap(demo_lm, lossless_prompts):
+    """Goose §4.3 extends a confident chain to int(max_extended_chain × m) tokens; the GT cap (gt_chain_steps AR
+    steps on the curve) cuts it, the last lookup's overshoot included, and never below the match itself."""
+    from engine.core.cost import CostCurve
+
+    curve = CostCurve((1, 64), (2.0, 4.0), key="k")  # T(n) ≤ 1.3 T(1) up to 19 rows: a chain of 18
+    extended = {}
+    for steps in (1.3, 1000.0):
+        decoder = make_decoder(demo_lm.model, DecodeConfig.of(gt_chain_steps=steps), (), cost_curve=curve)
+        cap = decoder.config.gt.chain_cap
+        traces = [t for p in lossless_prompts[:2] for t in list(decoder.generate(demo_lm.encode_prompt(p)))[1:]]
+        assert all(t.chain_tokens <= max(cap, t.match_tokens) for t in traces)
+        extended[steps] = max(t.chain_tokens for t in traces if t.chain_tokens > t.match_tokens)
+    assert extended == {1.3: 18, 1000.0: extended[1000.0]} and extended[1000.0] > 18

@@ -67,6 +67,8 @@ CONFIGS = {
     "depth-bounds-spine": {"depth_bounds_spine": True},
     "no-confidence-schedule": {"confidence_schedule": False},
     "extension-B1-extend-above-0": {"budget": 1, "extend_above": 0.0},
+    "chain-cap-tight": {"gt_chain_steps": 1.0},  # the GT chain cap: no extension at all / the authors' 100 tokens
+    "chain-cap-off": {"gt_chain_steps": 1000.0},
 }
 
 

@@ -143,11 +143,18 @@ class GtConfig:
     # at ~0.06, were accepted ~55 % of the time
     counterfactual_rates: bool = True  # the per-depth rates count every built node's outcome, not only the
     # verified ones (which the size choice selects); measured neutral, kept as the unbiased count
+    chain_steps: float = 3.0  # a confident chain is extended (``Variant.max_extended_chain``) only while one
+    # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
+    # the least reliable (SmolLM2 q4, HumanEval: 86 rows kept for 63 expected tokens, 9 accepted).  Predicted
+    # speed, docs/results.md "Chain extension within 3 AR steps": SmolLM2 q4 2.42 vs 2.20, demo 2.71 vs 2.69
     prune_at: float | None = None  # set by ``DecodeConfig.resolved``: c, or under "auto" the chord c with
     # ``floor`` (below it no node pays at the AR rate), else 0
+    chain_cap: int | None = None  # set by ``DecodeConfig.resolved`` from the curve: the longest extended chain
+    # (tokens) within ``chain_steps`` AR steps; None without a curve (no cap beyond ``max_extended_chain``)
 
     FLAT: ClassVar[dict[str, str | None]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
-                                             "prune_at": None}  # None: resolved, never a setting
+                                             "chain_steps": "gt_chain_steps", "prune_at": None,
+                                             "chain_cap": None}  # None: resolved, never a setting
 
     def __post_init__(self) -> None:
         check([
@@ -155,6 +162,7 @@ class GtConfig:
              or (isinstance(self.threshold, (int, float)) and 0.0 <= self.threshold < 1.0),
              f"GT threshold c must be 'auto', 'chord' or in [0, 1) (got {self.threshold!r})"),
             one_of(self.rate, GT_RATES, "GT rate"),
+            (1.0 <= self.chain_steps <= 1000.0, f"GT chain steps must be in [1, 1000] (got {self.chain_steps})"),
         ])
 
     @property
@@ -338,7 +346,8 @@ class DecodeConfig:
             configs = top.get("source_configs", self.source_configs)
             top["source_configs"] = tuple(replace(c, **own[i]) if i in own else c for i, c in enumerate(configs))
         changed = replace(self, **top) if top else self
-        return replace(changed, gt=replace(changed.gt, prune_at=None)) if changed.is_resolved else changed
+        return replace(changed, gt=replace(changed.gt, prune_at=None, chain_cap=None)) if changed.is_resolved \
+            else changed
 
     def get(self, name: str):
         """The setting of flat name ``name`` ("variant": its ``VARIANTS`` name).  Raises KeyError if unknown."""
@@ -411,7 +420,9 @@ class DecodeConfig:
     def resolved(self, curve) -> DecodeConfig:
         """This config with its GT rule turned into numbers from ``curve`` (a ``CostCurve``; None when c is a
         number): "chord" becomes the c of the curve's chord at B (GT §3.1, Eq. 9); under "auto" the builders prune
-        at that c with ``gt.floor`` (below it no node pays at the AR rate), else at 0; a number c stays.
+        at that c with ``gt.floor`` (below it no node pays at the AR rate), else at 0; a number c stays.  With a
+        curve, ``gt.chain_cap`` is the longest extended chain whose forward (root and ride-along rows included)
+        costs at most ``gt.chain_steps`` AR steps, T(1).
 
         Raises:
             ConfigError: "auto" or "chord" without a curve.
@@ -426,6 +437,9 @@ class DecodeConfig:
             gt = replace(gt, prune_at=curve.threshold(self.tree.budget, self.extra_rows) if gt.floor else 0.0)
         else:
             gt = replace(gt, prune_at=float(gt.threshold))
+        if curve is not None:
+            rows = curve.max_rows(gt.chain_steps * curve.latency(1))
+            gt = replace(gt, chain_cap=max(1, rows - 1 - self.extra_rows))
         return replace(self, gt=gt)
 
 

@@ -37,7 +37,8 @@ from . import kv_cache
 from .tree import DraftTree, Source
 from .verify import forward_tree, read_back
 
-SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
+# 4-bit CPU kernel: T(5) = T(8) = 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
 FORMAT = 2  # version of the curve file; files of another version are measured again
 
@@ -87,6 +88,11 @@ class CostCurve:
             slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
             out[beyond] = ms[-1] + slope * (sizes[beyond] - self.nodes[-1])
         return out
+
+    def max_rows(self, ms: float) -> int:
+        """The most rows one forward may carry within ``ms`` (ms): the largest n with T(n) ≤ ``ms`` (``latency``),
+        at least 1, searched up to 8× the largest measured size (a flat curve's answer)."""
+        return max(1, int(np.count_nonzero(self._at(np.arange(1, 8 * self.nodes[-1] + 1)) <= ms)))
 
     def threshold(self, budget: int, extra_rows: int = 0) -> float:
         """Fixed-chord GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
@@ -210,7 +216,8 @@ _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a me
 def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None) -> CostCurve:
     """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
     unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
-    sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead)."""
+    sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
+    sizes other than ``SIZES``."""
     path = _cache_path(model, cache_dir)
     key = curve_key(model)
     if not refresh and path in _loaded:
@@ -218,7 +225,7 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
     if not refresh and path.exists():
         try:
             curve = CostCurve.from_dict(json.loads(path.read_text()))
-            if curve.key == key:
+            if curve.key == key and curve.nodes == SIZES:  # a curve of other sizes is measured again
                 _loaded[path] = curve
                 return curve
         except (ValueError, OSError):

@@ -330,15 +330,19 @@ class SpecDecoder:
         """§4.3 confidence schedule, as the authors' code applies it: budget ``B + int(m * budget_extension)``,
         spine ratio ``r + m (1 - r)`` (r from the EMA tier, or fixed), and, when m > ``extend_above``, the
         chain grown by asking the spine source again below it, to ``int(max_extended_chain * m)`` tokens (a
-        saturated match, m = 1, only while each further match is saturated too).  Returns (budget, r, chain);
-        with the schedule off, m = 0: (B, r, the match)."""
-        shape, variant = self.config.tree, self.config.variant
+        saturated match, m = 1, only while each further match is saturated too), and no longer than
+        ``gt.chain_cap`` (a forward within ``gt.chain_steps`` AR steps; never shorter than the match).  Returns
+        (budget, r, chain); with the schedule off, m = 0: (B, r, the match)."""
+        shape, variant, cap = self.config.tree, self.config.variant, self.config.gt.chain_cap
         m = drafts.confidence if variant.confidence_schedule else 0.0
         r = shape.spine_ratio if shape.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
         chain = drafts.chain
-        if len(chain) and m > variant.extend_above:
-            chain = extend_chain(drafts.spine, s.tokens, chain, int(variant.max_extended_chain * m),
-                                 self._draft_budget, saturated=m >= 1.0)
+        limit = int(variant.max_extended_chain * m) if cap is None else min(int(variant.max_extended_chain * m), cap)
+        if len(chain) and m > variant.extend_above and limit > len(chain):
+            chain = extend_chain(drafts.spine, s.tokens, chain, limit, self._draft_budget, saturated=m >= 1.0)
+            if cap is not None and len(chain) > cap:  # the last lookup overshot the cap
+                chain = Candidates.chain(chain.tokens[:cap], chain.p[:cap], match=chain.match,
+                                         confidence=chain.confidence, consensus=chain.consensus)
         return shape.budget + int(m * variant.budget_extension), r + m * (1.0 - r), chain
 
     def _choose_size(self, s: Generation, plan: Plan) -> Plan:
