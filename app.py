@@ -277,7 +277,8 @@ HOW_TO_READ = f"""
   are the whole run so far; the line under the tree, its sentence, the tree and the theory panel's bound are the
   cycle on the scrubber.
 * **Max depth D** bounds the TR branches only. The PLD spine copies up to {DecodeConfig().tree.max_spine} tokens of a
-  match, a confident match is extended further (up to {DecodeConfig().variant.max_extended_chain} × its confidence), and
+  match, a confident match is extended further (up to {DecodeConfig().variant.max_extended_chain} × its confidence, and
+  no further than a forward of {DecodeConfig().gt.chain_steps:g} AR steps on the cost curve allows), and
   **bypass chains** likewise: none of them is bounded by D.
 * **τ** is tokens committed per verification forward (AR = 1). **tokens/s** counts engine time only: the
   time the page spends drawing is not counted.

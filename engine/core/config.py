@@ -473,7 +473,7 @@ FLAT_NAMES = tuple(_PATHS)
 PRESETS: dict[str, dict] = {
     "default": {},
     "paper": dict(variant="authors", match_occurrence="earliest", pld_chain_tokens=20, adjacency_scores="top-k",
-                  ema_init=0.5, gt_threshold=0.0),
+                  ema_init=0.5, gt_threshold=0.0, gt_chain_steps=1000.0),  # the authors' extension: no GT cap
 }
 
 __all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES", "GT_RULES", "METHODS",
