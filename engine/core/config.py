@@ -146,7 +146,7 @@ class GtConfig:
     chain_steps: float = 3.0  # a confident chain is extended (``Variant.max_extended_chain``) only while one
     # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
     # the least reliable (SmolLM2 q4, HumanEval: 86 rows kept for 63 expected tokens, 9 accepted).  Predicted
-    # speed, docs/results.md "Chain extension within 3 AR steps": SmolLM2 q4 2.42 vs 2.20, demo 2.71 vs 2.69
+    # speed, docs/results.md "Chain extension within 3 AR steps": SmolLM2 q4 HumanEval 2.42 vs 2.20, demo 2.72 vs 2.69
     prune_at: float | None = None  # set by ``DecodeConfig.resolved``: c, or under "auto" the chord c with
     # ``floor`` (below it no node pays at the AR rate), else 0
     chain_cap: int | None = None  # set by ``DecodeConfig.resolved`` from the curve: the longest extended chain

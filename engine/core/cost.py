@@ -38,7 +38,7 @@ from .tree import DraftTree, Source
 from .verify import forward_tree, read_back
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
-# 4-bit CPU kernel: T(5) = T(8) = 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
+# 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
 FORMAT = 2  # version of the curve file; files of another version are measured again
 
