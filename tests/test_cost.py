@@ -67,6 +67,10 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     files[0].write_text(json.dumps(curve.to_dict() | {"key": first.key}))  # this key, other sizes: measured again
     cost._loaded.clear()
     assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).nodes == SIZES
+    files[0].write_text(json.dumps(first.to_dict()))  # this key and sizes, no stamp: measured in the old fixed order
+    cost._loaded.clear()
+    cached_cost_curve(demo_lm.model, cache_dir=tmp_path)
+    assert json.loads(files[0].read_text())["measurement"] == cost.MEASUREMENT  # measured again, and stamped
 
 
 def test_decoder_rules_and_a_given_curve(demo_lm):
@@ -87,3 +91,19 @@ def test_max_rows_reads_the_curve():
     assert [curve.max_rows(ms) for ms in (5.0, 10.0, 30.0, 40.0)] == [1, 1, 3, 4]
     assert curve.max_rows(100.0) == 10  # beyond the last size, along the last segment
     assert CostCurve((1, 128), (5.0, 5.0)).max_rows(6.0) == 8 * 128  # a flat curve: the search's end
+
+
+def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
+    """A forward right after a large one runs slow: in a fixed order T(1) always followed T(128) and read 20 % high
+    (SmolLM2, q4), so every round shuffles the sizes (seeded: the same orders on every machine)."""
+    from engine.core import cost
+
+    seen = []
+    real = cost.forward_tree
+    monkeypatch.setattr(cost, "forward_tree", lambda model, cache, tree, past: seen.append(len(tree)) or
+                        real(model, cache, tree, past))
+    sizes = (1, 2, 4, 8, 16)
+    cost.measure_cost_curve(demo_lm.model, sizes=sizes, repeats=4)
+    rounds = [tuple(seen[i:i + len(sizes)]) for i in range(0, len(seen), len(sizes))]
+    assert len(rounds) == 5 and all(sorted(r) == list(sizes) for r in rounds)
+    assert len(set(rounds)) > 1 and len({r.index(1) for r in rounds}) > 1  # 1 does not hold one place

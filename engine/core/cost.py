@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -41,6 +42,8 @@ SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel m
 # 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
 FORMAT = 2  # version of the curve file; files of another version are measured again
+MEASUREMENT = 2  # how a cached curve was measured (2: sizes in a shuffled order each round); a cached curve
+# of an older measurement is measured again (1 timed sizes in a fixed order: T(1), right after T(128), read 20 % high)
 
 
 class CostCurveError(ValueError):
@@ -182,7 +185,10 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     Per size n: one verification forward of an n-node chain over ``past`` cached tokens, the
     cycle's read-back (argmax and top-K, one device-to-host copy) and the adjacency store, timed as
     the decoding loop runs them.  Sizes are interleaved within each repeat so machine drift hits all
-    alike; the first round warms up; ``ms`` is the median of ``repeats`` rounds.
+    alike, in a new (seeded) order each round: a forward right after a large one runs slow (its cache and
+    allocator state; in a fixed order 1 always followed 128, and T(1) of SmolLM2 in q4 read 24-25 ms against the
+    loop's 20), and the median drops the rounds that put a size there.  The first round warms up; ``ms`` is the
+    median of ``repeats`` rounds.
     """
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
@@ -193,8 +199,11 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
                           (Source.ROOT,) + (TrSource.info.source,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    order, shuffle = list(sizes), random.Random(0).shuffle
     for _ in range(repeats + 1):  # the first round warms up
-        for n, tree in trees.items():
+        shuffle(order)
+        for n in order:
+            tree = trees[n]
             _sync(model.device)
             t0 = time.perf_counter()
             back = read_back(forward_tree(model, cache, tree, past), table.top_k)  # waits for the device
@@ -217,15 +226,16 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
     """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
     unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
     sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
-    sizes other than ``SIZES``."""
+    sizes other than ``SIZES`` or by an older ``MEASUREMENT``."""
     path = _cache_path(model, cache_dir)
     key = curve_key(model)
     if not refresh and path in _loaded:
         return _loaded[path]
     if not refresh and path.exists():
         try:
-            curve = CostCurve.from_dict(json.loads(path.read_text()))
-            if curve.key == key and curve.nodes == SIZES:  # a curve of other sizes is measured again
+            data = json.loads(path.read_text())
+            curve = CostCurve.from_dict(data)
+            if curve.key == key and curve.nodes == SIZES and data.get("measurement") == MEASUREMENT:
                 _loaded[path] = curve
                 return curve
         except (ValueError, OSError):
@@ -237,14 +247,15 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
 
 def write_cost_curve(curve: CostCurve, path: str | Path) -> bool:
     """Write ``curve`` to ``path`` atomically (temporary file in the same folder, then ``os.replace``), so
-    a reader never sees a half-written file.  Returns False when the folder is not writable."""
+    a reader never sees a half-written file; the file is stamped with this ``MEASUREMENT``.  Returns False when
+    the folder is not writable."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(curve.to_dict(), f)
+                json.dump({**curve.to_dict(), "measurement": MEASUREMENT}, f)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
