@@ -29,7 +29,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 #: the demo model's cost curve in the tests (fp32, 2 cores; the elementwise minimum of three measurements, made
 #: non-decreasing): GT "auto" reads it, so the page's trees, and what the browser tests find in them, do not depend
-#: on this machine's timing (a curve measured in one CI run, its T(1) high, gave no cycle whose spine broke at once)
+#: on this machine's timing (on the curve one CI run measured, the page's run had no cycle whose spine broke at once)
 DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,8:9.870,9:9.870,10:9.870,11:10.490,"
               "12:10.490,13:10.490,14:10.610,15:11.560,16:11.560,20:11.640,24:11.730,32:14.460,48:17.810,64:21.670,"
               "128:33.530")
