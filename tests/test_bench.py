@@ -31,8 +31,33 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     assert (out / "profile.jsonl").read_text().count("\n") > 10
 
 
-@pytest.mark.parametrize("methods, message", [("ar,eagle", "unknown method"),
-                                              ("ar,hf-assisted", "needs --draft-model")])
-def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, methods, message):
-    assert bench.main(["--methods", methods, "--out", str(tmp_path)]) == 2
+def test_repeats_run_every_method_again_and_keep_its_fastest_run(tmp_path, demo_lm, monkeypatch):
+    seconds = iter([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])  # warm-up ar, goose; then prompt 0 twice, in turn
+    calls = []
+    real = bench.Runner.__call__
+
+    def timed(self, method, prompt_ids):
+        record = real(self, method, prompt_ids)
+        calls.append(method)
+        return {**record, "seconds": next(seconds), "prefill_s": 0.0}
+
+    monkeypatch.setattr(bench.Runner, "__call__", timed)
+    out = tmp_path / "bench"
+    assert bench.main(["--model", "demo", "--datasets", "humaneval", "--limit", "1", "--max-new-tokens", "8",
+                       "--methods", "ar,goose", "--repeats", "2", "--out", str(out)]) == 0
+    assert calls == ["ar", "goose", "ar", "goose", "goose", "ar"]  # the order rotates each time
+    result = json.loads((out / "results.json").read_text())
+    assert result["meta"]["repeats"] == 2
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["ar"]["n_prompts"] == rows["goose"]["n_prompts"] == 1
+    # ar ran in 2.0 then 6.0 s (keeps 2.0), goose in 5.0 then 4.0 s (keeps 4.0); the same tokens
+    assert rows["goose"]["speedup_vs_ar"] == pytest.approx(2.0 / 4.0)
+
+
+@pytest.mark.parametrize("args, message", [(["--methods", "ar,eagle"], "unknown method"),
+                                           (["--methods", "ar,hf-assisted"], "needs --draft-model"),
+                                           (["--repeats", "0"], "at least 1"),
+                                           (["--repeats", "2", "--same-session"], "choose one")])
+def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, args, message):
+    assert bench.main([*args, "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
