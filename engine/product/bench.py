@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                          "mode's speed, when the run's dtype is another")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs of every method per prompt, the method order rotating each time; the fastest (wall "
-                         "time) is the one reported: separates methods closer than the machine's drift")
+                         "time) is the one reported, so the machine's drift weighs less between close methods")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     args = ap.parse_args(argv)
     try:
