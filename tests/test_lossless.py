@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from engine.core.attention import TREE_SDPA
 from engine.core.config import PRESETS, DecodeConfig
 from engine.core.kv_cache import UnsupportedCacheError
 from engine.product.decoding import make_decoder
@@ -124,9 +125,10 @@ def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossl
     assert summarize(fresh).tau == pytest.approx(taus[0])  # no memory given: nothing carries over
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", TREE_SDPA])
 def test_tiny_qwen2_matches_greedy(attn):
-    """A second architecture, randomly initialised, default configuration."""
+    """A second architecture, randomly initialised, default configuration; grouped query heads (4 over 2), on
+    each kernel that takes the tree mask (tree_sdpa: engine/core/attention.py)."""
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,

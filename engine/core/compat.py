@@ -35,8 +35,10 @@ from dataclasses import dataclass
 
 from .kv_cache import UnsupportedCacheError, sliding_window, unsupported_layers
 
+#: sdpa with grouped query heads packed instead of key/value heads repeated (``engine.core.attention``).
+TREE_SDPA = "tree_sdpa"
 #: Attention implementations that add the float tree mask to the attention scores as given.
-TREE_MASK_KERNELS = ("sdpa", "eager")
+TREE_MASK_KERNELS = ("sdpa", "eager", TREE_SDPA)
 #: Families that always add ALiBi biases (Falcon does when ``alibi=True``; see ``uses_alibi``).
 ALIBI_FAMILIES = frozenset({"bloom", "mpt"})
 #: Recurrent families whose cache layers do not show it (they keep their state outside ``DynamicCache``).

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from transformers.generation.streamers import BaseStreamer
 
 from .. import ASSETS
+from ..core import compat
 from ..core.config import FLAT_NAMES, METHODS, PRESETS, ConfigError, DecodeConfig, parse_gt_threshold
 from ..core.cost import CostCurve, CostCurveError, load_cost_curve
 from ..core.trace import TIMING_KEYS
@@ -391,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attn", default=None, choices=("sdpa", "eager", "tree_sdpa"),
+                    help="attention kernel (default: the loader's; sdpa names transformers' own, tree_sdpa ours)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
                     help="folder of prompt sets laid out as assets/datasets (default: the sets the project ships)")
     ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
@@ -421,9 +424,10 @@ def main(argv: list[str] | None = None) -> int:
                              "earlier output of the same prompt: choose one")
         prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
-        draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
-        fp32 = load_model(args.model, device=args.device, dtype="fp32") if args.fp32_ar else None
+        attn = {"attn_implementation": args.attn}
+        lm = load_model(args.model, device=args.device, dtype=args.dtype, **attn)
+        draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
+        fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
     except (BenchError, ConfigError, CostCurveError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -463,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
     add_synergy(rows)
     meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
-            "dtype_reason": lm.dtype_reason,
+            "dtype_reason": lm.dtype_reason, "attention": compat.attention_kernel(lm.model.config),
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

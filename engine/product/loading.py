@@ -26,7 +26,7 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..core import compat
+from ..core import attention, compat
 from . import precision
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 from .precision import free_memory
@@ -257,7 +257,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             trees faster here, measured once and cached: ``engine/product/precision.py``), 'fp32' (the exact mode),
             'fp16', 'bf16', 'q4' (a CPU and a 4-bit checkpoint: its own 4-bit weights, bf16 activations); an
             unsupported one falls back with a note in ``LoadedModel.dtype_reason``.
-        attn_implementation: None (transformers' default, sdpa), 'eager' or 'sdpa'.
+        attn_implementation: None (transformers' default, sdpa: served as ``tree_sdpa`` where the model groups
+            query heads, ``engine/core/attention.py``), 'eager', 'sdpa' (transformers' own) or 'tree_sdpa'.
         progress: called with (fraction, message) while a named model is fetched and converted.
 
     Raises:
@@ -281,6 +282,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         path = str(ensure_model(src.fetch, progress or (lambda f, m: None))) if src.fetch else src.path
         if path.endswith(".gguf"):
             model, tokenizer = load_gguf(Path(path), torch_dtype)
+            if attn_implementation:
+                model.set_attn_implementation(attn_implementation)
         else:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -313,6 +316,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         reason = precision.cuda_choice(dev).reason
     elif dev == "cpu" and want == "bf16":
         precision.pack_linears(model)  # bf16 linears on weights reordered once (precision.py's docstring)
+    if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
+        attention.use_tree_sdpa(model)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
                        reason, auto, params)
 

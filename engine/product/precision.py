@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import kv_cache
+from ..core import attention, kv_cache
 
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -274,6 +274,7 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
     ``model`` (fp32) is copied once per variant and made that precision as ``load_model`` will serve it
     (``apply``: packed bf16 linears, 4-bit ones for "q4"; a variant the model cannot run is left out); sizes and
     variants are interleaved within each repeat so machine drift hits all alike; the first repeat warms up.
+    "sdpa" is timed as ``load_model`` serves it (``attention.use_tree_sdpa``).
     Returns {"dtype/attention": [T(1), T(16)]}.
     """
     vocab = model.config.get_text_config().vocab_size
@@ -283,6 +284,7 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
         m = copy.deepcopy(model).eval()
         try:
             m.set_attn_implementation(attn)
+            attention.use_tree_sdpa(m)  # sdpa as load_model serves it
             apply(m, dtype)
         except (ValueError, ImportError, AttributeError):
             continue
