@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from engine.core.config import ConfigError, DecodeConfig
+from engine.core.verify import read_back
 from engine.product.decoding import make_decoder
 
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
@@ -114,3 +116,25 @@ def test_an_extended_chain_stays_within_the_chain_cap(demo_lm, lossless_prompts)
         assert all(t.chain_tokens <= max(cap, t.match_tokens) for t in traces)
         extended[steps] = max(t.chain_tokens for t in traces if t.chain_tokens > t.match_tokens)
     assert extended == {1.3: 18, 1000.0: extended[1000.0]} and extended[1000.0] > 18
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_read_back_argmax_is_torch_argmax_among_ties_and_nan(dtype):
+    """The read-back takes each row's argmax off its top-k; it must equal ``torch.argmax`` exactly: the lowest
+    index among tied maxima, also when more than k entries tie (the argmax lies beyond the top-k) or a row is NaN."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        logits = (torch.randn(1 + trial % 9, 512, generator=gen) * 4).round(decimals=trial % 2)  # coarse: many ties
+        if trial % 4 == 0:
+            logits[:, 100:130] = logits.max() + 1  # 30 tied maxima, more than k = 10
+        if trial % 7 == 0:
+            logits[0, 17] = float("nan")
+        logits = logits.to(dtype)
+        want = logits.argmax(-1).tolist()
+        back = read_back(logits, 10)
+        assert back.greedy == want and read_back(logits, 0).greedy == want
+        scores, ids = torch.softmax(logits.float(), -1).topk(10, -1)
+        if trial % 7:
+            assert back.successor_scores == scores.double().tolist()
+            if dtype != torch.float32:  # distinct half-precision logits never share a probability: same order
+                assert back.successor_ids == ids.tolist()
