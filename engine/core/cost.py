@@ -42,8 +42,9 @@ SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel m
 # 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
 CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
 FORMAT = 2  # version of the curve file; files of another version are measured again
-MEASUREMENT = 2  # how a cached curve was measured (2: sizes in a shuffled order each round); a cached curve
-# of an older measurement is measured again (1 timed sizes in a fixed order: T(1), right after T(128), read 20 % high)
+MEASUREMENT = 3  # how a cached curve was measured; a curve of an older one is measured again.  1 timed sizes in a
+# fixed order (T(1), right after T(128), read 20 % high); 2 shuffles them each round; 3 times the read-back that
+# takes the argmax off an fp32 top-k (0.2-0.8 ms cheaper per forward on a CPU: the old curve overprices trees)
 
 
 class CostCurveError(ValueError):

@@ -76,21 +76,20 @@ def keep_path(cache: DynamicCache, past_len: int, keep: list[int]) -> None:
         keep: indices (0-based within the n tree rows) of the nodes to keep, in path order.
 
     After the call the cache holds ``past_len + len(keep)`` positions: the committed past followed by
-    the kept rows' keys and values (gather, then truncate).  A kept prefix ``0..k-1`` is a plain crop.
+    the kept rows' keys and values.  The kept rows are gathered and written in place over the tree's first
+    ``len(keep)`` rows (a copy of k rows per layer; re-adding them through ``DynamicCache.update`` would copy
+    the whole cache again), then the rest is cropped.  A kept prefix ``0..k-1`` is a plain crop.
     """
     n_new = cache_length(cache) - past_len
-    if keep == list(range(len(keep))):  # rows already in place (chains, AR): truncate only
-        if n_new > len(keep):
-            cache.crop(-(n_new - len(keep)))
-        return
-    rows_on: dict[torch.device, torch.Tensor] = {}  # (k,) kept rows, uploaded once per device (no host sync)
-    kept = []
-    for layer in cache.layers:
-        device = layer.keys.device
-        if device not in rows_on:
-            rows_on[device] = upload([past_len + i for i in keep], torch.long, device)  # CUDA: pinned, non-blocking
-        rows = rows_on[device]
-        kept.append((layer.keys.index_select(-2, rows), layer.values.index_select(-2, rows)))  # (b, h, k, d) each
-    cache.crop(-n_new)
-    for layer_idx, (k, v) in enumerate(kept):
-        cache.update(k, v, layer_idx)
+    k = len(keep)
+    if keep != list(range(k)):  # rows out of place: move them to past_len .. past_len + k - 1
+        rows_on: dict[torch.device, torch.Tensor] = {}  # (k,) kept rows, uploaded once per device (no host sync)
+        for layer in cache.layers:
+            device = layer.keys.device
+            if device not in rows_on:
+                rows_on[device] = upload([past_len + i for i in keep], torch.long, device)  # CUDA: pinned, non-blocking
+            rows = rows_on[device]
+            for kv in (layer.keys, layer.values):  # (b, h, past + n, d) each
+                kv[..., past_len:past_len + k, :] = kv.index_select(-2, rows)  # (b, h, k, d), gathered before the write
+    if n_new > k:
+        cache.crop(-(n_new - k))
