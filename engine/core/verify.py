@@ -109,7 +109,8 @@ class ReadBack:
 @torch.no_grad()
 def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -> ReadBack:
     """Argmax and top-``k`` successors of every row, computed on the logits' device and copied to the host
-    together: the cycle's single host sync (ids travel as float64, exact below 2^53).
+    together: the cycle's single host sync (ids travel as float64, exact below 2^53).  A row whose top-k all tie
+    for its maximum, or whose maximum is NaN, has its argmax read alone afterwards (a second sync, only then).
 
     With ``probs`` (sampling on an accelerator) the rows' distributions travel in the same copy: both tables
     are packed as raw bytes into one buffer (float64 ids and scores, then float32 probabilities), copied once,
