@@ -131,17 +131,18 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
         table = torch.cat([greedy[:, None].double(), unsure[:, None].double(), ids.double(), scores.double()],
                           dim=-1)  # (n, 2 + 2k)
     else:
-        argmax = logits.float().argmax(dim=-1, keepdim=True).double()  # (n, 1); on a CPU 2-3x bf16's speed
-        table = torch.cat([argmax, torch.zeros_like(argmax)], dim=-1)  # (n, 2): nothing unsure
+        table = logits.float().argmax(dim=-1, keepdim=True).double()  # (n, 1); on a CPU 2-3x bf16's speed
     host_probs = None
     if probs is None:
-        rows = table.tolist()  # (n, 2 + 2k): the one copy
+        rows = table.tolist()  # (n, 2 + 2k), or (n, 1) when k = 0: the one copy
     else:
-        small = table.flatten().view(torch.uint8)  # (8 n (2 + 2k),) bytes
+        small = table.flatten().view(torch.uint8)  # (8 n (2 + 2k),) or (8 n,) bytes
         big = probs.to(torch.float32).contiguous().flatten().view(torch.uint8)  # (4 m |V|,) bytes
         host = torch.cat([small, big]).cpu()  # the one device->host copy
         rows = host[: small.numel()].view(torch.float64).view(table.shape).tolist()
         host_probs = host[small.numel():].view(torch.float32).view(probs.shape)
+    if not k:
+        return ReadBack([int(r[0]) for r in rows], [[] for _ in rows], [[] for _ in rows], host_probs)
     greedy = [int(logits[i].float().argmax()) if r[1] else int(r[0]) for i, r in enumerate(rows)]  # a second sync
     # only for a row whose maximum recurs k times or is NaN
     return ReadBack(greedy, [[int(t) for t in r[2:2 + k]] for r in rows], [r[2 + k:] for r in rows], host_probs)
