@@ -26,9 +26,28 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     assert len(ratios) == 2 and goose["of_limit"] == pytest.approx((ratios[0] + ratios[1]) / 2)
     assert goose["of_limit_pooled"] == pytest.approx(goose["decode_speedup"] / goose["limit"])
     assert result["meta"]["command"].startswith("python -m engine.product.bench")
-    assert "Avg Spd" in (out / "results.md").read_text()
+    assert "Avg Spd" in (out / "results.md").read_text() and "Head to head" in (out / "results.md").read_text()
+    pairs = {(h["method"], h["dataset"]) for h in result["head_to_head"]}  # goose against all but AR
+    others = ("pld", "tr", "iso3", "iso5", "hf-ar", "hf-pld")
+    assert pairs == {(m, d) for m in others for d in ("humaneval", "mt_bench")}
     assert "plotly" in (out / "report.html").read_text()
     assert (out / "profile.jsonl").read_text().count("\n") > 10
+
+
+def test_head_to_head_counts_prompt_wins_and_gives_the_sign_test():
+    def row(method, speedups, dataset="mbpp"):
+        return {"method": method, "dataset": dataset, "decode_speedups": speedups}
+
+    rows = [row("ar", [1.0] * 5), row("goose", [1.2, 1.1, 1.3, 1.0, None]), row("iso3", [1.0, 1.0, 1.0, 1.0, 1.0]),
+            row("pld", [1.5, 1.5, 1.5, 1.5, 1.5]), row("tr", [1.1, 1.1])]
+    got = {h["method"]: h for h in bench.head_to_head(rows)}
+    assert set(got) == {"iso3", "pld", "tr"}  # AR is the speedups' own baseline
+    # iso3: goose faster on 3 prompts, one equal (dropped), one one-token run (dropped): 3 of 3, p = 2 / 8
+    assert (got["iso3"]["wins"], got["iso3"]["n"]) == (3, 3)
+    assert got["iso3"]["p"] == pytest.approx(0.25) and got["iso3"]["median_ratio"] == pytest.approx(1.15)
+    assert (got["pld"]["wins"], got["pld"]["n"], got["pld"]["p"]) == (0, 4, pytest.approx(0.125))
+    assert (got["tr"]["wins"], got["tr"]["n"], got["tr"]["p"]) == (1, 1, pytest.approx(1.0))  # zip: the shorter
+    assert bench.head_to_head([row("ar", [1.0]), row("pld", [1.2])]) == []  # no goose: no pairs
 
 
 def test_repeats_run_every_method_again_and_keep_its_fastest_run(tmp_path, demo_lm, monkeypatch):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import platform
 import statistics
 import subprocess
@@ -232,7 +233,8 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
     ``of_limit_pooled`` is that mixed ratio, the median speedup over the pooled limit, kept for comparison with
     results taken before 2026-11-23.  ``eta`` (η) is the decode-phase speedup over τ: the share of τ that became
     speed (1 for AR; below 1 as forwards of many rows and the engine's own work cost more than a one-token step).
-    ``prompts`` lists each prompt's decode speedup, τ, n̄ and limit.
+    ``decode_speedups`` lists every prompt's decode-phase speedup (None for a one-token run), in prompt order, for
+    ``head_to_head``; ``prompts`` lists each prompt's decode speedup, τ, n̄ and limit.
     ``lossless`` is True when no divergence from AR is a bug (precision ties are counted apart).
     """
     new_tokens = sum(len(r["tokens"]) for r in runs)
@@ -243,6 +245,8 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
            "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(_rate(r) for r in runs),
            "speedup_vs_ar": ratio(_rate, ar_runs),
            "decode_speedup": ratio(_decode_rate, ar_runs) if all(len(r["tokens"]) > 1 for r in runs) else None,
+           "decode_speedups": [_decode_rate(r) / _decode_rate(a) if len(r["tokens"]) > 1 else None
+                               for r, a in zip(runs, ar_runs)],
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
@@ -282,6 +286,31 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
             row["of_limit"] = statistics.median(p["decode_speedup"] / p["limit"] for p in prompts)
             row["of_limit_pooled"] = row["decode_speedup"] / row["limit"]
     return row
+
+
+def head_to_head(rows: list[dict], reference: str = "goose") -> list[dict]:
+    """``reference`` against every other method but AR, per dataset, prompt by prompt, in the decode phase.
+
+    For each prompt the ratio of the two methods' decode-phase speedups over AR on that prompt (= the ratio of their
+    decode-phase tokens/s); ``wins``: prompts where ``reference`` was faster, of ``n`` (equal ones dropped);
+    ``median_ratio``: the median of the ratios; ``p``: the two-sided sign test's p-value, the chance of a split at
+    least this uneven between two equally fast methods.  The median speedups of two methods that trade leads
+    from run to run differ by the run's drift; this says whether ``reference`` leads prompt by prompt.  [] when
+    ``reference`` did not run.
+    """
+    cell = {(r["method"], r["dataset"]): r for r in rows}
+    out = []
+    for (method, dataset), row in cell.items():
+        ref = cell.get((reference, dataset))
+        if ref is None or method in (reference, "ar", FP32_AR):
+            continue
+        ratios = [a / b for a, b in zip(ref["decode_speedups"], row["decode_speedups"]) if a and b]
+        wins, losses = sum(x > 1 for x in ratios), sum(x < 1 for x in ratios)
+        n = wins + losses
+        tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n if n else 1.0
+        out.append({"reference": reference, "method": method, "dataset": dataset, "wins": wins, "n": n,
+                    "median_ratio": statistics.median(ratios) if ratios else None, "p": min(1.0, 2 * tail)})
+    return out
 
 
 def run_limit(run: dict, curve: CostCurve) -> float | None:
@@ -354,6 +383,20 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
             out.append(f"| {r['method']} | {r['dataset']} | {r['mean_forward_rows']:.1f} | {r['limit']:.2f} | "
                        f"{fmt(r.get('decode_speedup'))} | {fmt(r.get('of_limit'))} | "
                        f"{fmt(r.get('of_limit_pooled'))} | {r['median_prefill_ms']:.0f} |")
+    pairs = head_to_head(rows)
+    if pairs:
+        out += ["", "## Head to head: goose against each method, prompt by prompt (decode phase)", "",
+                "ratio: goose's decode-phase tokens/s over the method's on the same prompt, median over prompts; "
+                "wins: prompts where goose was faster; p: two-sided sign test (how likely a split at least this "
+                "uneven is between two equally fast methods).", "",
+                "| method | " + " | ".join(f"{d} ratio | {d} wins | {d} p" for d in datasets) + " |",
+                "|---|" + "---|---|---|" * len(datasets)]
+        by = {(h["method"], h["dataset"]): h for h in pairs}
+        for m in dict.fromkeys(h["method"] for h in pairs):
+            hs = [by.get((m, d)) for d in datasets]
+            out.append(f"| {m} | " + " | ".join("– | – | –" if h is None else
+                                                 f"{fmt(h['median_ratio'])} | {h['wins']}/{h['n']} | {h['p']:.2f}"
+                                                 for h in hs) + " |")
     out += ["", "## Details", "",
             "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
             "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -516,7 +559,8 @@ def write_outputs(out: Path, meta: dict, rows: list[dict], profile: list[dict]) 
     from viz.report import report_html  # figures live in viz/
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, "head_to_head": head_to_head(rows)},
+                                                 indent=2) + "\n")
     (out / "results.md").write_text(to_markdown(rows, meta))
     (out / "report.html").write_text(report_html(rows, meta), encoding="utf-8")
     if profile:
