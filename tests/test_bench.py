@@ -48,6 +48,12 @@ def test_head_to_head_counts_prompt_wins_and_gives_the_sign_test():
     assert (got["pld"]["wins"], got["pld"]["n"], got["pld"]["p"]) == (0, 4, pytest.approx(0.125))
     assert (got["tr"]["wins"], got["tr"]["n"], got["tr"]["p"]) == (1, 1, pytest.approx(1.0))  # zip: the shorter
     assert bench.head_to_head([row("ar", [1.0]), row("pld", [1.2])]) == []  # no goose: no pairs
+    # a prompt where AR wrote one token (EOS after a precision tie) has no decode phase to compare
+    runs = [{"tokens": [1, 2, 3], "seconds": 1.0, "prefill_s": 0.5},
+            {"tokens": [1, 2], "seconds": 1.0, "prefill_s": 0.5}]
+    ar = [{"tokens": [1, 2, 3], "seconds": 2.0, "prefill_s": 0.5}, {"tokens": [1], "seconds": 1.0, "prefill_s": 0.5}]
+    got = bench.aggregate("goose", "mbpp", runs, ar)
+    assert got["decode_speedups"] == [pytest.approx(3.0), None] and got["decode_speedup"] is None
 
 
 def test_repeats_run_every_method_again_and_keep_its_fastest_run(tmp_path, demo_lm, monkeypatch):

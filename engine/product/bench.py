@@ -233,20 +233,20 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
     ``of_limit_pooled`` is that mixed ratio, the median speedup over the pooled limit, kept for comparison with
     results taken before 2026-11-23.  ``eta`` (η) is the decode-phase speedup over τ: the share of τ that became
     speed (1 for AR; below 1 as forwards of many rows and the engine's own work cost more than a one-token step).
-    ``decode_speedups`` lists every prompt's decode-phase speedup (None for a one-token run), in prompt order, for
-    ``head_to_head``; ``prompts`` lists each prompt's decode speedup, τ, n̄ and limit.
+    ``decode_speedups`` lists every prompt's decode-phase speedup (None where it or AR wrote one token), in prompt
+    order, for ``head_to_head``; ``prompts`` lists each prompt's decode speedup, τ, n̄ and limit.
     ``lossless`` is True when no divergence from AR is a bug (precision ties are counted apart).
     """
     new_tokens = sum(len(r["tokens"]) for r in runs)
     seconds = sum(r["seconds"] for r in runs)
     ratio = lambda rate, refs: statistics.median(rate(r) / rate(a) for r, a in zip(runs, refs))  # noqa: E731
     kinds = [r["divergence"]["kind"] for r in runs if "divergence" in r]
+    decode = [_decode_rate(r) / _decode_rate(a) if min(len(r["tokens"]), len(a["tokens"])) > 1 else None
+              for r, a in zip(runs, ar_runs)]  # per prompt; None where it or AR wrote one token (no decode phase)
     row = {"method": method, "dataset": dataset, "n_prompts": len(runs), "new_tokens": new_tokens,
            "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(_rate(r) for r in runs),
            "speedup_vs_ar": ratio(_rate, ar_runs),
-           "decode_speedup": ratio(_decode_rate, ar_runs) if all(len(r["tokens"]) > 1 for r in runs) else None,
-           "decode_speedups": [_decode_rate(r) / _decode_rate(a) if len(r["tokens"]) > 1 else None
-                               for r, a in zip(runs, ar_runs)],
+           "decode_speedup": None if None in decode else statistics.median(decode), "decode_speedups": decode,
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
@@ -395,7 +395,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         for m in dict.fromkeys(h["method"] for h in pairs):
             hs = [by.get((m, d)) for d in datasets]
             out.append(f"| {m} | " + " | ".join("– | – | –" if h is None else
-                                                 f"{fmt(h['median_ratio'])} | {h['wins']}/{h['n']} | {h['p']:.2f}"
+                                                 f"{fmt(h['median_ratio'])} | {h['wins']}/{h['n']} | {h['p']:.2g}"
                                                  for h in hs) + " |")
     out += ["", "## Details", "",
             "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
