@@ -44,8 +44,9 @@ import gradio as gr
 import plotly.graph_objects as go
 import torch
 
-from engine.core.config import METHODS, ConfigError, DecodeConfig
-from engine.core.cost import CostCurveError, cached_cost_curve, curve_key, load_cost_curve, measure_cost_curve
+from engine.decoding.config import METHODS, ConfigError, DecodeConfig
+from engine.decoding.cost import CostCurveError, load_cost_curve
+from engine.product.cost_cache import cached_cost_curve, curve_key, measure_cost_curve
 from engine.product.decoding import make_decoder
 from engine.product.generate import command_line
 from engine.product.loading import (
@@ -68,6 +69,7 @@ from engine.product.race import Pacer, Race
 from engine.product.run import MEASURING, ArTiming, Run, Speedup, ar_steps_per_forward
 from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.sweep import summary as sweep_summary
+from engine.product.sweep_figure import sweep_figure
 from engine.product.trace_io import MAX_BYTES, TraceFormatError
 from engine.sources import REGISTRY, SourceMemory
 from viz.charts import cost_figure, speed_figure
@@ -81,7 +83,6 @@ from viz.explain import (
     theory_panel,
 )
 from viz.lesson import stage_sentence, stages_of, what_is_it
-from viz.sweep_figure import sweep_figure
 from viz.tree_figure import count_words, tree_figure
 
 #: A ZeroGPU Space: ``spaces`` is installed and the Space's runtime sets ``SPACES_ZERO_GPU`` (read as spaces/config.py
@@ -852,8 +853,9 @@ def place_models(first: LoadedModel, options: PageOptions, zero_gpu: bool = ZERO
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
     worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``);
-    then one GPU call warms each up and measures its cost curve into the disk cache (``engine.core.cost``), which this
-    process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
+    then one GPU call warms each up and measures its cost curve into the disk cache
+    (``engine.product.cost_cache``), which this process, which has no GPU, reads.  A model that cannot be loaded is
+    left out, with a line on stderr.
     """
     if not zero_gpu:
         first.warm_up()

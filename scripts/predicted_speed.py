@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.core.config import DecodeConfig  # noqa: E402
-from engine.core.cost import CostCurve  # noqa: E402
+from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
+from engine.product.cost_cache import CostCurve  # noqa: E402
 from engine.product.decoding import make_decoder
 from engine.product.loading import load_model  # noqa: E402
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.core.config import DecodeConfig  # noqa: E402
+from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench import DEFAULT_DATA, load_prompts  # noqa: E402
 from engine.product.decoding import make_decoder
 from engine.product.loading import load_model  # noqa: E402

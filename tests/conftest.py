@@ -39,7 +39,7 @@ DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,
 def demo_lm():
     """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics.  In the tests' private
     cache its shared cost curve is ``DEMO_CURVE`` (a cache the developer named keeps its own curve)."""
-    from engine.core import cost
+    from engine.product import cost_cache as cost
     from engine.product.loading import load_model
 
     lm = load_model("demo", device="cpu", dtype="fp32")

@@ -209,7 +209,7 @@ def frames_of(handler, *args, **kwargs) -> list[dict]:
 def test_page_settings_check_input_once(demo_lm):
     """The page builds with its API; a bad setting is one message (the same as the CLI's), a good one its ids."""
     import app
-    from engine.core.config import ConfigError
+    from engine.decoding.config import ConfigError
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
 
@@ -247,8 +247,8 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
     """settings -> command -> the CLI's own parser -> the same DecodeConfig, for the page's every setting."""
     import shlex
 
-    from engine.core.config import DecodeConfig
-    from engine.core.cost import CostCurve
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
     from engine.product.generate import build_parser, command_line, config_from_args
     from engine.product.page_settings import PageSettings
 
@@ -307,8 +307,9 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     import shlex
 
     import app
-    from engine.core.cost import CostCurve, curve_key
+    from engine.decoding.cost import CostCurve
     from engine.product import generate as cli
+    from engine.product.cost_cache import curve_key
     from engine.product.loading import ModelRegistry
     from engine.product.metrics import summarize
     from engine.product.page_settings import PageSettings
@@ -451,7 +452,8 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     import app
-    from engine.core.cost import CostCurve, curve_key
+    from engine.decoding.cost import CostCurve
+    from engine.product.cost_cache import curve_key
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
 
@@ -521,8 +523,8 @@ def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
 
 
 def test_tau_is_tied_to_the_cost_curve():
-    from engine.core.cost import CostCurve
     from engine.core.tree import DraftTree, Source
+    from engine.decoding.cost import CostCurve
     from engine.product.run import ArTiming, Speedup, ar_steps_per_forward
     from viz.explain import cost_sentence
 
@@ -562,7 +564,7 @@ def test_header_says_the_dtype_and_why(demo_lm):
 
 
 def test_lesson_reads_the_cost_curve():
-    from engine.core.cost import CostCurve
+    from engine.decoding.cost import CostCurve
     from viz.lesson import what_is_it
 
     steep = CostCurve((1, 16), (10.0, 15.0), key="demo|cpu|torch.float32|torch 2")
@@ -574,7 +576,7 @@ def test_lesson_reads_the_cost_curve():
 
 def test_race_board_says_where_outputs_part(demo_lm):
     import app
-    from engine.core.config import DecodeConfig
+    from engine.decoding.config import DecodeConfig
 
     ids = demo_lm.encode_prompt(CODE, chat=False)
     ar = [t for tr in make_decoder(demo_lm.model, DecodeConfig.of(method="ar", max_new_tokens=8)).generate(ids)

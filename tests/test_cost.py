@@ -5,17 +5,9 @@ import json
 
 import pytest
 
-from engine.core.config import ConfigError, DecodeConfig, parse_gt_threshold
-from engine.core.cost import (
-    FORMAT,
-    SIZES,
-    CostCurve,
-    CostCurveError,
-    cached_cost_curve,
-    load_cost_curve,
-    measure_cost_curve,
-    write_cost_curve,
-)
+from engine.decoding.config import ConfigError, DecodeConfig, parse_gt_threshold
+from engine.decoding.cost import FORMAT, CostCurve, CostCurveError, load_cost_curve
+from engine.product.cost_cache import SIZES, cached_cost_curve, measure_cost_curve, write_cost_curve
 from engine.product.decoding import make_decoder
 
 
@@ -60,7 +52,7 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     data = json.loads(files[0].read_text())
     data["format"] = FORMAT - 1  # an older format is measured again, not misread
     files[0].write_text(json.dumps(data))
-    from engine.core import cost
+    from engine.product import cost_cache as cost
     cost._loaded.clear()
     assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
     assert json.loads(files[0].read_text())["format"] == FORMAT
@@ -96,7 +88,7 @@ def test_max_rows_reads_the_curve():
 def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
     """A forward right after a large one runs slow: in a fixed order T(1) always followed T(128) and read 20 % high
     (SmolLM2, q4), so every round shuffles the sizes (seeded: the same orders on every machine)."""
-    from engine.core import cost
+    from engine.product import cost_cache as cost
 
     seen = []
     real = cost.forward_tree

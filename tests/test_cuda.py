@@ -6,7 +6,7 @@ and converted on first use, as on a CPU).
 ``torch.cuda.set_sync_debug_mode("error")`` makes every operation that makes the host wait for the device an
 error (a blocking copy either way, ``.item()``, ``.tolist()``, ``nonzero``, ``torch.cuda.synchronize``).  It is
 on while each decoding cycle runs, and off only inside the cycle's read-back (``verify.read_back``, as
-``engine.core.decode`` calls it), which must run exactly once per cycle.  The prefill and the decoder's set-up (the
+``engine.decoding.decode`` calls it), which must run exactly once per cycle.  The prefill and the decoder's set-up (the
 cost curve, AR's reference run) run outside it.
 
 * Greedy, bf16, the configurations of tests/test_precision.py: the demo model (10 prompts × 128 tokens) and
@@ -22,9 +22,9 @@ import pytest
 import torch
 from test_precision import BF16_CONFIGS, _bf16_run
 
-from engine.core import decode
-from engine.core.config import DecodeConfig
-from engine.core.decode import SpecDecoder
+from engine.decoding import decode
+from engine.decoding.config import DecodeConfig
+from engine.decoding.decode import SpecDecoder
 from engine.product.decoding import make_decoder
 from engine.product.loading import load_model
 from engine.product.lossless import Divergence

@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from engine.core.config import ConfigError, DecodeConfig
 from engine.core.verify import read_back
+from engine.decoding.config import ConfigError, DecodeConfig
 from engine.product.decoding import make_decoder
 
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
@@ -59,7 +59,7 @@ def test_config_is_nested_by_concern_and_speaks_the_old_flat_names():
     """Issue 20: at most 12 top-level fields; every old flat name (CLI dest, trace key) still reads and writes."""
     from dataclasses import fields
 
-    from engine.core.config import FLAT_NAMES, PRESETS, VARIANTS
+    from engine.decoding.config import FLAT_NAMES, PRESETS, VARIANTS
 
     assert len(fields(DecodeConfig)) <= 12
     cfg = DecodeConfig.of(budget=16, gt_threshold=0.1, ptd_rows=8, sample_top_k=5, ptd_share=0.25,
@@ -80,8 +80,8 @@ def test_config_is_nested_by_concern_and_speaks_the_old_flat_names():
 def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_lm):
     """SpecDecoder neither measures nor loads a cost curve: an unresolved config, or GT auto without the curve it
     was resolved with, is refused; make_decoder resolves chord to one number c and the builders' floor."""
-    from engine.core.cost import CostCurve
-    from engine.core.decode import SpecDecoder
+    from engine.decoding.cost import CostCurve
+    from engine.decoding.decode import SpecDecoder
 
     curve = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key="k")
     with pytest.raises(ValueError, match="resolved config"):
@@ -105,7 +105,7 @@ def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_l
 def test_an_extended_chain_stays_within_the_chain_cap(demo_lm, lossless_prompts):
     """Goose §4.3 extends a confident chain to int(max_extended_chain × m) tokens; the GT cap (gt_chain_steps AR
     steps on the curve) cuts it, the last lookup's overshoot included, and never below the match itself."""
-    from engine.core.cost import CostCurve
+    from engine.decoding.cost import CostCurve
 
     curve = CostCurve((1, 64), (2.0, 4.0), key="k")  # T(n) ≤ 1.3 T(1) up to 19 rows: a chain of 18
     extended = {}

@@ -23,9 +23,9 @@ from test_precision import _bf16_run
 from transformers import AutoModelForCausalLM
 
 from engine.core import compat, kv_cache
-from engine.core.config import DecodeConfig
 from engine.core.tree import DraftTree, Source
 from engine.core.verify import forward_tree
+from engine.decoding.config import DecodeConfig
 from engine.product import precision
 from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, load_model

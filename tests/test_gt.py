@@ -1,15 +1,15 @@
-"""GT principle, speedup-optimal size (engine/core/gt.py): synthetic curves and trees, then the decoder."""
+"""GT principle, speedup-optimal size (engine/decoding/gt.py): synthetic curves and trees, then the decoder."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from engine.core.config import DecodeConfig
-from engine.core.cost import CostCurve
 from engine.core.estimates import AcceptanceStats, PathCalibration
-from engine.core.gt import speedup_optimal
 from engine.core.tree import DraftTree, GhostNode, Source
+from engine.decoding.config import DecodeConfig
+from engine.decoding.cost import CostCurve
+from engine.decoding.gt import speedup_optimal
 from engine.product.decoding import make_decoder
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.config import DecodeConfig
-from engine.core.sampling import make_rows_warper
+from engine.decoding.config import DecodeConfig
+from engine.decoding.sampling import make_rows_warper
 from engine.product.decoding import make_decoder
 
 READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")

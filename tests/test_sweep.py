@@ -1,5 +1,5 @@
-"""Parameter sweep (engine/product/sweep.py, viz/sweep_figure.py): parsing, a budget sweep on the demo model, stop, the
-figure, the sentence and the CLI."""
+"""Parameter sweep (engine/product/sweep.py, sweep_runs.py, sweep_figure.py): parsing, a budget sweep on the demo
+model, stop, the figure, the sentence and the CLI."""
 from __future__ import annotations
 
 import json
@@ -7,12 +7,14 @@ import json
 import pytest
 from conftest import DATA, ROOT, read_jsonl
 
-from engine.core.config import ConfigError, DecodeConfig
-from engine.core.cost import CostCurve, curve_key
+from engine.decoding.config import ConfigError, DecodeConfig
+from engine.decoding.cost import CostCurve
 from engine.product import sweep as sw
+from engine.product import sweep_runs
+from engine.product.cost_cache import curve_key
 from engine.product.run import ArTiming
 from engine.product.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
-from viz.sweep_figure import sweep_figure
+from engine.product.sweep_figure import sweep_figure
 
 BUDGETS = "4,8,16,32,64,128"
 CURVE = CostCurve((1, 8, 64), (5.0, 9.0, 40.0))  # by hand: the same trees on any machine
@@ -109,13 +111,13 @@ def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_i
 def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monkeypatch):
     seen = []
 
-    real = sw.make_decoder
+    real = sweep_runs.make_decoder
 
     def recording(model, config, eos_token_ids=(), cost_curve=None, memory=None, **kw):
         seen.append((config.method, config.tree.budget, cost_curve, memory))
         return real(model, config, eos_token_ids, cost_curve=cost_curve, memory=memory, **kw)
 
-    monkeypatch.setattr(sw, "make_decoder", recording)
+    monkeypatch.setattr(sweep_runs, "make_decoder", recording)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
     spec = SweepSpec.parse("budget", "4,16")
     last = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from engine.core.config import DecodeConfig
 from engine.core.theory import isotropic_yield, spine_yield_bound, tree_shape
+from engine.decoding.config import DecodeConfig
 from engine.product.decoding import make_decoder
 from engine.product.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
 
@@ -105,7 +105,7 @@ def test_tree_shape_reads_spine_and_branch_widths(exported):
 
 def test_round_trip_keeps_the_gt_choice_and_prompt_format(demo_lm):
     """A GT-"auto" run's per-cycle size choice and the run's prompt format survive export and import."""
-    from engine.core.cost import CostCurve
+    from engine.decoding.cost import CostCurve
 
     steep = CostCurve((1, 2, 4, 8, 128), (1.0, 1.05, 1.2, 1.6, 30.0))  # a CPU-like curve: pruning happens
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.core.config import WALK_PRIORITY, DecodeConfig
 from engine.core.estimates import AcceptanceStats, spine_ratio_tier
-from engine.core.spine_tree import Proposals, build_chain, build_isotropic_tree, build_spine_tree
 from engine.core.tree import DraftTree, Source
 from engine.core.verify import greedy_walk
+from engine.decoding.config import WALK_PRIORITY, DecodeConfig
+from engine.decoding.spine_tree import Proposals, build_chain, build_isotropic_tree, build_spine_tree
 from engine.sources import Candidates, SourceMemory
 from engine.sources.tr import AdjacencyTable, TrSource
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from engine.core.trace import CycleTrace
 from engine.core.tree import DraftTree, GhostNode, Source
+from engine.decoding.trace import CycleTrace
 from viz.charts import cycle_series, speed_figure
 from viz.tree_figure import tidy_layout, tree_figure, tree_graph, visible_token
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.core.trace import CycleTrace
+from engine.decoding.trace import CycleTrace
 
 
 def cycle_series(traces: Sequence[CycleTrace]) -> dict[str, list[float]]:
@@ -51,7 +51,7 @@ def cost_figure(curve, budget: int | None = None) -> go.Figure:
     """Verification latency vs tree nodes (the GT principle's cost curve) with c(B) on a second axis.
 
     Args:
-        curve: ``engine.core.cost.CostCurve``.
+        curve: ``engine.decoding.cost.CostCurve``.
         budget: node budget B to mark, with its threshold c(B).
     """
     fig = make_subplots(specs=[[{"secondary_y": True}]])

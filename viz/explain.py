@@ -5,7 +5,7 @@ import html
 import re
 from collections.abc import Callable
 
-from engine.core.trace import CycleTrace
+from engine.decoding.trace import CycleTrace
 from engine.sources import REGISTRY, info
 from viz.tree_figure import visible_token
 

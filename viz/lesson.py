@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.core.trace import CycleTrace
-from engine.core.tree import Source
-from engine.sources import REGISTRY
+from engine.decoding.trace import CycleTrace
+from engine.sources import REGISTRY, tags
 from viz.explain import _q
 
 _LESSON = """
@@ -30,8 +29,8 @@ FLAT = 1.1  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
 
 
 def pass_cost(curve, rows: int = 16) -> str:
-    """How a pass over ``rows`` tokens compares with a one-token pass on ``curve`` (``engine.core.cost.CostCurve``), in
-    words: "on this CPU one pass over **16** tokens costs **1.5×** a one-token pass" (or "about as much" on a flat
+    """How a pass over ``rows`` tokens compares with a one-token pass on ``curve`` (``engine.decoding.cost.CostCurve``),
+    in words: "on this CPU one pass over **16** tokens costs **1.5×** a one-token pass" (or "about as much" on a flat
     curve); a generic sentence without a curve."""
     if curve is None:
         return ("one pass over **many** tokens costs much less than that many passes over **one** token: the weights "
@@ -83,7 +82,7 @@ def stage_sentence(trace: CycleTrace, stage: str, token_text: Callable[[int], st
     """One plain sentence for ``stage`` of ``trace`` (Markdown; tokens quoted and escaped)."""
     q = lambda t: _q(token_text, t)  # noqa: E731
     tree = trace.tree
-    count = {s: sum(x is s for x in tree.sources) for s in Source.all()}
+    count = {s: sum(x is s for x in tree.sources) for s in tags()}
     if trace.mode in ("prefill", "ar"):
         return (f"**{stage_title(trace, stage)}** — this cycle had no drafts: one forward gave the next "
                 f"token {q(trace.bonus)}.")

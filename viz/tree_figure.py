@@ -25,10 +25,10 @@ from collections.abc import Callable
 import networkx as nx
 import plotly.graph_objects as go
 
-from engine.core.config import WALK_PRIORITY
-from engine.core.trace import CycleTrace
 from engine.core.tree import Source
-from engine.sources import REGISTRY
+from engine.decoding.config import WALK_PRIORITY
+from engine.decoding.trace import CycleTrace
+from engine.sources import REGISTRY, tags
 
 #: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.  The
 #: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set (tests/test_viz.py checks every
@@ -384,7 +384,7 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     if stage is None or stage == "bonus":
         return set(g)
     names = [i.name for i in REGISTRY]
-    shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(Source.all())
+    shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(tags())
     keep = {0}
     for u, v in nx.bfs_edges(g, 0):
         d = g.nodes[v]

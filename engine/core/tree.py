@@ -36,9 +36,7 @@ class Source(str):
     def __new__(cls, name: str) -> Source:
         if not isinstance(name, str):
             raise ValueError(f"a node tag is a string (got {name!r})")
-        if name not in cls._declared:
-            from .. import sources  # noqa: F401 - importing the registry declares every source's tag
-        if name not in cls._declared:
+        if name not in cls._declared:  # each source's module declares its tag (importing engine.sources does)
             raise ValueError(f"{name!r} is not a node tag; known: {', '.join(cls._declared)}")
         return cls._declared[name]
 
@@ -55,11 +53,9 @@ class Source(str):
         return tag
 
     @classmethod
-    def all(cls) -> tuple[Source, ...]:
-        """Every declared tag: the anchor's, the sources' in ``REGISTRY`` order, then the others (ride-along rows)."""
-        from ..sources import REGISTRY  # importing the registry declares every source's tag
-        first = (cls.ROOT, *(info.source for info in REGISTRY))
-        return first + tuple(t for t in cls._declared.values() if t not in first)
+    def declared(cls) -> tuple[Source, ...]:
+        """Every tag declared so far, in declaration order (``engine.sources.tags`` gives the registry's order)."""
+        return tuple(cls._declared.values())
 
     @property
     def value(self) -> str:
@@ -259,7 +255,7 @@ class TreeBuilder:
 
     ``gt_threshold`` is the number c the builders prune by (``GtConfig.prune_at`` of a resolved config): a node
     whose path estimate is below c becomes a ghost; under GT "auto" the speedup-optimal size is then chosen from
-    the whole built tree (engine/core/gt.py).  None (an unresolved config) raises ValueError.
+    the whole built tree (engine/decoding/gt.py).  None (an unresolved config) raises ValueError.
     """
 
     root_token: int

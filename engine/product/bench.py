@@ -40,15 +40,16 @@ from transformers.generation.streamers import BaseStreamer
 
 from .. import ASSETS
 from ..core import compat
-from ..core.config import FLAT_NAMES, METHODS, PRESETS, ConfigError, DecodeConfig, parse_gt_threshold
-from ..core.cost import CostCurve, CostCurveError, load_cost_curve
-from ..core.trace import TIMING_KEYS
+from ..decoding.config import FLAT_NAMES, METHODS, PRESETS, ConfigError, DecodeConfig, parse_gt_threshold
+from ..decoding.cost import CostCurve, CostCurveError, load_cost_curve
+from ..decoding.trace import TIMING_KEYS
 from ..sources import SourceMemory
 from .decoding import make_decoder
 from .generate import add_config_options, config_from_args
 from .loading import ModelLoadError, load_model
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
+from .report import report_html
 
 #: the prompt sets shipped with the project (whole files, each with its LICENSE and SOURCE.md); ``--data DIR``
 #: reads another folder of the same layout and formats
@@ -556,8 +557,6 @@ def _greedy(lm, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
 
 
 def write_outputs(out: Path, meta: dict, rows: list[dict], profile: list[dict]) -> None:
-    from viz.report import report_html  # figures live in viz/
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, "head_to_head": head_to_head(rows)},
                                                  indent=2) + "\n")

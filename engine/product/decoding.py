@@ -1,6 +1,6 @@
 """The one way the page, the CLIs and the bench make a decoder: resolve the config and its cost curve, then build.
 
-``SpecDecoder`` (engine/core/decode.py) neither measures nor loads a cost curve and reads one resolved config;
+``SpecDecoder`` (engine/decoding/decode.py) neither measures nor loads a cost curve and reads one resolved config;
 this factory gives it both: the curve the caller chose (a visitor's own re-measured curve, one loaded with
 ``--cost-curve``), else the model's shared curve (``cost.cached_cost_curve``: measured once per model, device,
 dtype and torch version, cached on disk) when the GT rule reads one.
@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core import compat
-from ..core.config import DecodeConfig
-from ..core.cost import CostCurve, cached_cost_curve
-from ..core.decode import SpecDecoder
+from ..decoding.config import DecodeConfig
+from ..decoding.cost import CostCurve
+from ..decoding.decode import SpecDecoder
+from .cost_cache import cached_cost_curve
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None) -> tuple[DecodeConfig, CostCurve | None]:

@@ -27,7 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..core.config import (
+from ..decoding.config import (
     FLAT_NAMES,
     METHODS,
     PRESETS,
@@ -37,7 +37,7 @@ from ..core.config import (
     DecodeConfig,
     parse_gt_threshold,
 )
-from ..core.cost import load_cost_curve
+from ..decoding.cost import load_cost_curve
 from ..core.kv_cache import UnsupportedCacheError
 from .decoding import make_decoder
 from .loading import ModelLoadError, load_model, tqdm_progress

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ..core.trace import TIMING_KEYS, CycleTrace
+from ..decoding.trace import TIMING_KEYS, CycleTrace
 from ..sources import REGISTRY, Role
 
 

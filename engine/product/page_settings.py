@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..core.config import ConfigError, DecodeConfig
+from ..decoding.config import ConfigError, DecodeConfig
 
 if TYPE_CHECKING:
     from .loading import LoadedModel

@@ -107,7 +107,7 @@ class PackedLinear(torch.nn.Module):
     plain weight is dropped, so the layer costs no more memory than before.
     """
 
-    kernel = "packed"  # read by ``engine.core.cost.curve_key``: a packed model's cost curve is its own
+    kernel = "packed"  # read by ``engine.product.cost_cache.curve_key``: a packed model's cost curve is its own
 
     def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
@@ -138,7 +138,7 @@ class Q4Linear(torch.nn.Module):
     ``forward(x)``: x (..., in_features) bf16 -> (..., out_features) bf16.
     """
 
-    kernel = "q4"  # read by ``engine.core.cost.curve_key``: a 4-bit model's cost curve is its own
+    kernel = "q4"  # read by ``engine.product.cost_cache.curve_key``: a 4-bit model's cost curve is its own
 
     def __init__(self, codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> None:
         """codes (N, K) int32 in 0..15; scale, low (N, K / Q4_GROUP) fp32: weight = scale · codes + low per group."""

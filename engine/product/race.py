@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..core.trace import CycleTrace
+from ..decoding.trace import CycleTrace
 
 
 @dataclass

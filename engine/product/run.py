@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.config import DecodeConfig
-from ..core.trace import CycleTrace
+from ..decoding.config import DecodeConfig
+from ..decoding.trace import CycleTrace
 from .trace_io import export_run, load_run
 
 
@@ -161,7 +161,7 @@ MEASURING = Speedup(None, "measuring AR on this device …", pending=True, short
 
 def ar_steps_per_forward(traces: Sequence[CycleTrace], curve) -> float | None:
     """Mean cost of the run's verification forwards in AR steps: the mean over its cycles (prefill excluded)
-    of T(rows) / T(1) on ``curve`` (``engine.core.cost.CostCurve``; rows = the tree's nodes + ride-along PTD rows).
+    of T(rows) / T(1) on ``curve`` (``engine.decoding.cost.CostCurve``; rows = the tree's nodes + ride-along PTD rows).
     τ divided by it is the speedup the curve predicts.  None without a curve or a cycle."""
     rows = [len(t.tree) + t.ptd_rows for t in traces if t.mode != "prefill"]
     if curve is None or not rows:

@@ -11,8 +11,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..core.trace import MODES, CycleTrace
 from ..core.tree import DraftTree, GhostNode, Source
+from ..decoding.trace import MODES, CycleTrace
+from ..sources import tags
 
 SCHEMA = "goose-lens-trace"
 VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),
@@ -87,7 +88,7 @@ def _source(x: Any, where: str) -> Source:
     try:
         return Source(x)
     except ValueError:
-        known = ", ".join(s.value for s in Source.all())
+        known = ", ".join(s.value for s in tags())
         raise TraceFormatError(f"{where}: unknown source {x!r} (known: {known})") from None
 
 

@@ -31,6 +31,12 @@ def info(source: Source | str) -> SourceInfo:
     raise KeyError(f"unknown draft source {name!r}; known: {', '.join(i.name for i in REGISTRY)}")
 
 
+def tags() -> tuple[Source, ...]:
+    """Every declared node tag: the anchor's, the sources' in ``REGISTRY`` order, then the others (ride-along rows)."""
+    first = (Source.ROOT, *(i.source for i in REGISTRY))
+    return first + tuple(t for t in Source.declared() if t not in first)
+
+
 def make_sources(cfg, stats, memory: SourceMemory) -> tuple[DraftSource, ...]:
     """One fresh source per active source of ``cfg`` (``DecodeConfig.active_sources``), in ``REGISTRY`` order.
 
@@ -42,4 +48,4 @@ def make_sources(cfg, stats, memory: SourceMemory) -> tuple[DraftSource, ...]:
 
 
 __all__ = ["REGISTRY", "SOURCE_TYPES", "Candidates", "DraftSource", "Request", "Role", "Rows", "SourceInfo",
-           "SourceMemory", "Verified", "info", "make_sources"]
+           "SourceMemory", "Verified", "info", "make_sources", "tags"]

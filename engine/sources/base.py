@@ -13,7 +13,7 @@ import enum
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..core.tree import DraftTree, Source
 
@@ -261,6 +261,20 @@ def extend_chain(source: DraftSource, context: Sequence[int], chain: Candidates,
         if saturated and more.confidence < 1.0:
             break
     return Candidates.chain(tokens, p, match=chain.match, confidence=chain.confidence, consensus=chain.consensus)
+
+
+class RunConfig(Protocol):
+    """What a source reads of its run's settings.  ``engine.decoding.config.DecodeConfig`` is one: the decoding layer,
+    above the sources, passes it in, so the sources never import it (the config reads the registry)."""
+
+    tree: Any  # ``TreeShape``: B, D, K, the spine's limits
+    variant: Any  # ``Variant``: how the paper's gaps are filled
+    sampler: Any  # ``SamplerConfig``: the seed
+    active_sources: tuple[str, ...]  # the sources this run drafts with
+    drafts_alone: bool  # the method is one source drafting alone
+
+    def source_config(self, name: str) -> Any:
+        """Source ``name``'s own settings (its ``config_type``)."""
 
 
 class DraftSource(Protocol):

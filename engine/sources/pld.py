@@ -21,14 +21,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
-
-if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
-    from ..core.config import DecodeConfig
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
 
 #: Which earlier occurrence of the suffix n-gram the match copies.
 OCCURRENCES = ("earliest", "latest")
@@ -171,7 +168,7 @@ class PldSource:
 
     config_type = PldConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
 
-    def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+    def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         own: PldConfig = cfg.source_config(self.info.name)
         alone = cfg.drafts_alone  # the PLD baseline: one chain, no tree, no re-matching
         occurrence = own.match_occurrence

@@ -33,16 +33,12 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
-from .base import Candidates, Request, Role, Rows, SourceInfo, SourceMemory, Verified
-
-if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
-    from ..core.config import DecodeConfig
-
+from .base import Candidates, Request, Role, Rows, RunConfig, SourceInfo, SourceMemory, Verified
 
 #: The tag of PTD's drafting rows: they ride along in the forward and are never verified (PTD §3.2).
 ROW_TAG = Source.declare("ptd-row", verified=False)
@@ -204,7 +200,7 @@ class PtdSource:
 
     config_type = PtdConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
 
-    def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+    def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         self.own: PtdConfig = cfg.source_config(self.info.name)
         self.seed = cfg.sampler.seed
         self.pool = CandidatePool(width=self.own.width, max_depth=self.own.depth)

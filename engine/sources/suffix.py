@@ -23,14 +23,11 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
-
-if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
-    from ..core.config import DecodeConfig
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
 
 
 @dataclass(frozen=True)
@@ -210,7 +207,7 @@ class SuffixSource:
 
     config_type = SuffixConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
 
-    def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+    def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         own: SuffixConfig = cfg.source_config(self.info.name)
         self.depth, self.factor, self.min_prob = own.max_depth, own.spec_factor, own.min_prob
         self.local = SuffixTrie(self.depth)

@@ -19,17 +19,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
 from ..core.verify import top_successors
-from .base import Candidates, Request, Role, SourceInfo, SourceMemory, Verified
-
-if TYPE_CHECKING:  # the config reads the registry (its methods), so sources import it for types only
-    from ..core.config import DecodeConfig
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
 
 #: TR score definitions (``TrConfig.adjacency_scores``): "softmax" = probability under the full softmax;
 #: "top-k" = softmax over the top-K logits only (the authors' code; a row's K scores sum to 1).
@@ -144,7 +141,7 @@ class TrSource:
 
     config_type = TrConfig  # its own settings: DecodeConfig.source_config(info.name) holds one
 
-    def __init__(self, cfg: DecodeConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+    def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         own: TrConfig = cfg.source_config(self.info.name)
         self.top_k = cfg.tree.top_k
         self.calibrate = own.calibration

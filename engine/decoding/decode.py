@@ -13,18 +13,18 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..core import compat, kv_cache
+from ..core.estimates import AcceptanceStats, spine_ratio_tier
+from ..core.tree import DraftTree, Source
+from ..core.verify import ReadBack, forward_tree, greedy_walk, hsd_chain_walk, read_back, sample_walk
 from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
 from ..sources.base import extend_chain
-from . import compat, kv_cache
 from .config import CANDIDATE_TREE_METHODS, DecodeConfig
 from .cost import CostCurve
-from .estimates import AcceptanceStats, spine_ratio_tier
 from .gt import GtChoice, speedup_optimal
 from .sampling import make_rows_warper, make_warper, new_generator
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
-from .tree import DraftTree, Source
-from .verify import ReadBack, forward_tree, greedy_walk, hsd_chain_walk, read_back, sample_walk
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class SpecDecoder:
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
         config: a resolved ``DecodeConfig`` (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top
-            of each tree (engine/core/gt.py); the builders prune at ``config.gt.prune_at``.
+            of each tree (engine/decoding/gt.py); the builders prune at ``config.gt.prune_at``.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
         cost_curve: the verification cost curve GT "auto" reads (the one ``config`` was resolved with); None
             when c is a number.  ``self.cost_curve`` is it.
@@ -348,7 +348,7 @@ class SpecDecoder:
     def _choose_size(self, s: Generation, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
         the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
-        "session"), or (accepted + 1) / T(n) ("cycle") (engine/core/gt.py); AR when n* = 1.  With
+        "session"), or (accepted + 1) / T(n) ("cycle") (engine/decoding/gt.py); AR when n* = 1.  With
         ``path_calibration`` the estimates are first mapped through this session's measured acceptance of
         earlier built nodes with like estimates (``estimates.PathCalibration``); the built tree is kept for
         that until the output decides it."""

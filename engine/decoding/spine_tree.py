@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..core.tree import Built, Source, TreeBuilder
 from ..sources.base import Candidates, DraftSource, Request
 from .config import DecodeConfig
-from .tree import Built, Source, TreeBuilder
 
 
 class Branch(NamedTuple):

@@ -9,7 +9,7 @@ import html
 
 import plotly.graph_objects as go
 
-from engine.core.trace import TIMING_KEYS
+from engine.decoding.trace import TIMING_KEYS
 
 
 def _datasets(rows: list[dict]) -> list[str]:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..core.tree import DraftTree, GhostNode
 from .cost import CostCurve
-from .tree import DraftTree, GhostNode
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ speak it, so command lines and trace files written before the nesting still read
 
 Defaults are the Goose paper's Table 5 / Appendix C.3 hyper-parameters (fixed across datasets and models there)
 unless a comment says otherwise.  ``DecodeConfig.resolved`` turns the GT rule into the numbers the loop reads,
-given a cost curve: ``engine.core.decode.SpecDecoder`` takes only a resolved config.
+given a cost curve: ``engine.decoding.decode.SpecDecoder`` takes only a resolved config.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from ..core.checks import ConfigError, check, one_of
 from ..sources import REGISTRY, SOURCE_TYPES, Role
-from .checks import ConfigError, check, one_of
 
 #: Draft sources a tree may mix, from the registry; ``DecodeConfig.sources`` picks among them for goose / iso(k).
 SOURCES = tuple(info.name for info in REGISTRY)
@@ -45,7 +45,7 @@ VERIFIERS = ("tree", "hsd")
 #: "no-adjacency" = the anchor has no adjacency-table entry (the authors' code: a tree otherwise).
 BYPASS_RULES = ("confident", "no-adjacency")
 
-#: What GT "auto" maximises when it sizes a tree (``GtConfig.rate``; engine/core/gt.py): "session" = the run's
+#: What GT "auto" maximises when it sizes a tree (``GtConfig.rate``; engine/decoding/gt.py): "session" = the run's
 #: tokens per unit of verification time (a node stays while it beats the session's rate so far), "cycle" = the
 #: tree's own expected (1 + accepted) / T(n).
 GT_RATES = ("session", "cycle")
@@ -59,7 +59,7 @@ BRANCH_GROWTH = ("best-first", "score-width")
 #: whose candidates' main path is longest; "longest-match" = the one that matched the most context tokens.
 SPINE_RULES = ("longest-chain", "longest-match")
 
-#: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/core/gt.py);
+#: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/decoding/gt.py);
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
 GT_RULES = ("auto", "chord")
 
@@ -124,16 +124,16 @@ class TreeShape:
 
 @dataclass(frozen=True)
 class GtConfig:
-    """The GT principle: which draft nodes a cycle verifies (GT §3; engine/core/gt.py).
+    """The GT principle: which draft nodes a cycle verifies (GT §3; engine/decoding/gt.py).
 
     ``threshold`` is what the user asked for; ``prune_at`` is what the tree builders prune by, set by
     ``DecodeConfig.resolved`` from the cost curve (None until then).
     """
 
     threshold: float | str = "auto"  # "auto": keep the speedup-optimal top of each built tree, from the whole
-    # measured cost curve (GT §3, engine/core/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
+    # measured cost curve (GT §3, engine/decoding/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
     # a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the curve's chord
-    # at B (engine/core/cost.py)
+    # at B (engine/decoding/cost.py)
     # GT "auto" (docs/results.md, "GT auto, second round"; demo model and SmolLM2, four datasets):
     floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
     # (without it the size choice trims a c = 0 tree: demo speedup 1.48 vs 1.89)

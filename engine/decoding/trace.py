@@ -5,8 +5,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from ..core.tree import DraftTree, GhostNode, Source
 from ..sources import info
-from .tree import DraftTree, GhostNode, Source
 
 #: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear spine
 #: chain), tree (spine tree, or TR-only / spine-only tree), or ar (no draft source available).
@@ -44,7 +44,7 @@ class CycleTrace:
             was extended by re-matching (the spine itself may be shorter: B r bounds it).
         budget: node budget the tree was built with, root included (B, raised on confident cycles by
             the confidence schedule); None for bypass chains, AR steps and prefill.
-        gt_nodes, gt_candidates: the speedup-optimal size (GT threshold "auto", engine/core/gt.py): nodes kept
+        gt_nodes, gt_candidates: the speedup-optimal size (GT threshold "auto", engine/decoding/gt.py): nodes kept
             (n*, root included; 1 = pruned to an AR step) of the nodes built; None for other thresholds
             and for cycles with no draft.
         gt_expected: expected accepted draft tokens of the kept tree (sum of its path estimates).

@@ -11,7 +11,7 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.product.sweep import Sweep, SweepRun, markdown_table, same_text_cell, summary
+from .sweep_runs import Sweep, SweepRun, markdown_table, same_text_cell, summary
 
 LINE = "#1d4ed8"  # the runs
 PARTED = "#dc2626"  # a run whose text parted from AR's
