@@ -27,6 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..core.kv_cache import UnsupportedCacheError
 from ..decoding.config import (
     FLAT_NAMES,
     METHODS,
@@ -38,7 +39,6 @@ from ..decoding.config import (
     parse_gt_threshold,
 )
 from ..decoding.cost import load_cost_curve
-from ..core.kv_cache import UnsupportedCacheError
 from .decoding import make_decoder
 from .loading import ModelLoadError, load_model, tqdm_progress
 from .lossless import attribute
