@@ -35,11 +35,11 @@ def shifts(lm, ids: list[int], max_new_tokens: int, rows: int) -> list[float]:
     step = torch.stack([x[0] for x in out.logits])  # (N, |V|) AR's own steps
     new = out.sequences[0, len(ids):].tolist()
     cache = kv_cache.new_cache(model, len(ids) + len(new) + rows)
-    model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.tensor([ids[:-1]]), cache=cache, use_cache=True)
     seq, batch = [ids[-1], *new[:-1]], []  # row j predicts new[j]
     for start in range(0, len(seq), rows):
         chunk = torch.tensor([seq[start:start + rows]])
-        batch.append(model(input_ids=chunk, past_key_values=cache, use_cache=True).logits[0])
+        batch.append(model(input_ids=chunk, cache=cache, use_cache=True).logits[0])
     batch = torch.cat(batch)  # (N, |V|) the same positions, scored ``rows`` at a time
     found = []
     for a, b in zip(step.float(), batch.float()):

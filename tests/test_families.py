@@ -164,7 +164,7 @@ def test_alibi_scores_tree_rows_wrongly_which_is_why_it_is_refused():
     for name, exact in (("llama", True), ("gpt2", True), ("mpt", False)):
         model = tiny(name)
         cache = kv_cache.new_cache(model, 64)
-        model(input_ids=torch.tensor([prompt[:-1]]), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([prompt[:-1]]), cache=cache, use_cache=True)
         row = forward_tree(model, cache, tree, len(prompt) - 1)[3]
         want = model(input_ids=torch.tensor([prompt + [60, 70]])).logits[0, -1]
         assert (float((row - want).abs().max()) < 1e-5) == exact, name

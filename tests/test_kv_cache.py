@@ -19,7 +19,7 @@ def test_keep_path_equals_fresh_prefill(demo_lm, path):
     model = demo_lm.model
     prompt = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
     cache = kv_cache.new_cache(model)
-    model(input_ids=torch.tensor([prompt[:-1]]), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.tensor([prompt[:-1]]), cache=cache, use_cache=True)
     past = kv_cache.cache_length(cache)
     #        0(root)  1     2     3     4     5     6
     tree = DraftTree(tokens=(prompt[-1], 11, 12, 13, 14, 15, 16), parents=(None, 0, 0, 0, 3, 2, 4),
@@ -30,7 +30,7 @@ def test_keep_path_equals_fresh_prefill(demo_lm, path):
     assert kv_cache.cache_length(cache) == past + len(path)
 
     fresh = kv_cache.new_cache(model)
-    model(input_ids=torch.tensor([prompt[:-1] + [tree.tokens[i] for i in path]]), past_key_values=fresh,
+    model(input_ids=torch.tensor([prompt[:-1] + [tree.tokens[i] for i in path]]), cache=fresh,
           use_cache=True)
     for (k, v), (k_ref, v_ref) in zip(layer_kv(cache), layer_kv(fresh)):
         assert k.shape == k_ref.shape

@@ -83,7 +83,7 @@ def forward_tree(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
         input_ids=inputs.input_ids,  # (1, n)
         attention_mask=inputs.attention_mask,  # (1, 1, n, past + n)
         position_ids=inputs.position_ids,  # (1, n)
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
     )
     return out.logits[0]  # (n, |V|)

@@ -230,7 +230,7 @@ class SpecDecoder:
         if cfg.sampling:
             session.generator = new_generator(cfg.sampler.seed)
         ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
-        logits = self.model(input_ids=ids, past_key_values=session.cache, use_cache=True).logits[0]  # (L, |V|)
+        logits = self.model(input_ids=ids, cache=session.cache, use_cache=True).logits[0]  # (L, |V|)
         if cfg.sampling:  # the first token, sampled as generate() samples it
             first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=session.generator))
         else:

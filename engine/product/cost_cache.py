@@ -67,7 +67,7 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     gen = torch.Generator().manual_seed(0)
     cache = kv_cache.new_cache(model, past + max(sizes) + 1)
     prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
+    model(input_ids=prefix, cache=cache, use_cache=True)
     table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost
     trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
                           (Source.ROOT,) + (TrSource.info.source,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}

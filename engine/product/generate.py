@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
-    result = {"model": lm.name, "method": args.method, "prompt_tokens": len(prompt_ids),
+    result = {"model": lm.name, "device": lm.device, "dtype": lm.precision, "dtype_reason": lm.dtype_reason,
+              "method": args.method, "prompt_tokens": len(prompt_ids),
               "gt_threshold": decoder.config.gt.threshold, "config": decoder.config.to_dict(),
               "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}

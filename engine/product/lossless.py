@@ -107,7 +107,7 @@ def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int]) -> tuple[l
     it reproduces that run's logits.  Returns (argmax tokens, (len(tokens), |V|) logits, model dtype)."""
     cache = kv_cache.new_cache(model, len(prompt_ids) + len(tokens) + 1)
     ids = torch.tensor([list(prompt_ids)], device=model.device)
-    rows = [model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0, -1]]  # (|V|,)
+    rows = [model(input_ids=ids, cache=cache, use_cache=True).logits[0, -1]]  # (|V|,)
     past = len(prompt_ids)
     for token in tokens[:-1]:
         rows.append(forward_tree(model, cache, DraftTree.root_only(token), past)[0])

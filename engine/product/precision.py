@@ -293,13 +293,13 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
     caches = {}
     for name, m in copies.items():
         caches[name] = kv_cache.new_cache(m, past + TREE_ROWS + 1)
-        m(input_ids=prefix, past_key_values=caches[name], use_cache=True)
+        m(input_ids=prefix, cache=caches[name], use_cache=True)
     times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in copies for n in (1, TREE_ROWS)}
     for _ in range(repeats + 1):
         for (v, n), row in times.items():
             ids = torch.randint(0, vocab, (1, n), generator=gen).to(model.device)
             t0 = time.perf_counter()
-            copies[v](input_ids=ids, past_key_values=caches[v], use_cache=True).logits[0].argmax(-1).tolist()
+            copies[v](input_ids=ids, cache=caches[v], use_cache=True).logits[0].argmax(-1).tolist()
             row.append((time.perf_counter() - t0) * 1000)
             caches[v].crop(-n)
     return {v: [round(statistics.median(times[(v, n)][1:]), 3) for n in (1, TREE_ROWS)] for v in copies}
