@@ -129,11 +129,11 @@ def test_every_cli_says_a_bad_model_in_one_line(tmp_path, cli):
 
 
 def test_page_says_a_failed_load_in_one_sentence(demo_lm, tmp_path):
-    import app
+    from page.models import load_other_model
 
     (tmp_path / "empty-folder").mkdir()
     models = ModelRegistry(demo_lm)
-    frames = list(app.load_other_model(str(tmp_path / "empty-folder"), "cpu", "fp32", None, models=models))
+    frames = list(load_other_model(str(tmp_path / "empty-folder"), "cpu", "fp32", None, models=models))
     status = frames[-1]["model_status"]
     assert status.startswith("⚠️ Could not load model 'empty-folder': the folder is not a model"), status
     assert ".." not in status and "Still using" in status and str(tmp_path) not in status
@@ -212,6 +212,7 @@ def test_page_settings_check_input_once(demo_lm):
     from engine.decoding.config import ConfigError
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
+    from page.generate import generate
 
     demo = app.build_demo(demo_lm)
     assert demo.title == "goose-lens"
@@ -224,7 +225,7 @@ def test_page_settings_check_input_once(demo_lm):
                               (PageSettings(prompt="x " * 3000, max_new_tokens=10), "context")):
         with pytest.raises(ConfigError, match="(?i)" + message):  # the page capitalises the first letter
             settings.prepare(demo_lm)
-        frames = frames_of(app.generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
+        frames = frames_of(generate, settings, models=ModelRegistry(demo_lm))  # the page: a message, no traceback
         assert len(frames) == 1 and set(frames[0]) == {"stats"} and message in frames[0]["stats"]
     ids, config = PageSettings(prompt="x", budget=24.0, auto_c=False, gt_threshold=0.1).prepare(demo_lm)
     assert ids == demo_lm.encode_prompt("x") and config.tree.budget == 24 and config.gt.threshold == 0.1
@@ -234,11 +235,15 @@ def test_page_settings_check_input_once(demo_lm):
 def test_handlers_take_at_most_six_named_parameters():
     import inspect
 
-    import app
+    from page.cycles import jump_to_token, request_stop, show_cycle, step_through
+    from page.generate import generate
+    from page.models import cost_plot_for, load_other_model, remeasure_curve
+    from page.presets import preset_fields
+    from page.race import race
+    from page.traces import export_trace, import_trace
 
-    for handler in (app.generate, app.race, app.show_cycle, app.step_through, app.jump_to_token, app.export_trace,
-                    app.import_trace, app.load_other_model, app.remeasure_curve, app.cost_plot_for, app.preset_fields,
-                    app.request_stop):
+    for handler in (generate, race, show_cycle, step_through, jump_to_token, export_trace, import_trace,
+                    load_other_model, remeasure_curve, cost_plot_for, preset_fields, request_stop):
         params = inspect.signature(handler).parameters
         assert len(params) <= 6, (handler.__name__, list(params))
 
@@ -277,47 +282,51 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
     from types import SimpleNamespace
 
-    import app
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
+    from page.cycles import jump_to_token, show_cycle
+    from page.generate import generate
+    from viz.explain import TOKEN_COLORS
+    from viz.frame_text import SHOWN
 
     models = ModelRegistry(demo_lm)
-    frames = frames_of(app.generate, PageSettings(prompt=CODE, max_new_tokens=24), models=models)
+    frames = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=24), models=models)
     run, drawn = frames[-1]["run"], [f for f in frames if "tree_plot" in f][-1]  # then the speedup's frames
     assert len(run.traces) >= 3 and set(drawn) >= {"output", "tree_plot", "stats", "scrubber", "command"}
-    shown = app.show_cycle(run, 2, step=-1, models=models)
+    shown = show_cycle(run, 2, step=-1, models=models)
     assert shown["scrubber"] == 1 and shown["tree_plot"].layout.title.text.startswith("cycle 1")
     assert shown["explain"].startswith(f"**Cycle 1 of {len(run.traces) - 1}**") and "τ" in shown["theory"]
     # the output marks the tokens the shown cycle committed
-    assert [t for (t, label) in shown["output"] if label == app.SHOWN] == [
+    assert [t for (t, label) in shown["output"] if label == SHOWN] == [
         t for (t, _), c in zip(run.segments, run.token_cycles) if c == 1]
-    assert app.show_cycle(run, len(run.traces) - 1, step=1, models=models)["scrubber"] == len(run.traces) - 1  # clamped
-    assert "Generate first" in app.show_cycle(None, 0, models=models)["explain"]
+    assert show_cycle(run, len(run.traces) - 1, step=1, models=models)["scrubber"] == len(run.traces) - 1  # clamped
+    assert "Generate first" in show_cycle(None, 0, models=models)["explain"]
     # clicking an output token shows the cycle that produced it
     assert len(run.token_cycles) == 24
     index = len(run.token_cycles) - 1
-    assert app.jump_to_token(run, index, models=models)["scrubber"] == run.token_cycles[index] == run.traces[-1].index
-    assert app.jump_to_token(run, SimpleNamespace(), models=models) == {}  # a click that is not a token
+    assert jump_to_token(run, index, models=models)["scrubber"] == run.token_cycles[index] == run.traces[-1].index
+    assert jump_to_token(run, SimpleNamespace(), models=models) == {}  # a click that is not a token
     segments = drawn["output"]
-    assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(app.TOKEN_COLORS)
+    assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(TOKEN_COLORS)
 
 
 def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     import json
     import shlex
 
-    import app
     from engine.decoding.cost import CostCurve
     from engine.product import generate as cli
     from engine.product.cost_cache import curve_key
     from engine.product.loading import ModelRegistry
     from engine.product.metrics import summarize
     from engine.product.page_settings import PageSettings
+    from page.contract import Session
+    from page.generate import generate
 
     own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
     settings = PageSettings(prompt=CODE, budget=24, auto_r=False, depth=4, max_new_tokens=20, bypass=False,
                             sources=("pld", "tr", "ptd"))
-    last = frames_of(app.generate, settings, session=app.Session(curve=own), models=ModelRegistry(demo_lm))[-1]
+    last = frames_of(generate, settings, session=Session(curve=own), models=ModelRegistry(demo_lm))[-1]
     run, command = last["run"], last["command"]
     args = shlex.split(command)[3:]
     assert args[args.index("--prompt") + 1] == CODE  # the command carries the prompt: no other file needed
@@ -331,25 +340,26 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 
 def test_race_and_model_picker(demo_lm):
     """A greedy race ends tied and times AR for the prompt; a model that cannot load leaves the current one."""
-    import app
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
+    from page.models import load_other_model
+    from page.race import race
 
     models = ModelRegistry(demo_lm)
-    last = frames_of(app.race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
+    last = frames_of(race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
     assert last["race_ar"] == last["race_spec"]  # greedy: both decoders commit the same tokens
     board = last["race_board"]
     assert "speedup over AR" in board and board.count("32 / 32 tokens") == 2 and "width:100.0%" in board
     (key, timing), = last["ar_clock"].items()  # AR's lane times AR for a later Generate of the same prompt
     assert key[:3] == models.key_of(demo_lm) and key[4:] == (32, False)
     assert timing.source == "race" and timing.tokens == 31 and timing.seconds > 0  # the prefill's token apart
-    assert "prompt is empty" in frames_of(app.race, PageSettings(prompt=""), models=models)[-1]["race_board"]
+    assert "prompt is empty" in frames_of(race, PageSettings(prompt=""), models=models)[-1]["race_board"]
     # a model that cannot be loaded: the message names it and the current model stays
-    steps = frames_of(app.load_other_model, model_name="./no/such/model", device="cpu", dtype="fp32", model_key=None,
+    steps = frames_of(load_other_model, model_name="./no/such/model", device="cpu", dtype="fp32", model_key=None,
                       models=models)
     assert "Loading" in steps[0]["model_status"] and "no/such/model" in steps[-1]["model_status"]
     assert all("model_key" not in s for s in steps) and models.get(None) is demo_lm
-    steps = frames_of(app.load_other_model, model_name="", device="cpu", dtype="fp32", model_key=None,
+    steps = frames_of(load_other_model, model_name="", device="cpu", dtype="fp32", model_key=None,
                       models=models)  # the embedded model: reused
     assert steps[-1]["model_status"].startswith("✅") and models.get(steps[-1]["model_key"]) is demo_lm
 
@@ -379,15 +389,16 @@ class SimpleTrace:
 def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     import app
     from engine.product.loading import ModelRegistry
+    from page.models import ALLOWED_ENV, load_other_model
 
     monkeypatch.setenv("SPACE_ID", "someone/goose-lens")
-    monkeypatch.setenv(app.ALLOWED_ENV, "demo, smollm2")
+    monkeypatch.setenv(ALLOWED_ENV, "demo, smollm2")
     options = app.PageOptions.from_env()
     assert options.public and options.allowed_models == ("demo", "smollm2-135m-instruct")
     assert options.max_new_tokens == 512
     models = ModelRegistry(demo_lm)
     for name in ("/etc", "./assets/demo-model", "gpt2", "~/.cache/goose-lens/models/x"):  # paths, other hub ids
-        steps = frames_of(app.load_other_model, model_name=name, device="cpu", dtype="fp32", model_key=None,
+        steps = frames_of(load_other_model, model_name=name, device="cpu", dtype="fp32", model_key=None,
                           models=models, options=options)
         assert len(steps) == 1 and "loads only these models: demo, smollm2-135m-instruct" in steps[0]["model_status"]
         assert "model_key" not in steps[0] and models.get(None) is demo_lm
@@ -399,18 +410,19 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
 
 
 def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
-    import app
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
     from engine.product.run import Run
+    from page.generate import generate
+    from page.traces import export_trace, import_trace
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, budget=24, depth=4, auto_c=False, max_new_tokens=24, bypass=False,
                             prompt_format="raw")
-    last = frames_of(app.generate, settings, models=models)[-1]
+    last = frames_of(generate, settings, models=models)[-1]
     run, stats = last["run"], last["stats"]
-    path = app.export_trace(run, models=models)["export_file"]
-    out = app.import_trace(path, models=models)
+    path = export_trace(run, models=models)["export_file"]
+    out = import_trace(path, models=models)
     imported = out["run"]
     assert isinstance(imported, Run) and imported.token_cycles == run.token_cycles
     assert imported.decode_config() == run.decode_config()  # JSON lists back as tuples
@@ -421,21 +433,22 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     assert len(imported.segments) == 24 and out["import_file"] is None
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "goose-lens-trace", "version": 99}')
-    refused = app.import_trace(str(bad), models=models)  # a bad file: a message, the current run kept (no "run" key)
+    refused = import_trace(str(bad), models=models)  # a bad file: a message, the current run kept (no "run" key)
     assert set(refused) == {"stats", "import_file"} and "version 99" in refused["stats"]
 
 
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
-    import app
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
+    from page.contract import Session
+    from page.race import race
 
     control = {"stop": False}
     frames = []
     settings = PageSettings(prompt=CODE, max_new_tokens=64)
-    for frame in app.race(settings, race_seconds=5,
-                          session=app.Session(control=control), models=ModelRegistry(demo_lm)):
+    for frame in race(settings, race_seconds=5,
+                          session=Session(control=control), models=ModelRegistry(demo_lm)):
         frames.append(frame)
         if len(frames) == 3:
             control["stop"] = True
@@ -451,17 +464,19 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 
 
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
-    import app
     from engine.decoding.cost import CostCurve
     from engine.product.cost_cache import curve_key
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
+    from page.contract import Session
+    from page.frames import session_curve
+    from page.generate import generate
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, budget=40, max_new_tokens=24, prompt_format="raw")
 
     def last_cycles(curve):
-        run = frames_of(app.generate, settings, session=app.Session(curve=curve), models=models)[-1]["run"]
+        run = frames_of(generate, settings, session=Session(curve=curve), models=models)[-1]["run"]
         cycles = [t for t in run.traces if t.gt_candidates]
         assert cycles, "no cycle built a tree: inconclusive"
         return cycles
@@ -471,7 +486,7 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     assert all(t.gt_nodes == t.gt_candidates for t in last_cycles(flat))
     assert all(t.gt_nodes == 1 for t in last_cycles(steep))
     other = CostCurve((1, 128), (5.0, 5000.0), key="another model|cpu|fp32|torch")
-    assert app.session_curve(other, demo_lm) is None and app.session_curve(flat, demo_lm) is flat
+    assert session_curve(other, demo_lm) is None and session_curve(flat, demo_lm) is flat
 
 
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
@@ -481,13 +496,15 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     from engine.product.metrics import summarize
     from engine.product.page_settings import PageSettings
     from engine.sources import SourceMemory
+    from page.contract import Session
+    from page.generate import generate
 
     models = ModelRegistry(demo_lm)
     mine, theirs = SourceMemory(), SourceMemory()
     settings = PageSettings(prompt=CODE, method="suffix", max_new_tokens=24)
     accepted = []
     for _ in range(2):  # the second run drafts from the first one's output too
-        last = frames_of(app.generate, settings, session=app.Session(memory=mine), models=models)[-1]
+        last = frames_of(generate, settings, session=Session(memory=mine), models=models)[-1]
         assert "run" in last, last.get("stats")
         accepted.append(summarize(last["run"].traces).accepted_by_source["suffix"])
     assert list(mine.scopes) == [demo_lm.model.name_or_path] and not theirs.scopes and not theirs.slots  # per model
@@ -498,14 +515,15 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
 
 
 def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
-    import app
     from engine.product.loading import ModelRegistry
     from engine.product.page_settings import PageSettings
     from engine.product.run import ArTiming, Speedup
+    from page.contract import Session
+    from page.generate import generate
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, max_new_tokens=24, prompt_format="raw")
-    frames = frames_of(app.generate, settings, models=models)
+    frames = frames_of(generate, settings, models=models)
     last, run = frames[-1], next(f["run"] for f in reversed(frames) if "run" in f)
     assert any("measuring…" in f.get("big", "") for f in frames[:-1])  # greyed while AR is timed
     assert "opacity:.45" in frames[0]["big"] and "AR is timed after the run" in frames[0]["big"]
@@ -516,9 +534,9 @@ def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
     assert value > 0 and f"{value:.2f}×" in last["big"] and "decode phase; AR timed on this device" in last["big"]
     assert "AR steps per forward →" in last["stats"] and f"(measured {value:.2f}×)" in last["stats"]
     # the same prompt again: AR's timing is reused (nothing measured), the speedup shown as the run streams
-    again = frames_of(app.generate, settings, session=app.Session(ar_clock=last["ar_clock"]), models=models)
+    again = frames_of(generate, settings, session=Session(ar_clock=last["ar_clock"]), models=models)
     assert not any("measuring…" in f.get("big", "") for f in again) and again[-1]["ar_clock"][key] is timing
-    ar_run = frames_of(app.generate, PageSettings(prompt=CODE, method="ar", max_new_tokens=8), models=models)[-1]
+    ar_run = frames_of(generate, PageSettings(prompt=CODE, method="ar", max_new_tokens=8), models=models)[-1]
     assert "1.00×" in ar_run["big"] and "this run is AR" in ar_run["big"]
 
 
@@ -549,18 +567,19 @@ def test_tau_is_tied_to_the_cost_curve():
 def test_header_says_the_dtype_and_why(demo_lm):
     import dataclasses
 
-    import app
     from engine.product.loading import ModelRegistry
+    from page.layout import DTYPE_CHOICES
+    from page.models import header_text, load_other_model
 
     why = "bf16: verifies 16 rows 1.1× faster than fp32 here (an AR step 0.9×)"
     measured = dataclasses.replace(demo_lm, dtype_reason=why, auto_dtype=True)
-    assert why in app.header_text(measured) and "auto: " in app.header_text(measured)
-    assert "fp32: the exact mode" in app.header_text(demo_lm)  # fp32 chosen by hand
-    steps = frames_of(app.load_other_model, model_name="demo", device="cpu", dtype="auto", model_key=None,
+    assert why in header_text(measured) and "auto: " in header_text(measured)
+    assert "fp32: the exact mode" in header_text(demo_lm)  # fp32 chosen by hand
+    steps = frames_of(load_other_model, model_name="demo", device="cpu", dtype="auto", model_key=None,
                       models=ModelRegistry(measured))  # reused: an auto model of that name is loaded
     assert steps[-1]["model_status"].startswith("✅ Using") and why in steps[-1]["model_status"]
-    assert ("fp32 (exact: token for token AR's output)", "fp32") in app.DTYPE_CHOICES
-    assert app.DTYPE_CHOICES[0][1] == "auto" and "measured" in app.DTYPE_CHOICES[0][0]
+    assert ("fp32 (exact: token for token AR's output)", "fp32") in DTYPE_CHOICES
+    assert DTYPE_CHOICES[0][1] == "auto" and "measured" in DTYPE_CHOICES[0][0]
 
 
 def test_lesson_reads_the_cost_curve():
@@ -575,18 +594,18 @@ def test_lesson_reads_the_cost_curve():
 
 
 def test_race_board_says_where_outputs_part(demo_lm):
-    import app
     from engine.decoding.config import DecodeConfig
+    from page.race import race_verdict
 
     ids = demo_lm.encode_prompt(CODE, chat=False)
     ar = [t for tr in make_decoder(demo_lm.model, DecodeConfig.of(method="ar", max_new_tokens=8)).generate(ids)
           for t in tr.new_tokens]
     other = [*ar[:3], (ar[3] + 1) % 100, *ar[4:]]  # a made-up run that parts from AR at token 3
-    verdict = app.race_verdict(demo_lm, ids, ar, other)
+    verdict = race_verdict(demo_lm, ids, ar, other)
     assert verdict.startswith("The outputs part at token 3: AR wrote") and "logit" in verdict
     assert "NOT a tie (a bug)" in verdict  # fp32, a token AR did not come close to
-    assert app.race_verdict(demo_lm, ids, ar, ar) == ""
-    assert "different draws" in app.race_verdict(demo_lm, ids, ar, other, sampling=True)
+    assert race_verdict(demo_lm, ids, ar, ar) == ""
+    assert "different draws" in race_verdict(demo_lm, ids, ar, other, sampling=True)
 
 
 def test_race_pacer_plays_the_race_over_the_target_time():
@@ -603,14 +622,14 @@ def test_race_pacer_plays_the_race_over_the_target_time():
 
 
 def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build():
-    """Issue 20: ``app.wire`` filled a handler's inputs by reflection on its parameter names, so renaming one
+    """Issue 20: ``wire`` filled a handler's inputs by reflection on its parameter names, so renaming one
     silently read another component; now each wiring names its inputs and a mismatch stops the page's build."""
-    import app
+    from page.contract import Endpoint, Page, wire
 
     def export_trace(run, model_key, *, models):  # a handler whose parameter order differs from its wiring
         return {}
 
     with pytest.raises(TypeError, match=r"takes \('run', 'model_key'\) from the page, but is wired with"):
-        app.wire(None, export_trace, app.Page(), inputs=("model_key", "run"), fixed={"models": None})
+        wire(None, Endpoint(export_trace, inputs=("model_key", "run"), fixed={"models": None}), Page())
     with pytest.raises(TypeError, match="wired with"):
-        app.wire(None, export_trace, app.Page(), inputs=("run", "key"), fixed={"models": None})
+        wire(None, Endpoint(export_trace, inputs=("run", "key"), fixed={"models": None}), Page())

@@ -347,14 +347,14 @@ def test_palette_every_mark_distinct_for_colour_blind_eyes():
     """Issue 19: "bonus" and "Suffix" were hard to tell apart, and the violet path and the blue spine were one
     colour to a deuteranope (ΔE 1.7).  Every source, the bonus and the path mark in the tree, and every label of the
     coloured output, stay ``MIN_DELTA_E`` apart in normal vision and under each of the three dichromacies."""
-    import app
     from engine.sources import REGISTRY
+    from viz.frame_text import COLOR_MAP, SHOWN
     from viz.tree_figure import ACCEPT_COLOR, BONUS_COLOR
 
     marks = {**{i.name: i.colour for i in REGISTRY}, "bonus": BONUS_COLOR, "path": ACCEPT_COLOR}
     assert _closest_pair(marks)[0] >= MIN_DELTA_E, _closest_pair(marks)
-    output = {k: v for k, v in app.COLOR_MAP.items()}
-    assert set(output) >= {i.short for i in REGISTRY} | {"bonus", "AR", app.SHOWN}
+    output = {k: v for k, v in COLOR_MAP.items()}
+    assert set(output) >= {i.short for i in REGISTRY} | {"bonus", "AR", SHOWN}
     assert _closest_pair(output)[0] >= MIN_DELTA_E, _closest_pair(output)
     assert _closest_pair({"path": "#7c3aed", "pld": "#2563eb"})[0] < 5  # the check catches the old pair
 

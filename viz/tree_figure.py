@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -346,25 +347,49 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     chars = max(1, min(MAX_LABEL_CHARS, int((px_per_col - MARKER_PX - 10) / CHAR_PX)))
     visible = _stage_nodes(g, stage)
     labels = {v: _label(g.nodes[v], token_text, chars, stage) for v in visible}
-    own = {v: (MARKER_PX / 2 + 4 + _text_width(labels[v])) / px_per_col for v in visible}  # label ends (data units)
-    ends = {}  # per column: where its longest label ends; an edge runs level to there before it turns
-    for v in visible:
-        ends[pos[v][0]] = max(ends.get(pos[v][0], 0.0), own[v])
+    drawn = _Drawn(g, pos, visible, labels, token_text, walked=stage in (None, "walk", "bonus"))
     fig = go.Figure()
-    _add_edges(fig, g, pos, visible, (own, ends), stage, px_per_col)
-    walked = stage in (None, "walk", "bonus")
+    _add_edges(fig, drawn, _label_ends(drawn, px_per_col), px_per_col)
     for src, (color, label) in SOURCE_STYLE.items():  # a folded chain ("⋯N") keeps its source's colour
-        _add_nodes(fig, g, pos, visible, labels, token_text, walked,
-                   lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color, label)
-    _add_nodes(fig, g, pos, visible, labels, token_text, walked, lambda d: d["kind"] == "group",
-               GROUP_COLOR, "folded rejected nodes (+N)")
-    _add_nodes(fig, g, pos, visible, labels, token_text, walked, lambda d: d["kind"] == "bonus", BONUS_COLOR,
-               "bonus token", symbol="star")
+        _add_nodes(fig, drawn, lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color,
+                   label)
+    _add_nodes(fig, drawn, lambda d: d["kind"] == "group", GROUP_COLOR, "folded rejected nodes (+N)")
+    _add_nodes(fig, drawn, lambda d: d["kind"] == "bonus", BONUS_COLOR, "bonus token", symbol="star")
     _add_legend_marks(fig)
+    _lay_out(fig, title or default_title(trace), n_rows, span)
+    return fig
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """What every trace of one tree figure reads: the (folded) graph, each node's (column, row), the nodes drawn at
+    this stage and their labels, the token texts (id -> text), and whether the walk is shown (accepted paths,
+    faded rejections)."""
+
+    g: nx.DiGraph
+    pos: dict
+    visible: set
+    labels: dict
+    token_text: Callable[[int], str]
+    walked: bool
+
+
+def _label_ends(drawn: _Drawn, px_per_col: float) -> tuple[dict, dict]:
+    """Where labels end, in data units right of the marker's centre: per node, and per column its longest label's
+    (an edge runs level to there before it turns)."""
+    own = {v: (MARKER_PX / 2 + 4 + _text_width(drawn.labels[v])) / px_per_col for v in drawn.visible}
+    ends = {}
+    for v in drawn.visible:
+        ends[drawn.pos[v][0]] = max(ends.get(drawn.pos[v][0], 0.0), own[v])
+    return own, ends
+
+
+def _lay_out(fig: go.Figure, title: str, n_rows: int, span: float) -> None:
+    """The figure's title, legend, axes (``span`` columns, ``n_rows`` rows) and height."""
     rows_shown = max(n_rows, MAX_ROWS)
     height = FIG_HEIGHT_PX if rows_shown <= MAX_ROWS else MARGIN["t"] + MARGIN["b"] + ROW_PX * rows_shown
     fig.update_layout(
-        title=_title(title or default_title(trace)),
+        title=_title(title),
         modebar=dict(orientation="v"),  # down the right edge, below the title's lines, never over them
         uirevision="draft-tree",  # keep the user's zoom / pan across cycles
         showlegend=True, legend=dict(orientation="h", x=0, y=0, yanchor="top", font=dict(size=14),
@@ -375,7 +400,6 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",  # the page's theme shows through
         hoverlabel=dict(font=dict(size=15)),
     )
-    return fig
 
 
 def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
@@ -393,11 +417,10 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     return keep
 
 
-def _add_edges(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, label_ends: tuple[dict, dict],
-               stage: str | None, px_per_col: float) -> None:
+def _add_edges(fig: go.Figure, drawn: _Drawn, label_ends: tuple[dict, dict], px_per_col: float) -> None:
     """Edges, each from its parent's own label end, level to its column's longest label end, then to the child's
     marker (``label_ends``: per node and per column, in data units right of the marker's centre)."""
-    walked = stage in (None, "walk", "bonus")
+    g, pos, visible, walked = drawn.g, drawn.pos, drawn.visible, drawn.walked
     own, ends = label_ends
     groups = {"accepted": ([], []), "other": ([], []), "ghost": ([], [])}
     for u, v in g.edges:
@@ -429,10 +452,10 @@ def _add_legend_marks(fig: go.Figure) -> None:
                                  hoverinfo="skip", legendgroup=name))
 
 
-def _add_nodes(fig: go.Figure, g: nx.DiGraph, pos: dict, visible: set, labels: dict, token_text, walked: bool,
-               keep, color: str, label: str, symbol: str = "circle") -> None:
+def _add_nodes(fig: go.Figure, drawn: _Drawn, keep, color: str, label: str, symbol: str = "circle") -> None:
     """One trace of the nodes ``keep`` selects; folded nodes ("+N", "⋯N") are squares."""
-    nodes = [v for v, d in g.nodes(data=True) if v in visible and keep(d)]
+    g, pos, labels, token_text, walked = drawn.g, drawn.pos, drawn.labels, drawn.token_text, drawn.walked
+    nodes = [v for v, d in g.nodes(data=True) if v in drawn.visible and keep(d)]
     xs, ys, texts, hovers, opacity, lines, symbols = [], [], [], [], [], [], []
     for v in nodes:
         d = g.nodes[v]

@@ -2,7 +2,7 @@
 
 The range checks are ``DecodeConfig``'s (``to_config`` raises its ``ConfigError``); what a config cannot
 know is checked here: an empty prompt, a value that is not a number (the API may send ``None``), and a
-prompt plus new tokens beyond the model's context.  No gradio here: the page (``app.py``) builds a
+prompt plus new tokens beyond the model's context.  No gradio here: the page (``page/``) builds a
 ``PageSettings`` from its components by their names, which are these fields' names.
 """
 from __future__ import annotations

@@ -1,0 +1,103 @@
+"""What the handlers share: the views a frame is made of (the numbers, the cycle on screen), a warning frame, slow
+motion's pause, the visitor's own cost curve, and the command that reproduces a run."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from engine.decoding.config import ConfigError, DecodeConfig
+from engine.decoding.cost import CostCurveError, load_cost_curve
+from engine.product.cost_cache import curve_key
+from engine.product.generate import command_line
+from engine.product.loading import LoadedModel, ModelRegistry
+from engine.product.metrics import summarize
+from engine.product.page_settings import PageSettings
+from engine.product.run import Run, Speedup, ar_steps_per_forward
+from page.contract import Drawing
+from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
+from viz.frame_text import cycle_line, stats_line
+from viz.tree_figure import tree_figure
+
+INITIAL = PageSettings()  # the settings components' initial values
+
+
+def ar_key(models: ModelRegistry, lm: LoadedModel, ids: list[int], config: DecodeConfig) -> tuple:
+    """What an AR timing is kept under: the model (name, device, dtype), the prompt's ids, max new tokens, and
+    greedy or sampling (a sampling step costs more)."""
+    return (*models.key_of(lm), tuple(ids), int(config.max_new_tokens), bool(config.sampling))
+
+
+def token_text(run: Run, lm: LoadedModel | None):
+    """Token id -> text: an imported run's own table, else the loaded tokenizer."""
+    return run.text_of(None if lm is None else lambda i: lm.tokenizer.decode([i]))
+
+
+def numbers(run: Run, curve=None, speedup: Speedup | None = None) -> dict:
+    """The big numbers (τ, the speedup over AR, tokens/s) and the stats line: ``run``'s totals so far, with τ tied
+    to ``curve`` (the cost curve the run read; None: no sentence)."""
+    summary = summarize(run.traces)
+    steps = ar_steps_per_forward(run.traces, curve)
+    cost = cost_sentence(summary.tau, steps, speedup.value if speedup is not None else None)
+    return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, run, cost)}
+
+
+def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing()) -> dict:
+    """What describes the cycle on screen: its tree, its line and sentence (``explain``) and the theory panel
+    (the run's measured rates beside the bound for this cycle's shape)."""
+    text = token_text(run, lm)
+    return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
+                                     show_all=bool(drawing.show_all)),
+            "explain": f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}",
+            "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
+                                   int(run.config.get("max_depth", INITIAL.depth)))}
+
+
+def session_curve(curve, lm: LoadedModel):
+    """The visitor's own re-measured cost curve when it belongs to ``lm`` (else None: the shared curve)."""
+    return curve if curve is not None and curve.key == curve_key(lm.model) else None
+
+
+def paused(seconds: float, control: dict) -> None:
+    """Sleep ``seconds`` (slow motion), waking early when Stop is pressed."""
+    end = time.perf_counter() + seconds
+    while not control.get("stop") and time.perf_counter() < end:
+        time.sleep(min(0.05, max(0.0, end - time.perf_counter())))
+
+
+def problem(message: str, where: str = "stats") -> dict:
+    """A frame that tells the visitor what is wrong (and a toast); nothing else changes."""
+    message = message[:1].upper() + message[1:]  # DecodeConfig's messages start in lower case
+    gr.Warning(message)
+    return {where: f"⚠️ {message}"}
+
+
+def keep_in_range(value, *, name: str, cap: int | None = None) -> float | None:
+    """A number typed into a settings box (``name``, a ``RANGES`` field) outside the page's range (``cap``: the
+    page's max new tokens): the nearest bound, which goes back into the box at once, with a sentence saying so in a
+    toast (not gradio's red "Error" toast, after which the box kept the typed number while its slider showed the
+    bound); None when it is inside."""
+    if value is None:
+        return None
+    inside, notes = PageSettings(auto_r=False, auto_c=False, **{name: value}).clamped(cap)
+    for note in notes:
+        gr.Warning(note)
+    return getattr(inside, name) if notes else None
+
+
+def or_skip(value):
+    """``value``, or gradio's "leave the component as it is" for None."""
+    return gr.skip() if value is None else value
+
+
+def run_command(run: Run) -> str:
+    """The command that reproduces ``run`` (``engine.product.generate.command_line``): its config, prompt format, the
+    prompt itself (so it needs no other file) and the cost curve it read; or why its settings do not make a
+    config here (a trace from another version)."""
+    try:
+        curve = load_cost_curve(run.cost_curve) if run.cost_curve else None
+        return command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto",
+                            cost_curve=curve, prompt=run.prompt)
+    except (ConfigError, CostCurveError, TypeError, ValueError) as exc:
+        return f"(the trace's settings do not make a valid config here: {exc})"
+

@@ -1,0 +1,153 @@
+"""Generate: stream a run's frames while decoding, then the speedup over AR."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine.decoding.config import ConfigError
+from engine.product.cost_cache import cached_cost_curve
+from engine.product.decoding import make_decoder
+from engine.product.loading import LoadedModel, ModelRegistry
+from engine.product.page_settings import PageSettings
+from engine.product.policy import ar_timing_due, run_speedup, time_ar
+from engine.product.run import MEASURING, ArTiming, Run, Speedup
+from page.contract import Drawing, Session
+from page.frames import ar_key, cycle_views, numbers, paused, problem, run_command, session_curve, token_text
+from viz.charts import speed_figure
+from viz.explain import cycle_segments
+from viz.lesson import what_is_it
+
+GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
+                "ar_clock", "lesson", "prompt_format")
+LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
+HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel at most this often (and always at
+# the first cycles and the end) ...
+DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
+# it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time
+
+
+class Throttle:
+    """When the next frame is drawn while decoding: light frames (text, numbers, scrubber) at most every
+    ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` and always at
+    the first cycles and the last; each kind's gap grows so that it takes at most ``DRAW_SHARE`` of wall time."""
+
+    def __init__(self) -> None:
+        self.last_light = self.last_heavy = 0.0  # when each kind of frame was last drawn ...
+        self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
+
+    def due(self, trace, now: float, paced: bool) -> bool | None:
+        """True: draw a heavy frame; False: a light one; None: none now."""
+        if trace.index <= 1 or trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
+            return True
+        return False if now - self.last_light >= self.light_gap else None
+
+    def drawn(self, heavy: bool, started: float) -> None:
+        """A frame begun at ``started`` is on the page now."""
+        self.last_light = time.perf_counter()
+        if heavy:
+            self.last_heavy = self.last_light
+            self.heavy_gap = max(HEAVY_EVERY_S, (self.last_light - started) / DRAW_SHARE)
+        else:
+            self.light_gap = max(LIGHT_EVERY_S, (self.last_light - started) / DRAW_SHARE)
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A run as ``generate`` draws it: the run recording, its model, how trees are drawn, the command that
+    reproduces it, its token texts (id -> text) and the cost curve it read."""
+
+    run: Run
+    lm: LoadedModel
+    drawing: Drawing
+    command: str
+    text: Callable[[int], str]
+    curve: Any = None
+
+
+def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float = 0.0, session: Session = Session(),
+             *, models: ModelRegistry) -> Iterator[dict]:
+    """Generate: stream frames (``GENERATE_OUT``) while decoding; the last holds the whole ``run``.
+
+    ``pace`` pauses that many seconds after each cycle (slow motion); Stop (``session.control``) ends the
+    run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
+    Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
+    message in ``stats``.  When the model has no chat template, the prompt format shown is set to what the
+    prompt really went through.
+
+    After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
+    dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
+    an AR run timed now (``engine.product.policy.time_ar``; not part of the run's engine time), kept in
+    ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's cost sentence reads it too.
+    """
+    control = session.start()
+    lm = models.get(session.model_key)
+    try:
+        ids, config = settings.prepare(lm)
+    except ConfigError as exc:
+        yield problem(str(exc))
+        return
+    try:
+        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
+                               memory=session.memory)
+        run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
+                  config=decoder.config.to_dict(),
+                  cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
+        text = token_text(run, lm)
+        command = run_command(run)
+        if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
+            yield {"prompt_format": run.prompt_format}
+        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
+        live = LiveRun(run, lm, drawing, command, text, curve)
+        key = ar_key(models, lm, ids, config)
+        known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
+        stop = lambda: bool(control.get("stop"))  # noqa: E731
+        trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
+        if trace is None:
+            return
+        stopped = stop()
+        if ar_timing_due(config.method, known, stopped):
+            yield numbers(run, curve, MEASURING)
+            known = time_ar(lm, ids, config, curve, stop)
+        known, speedup = run_speedup(run.traces, config.method, known, stopped)
+        clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
+        yield {**numbers(run, curve, speedup), "run": run, "command": command, "ar_clock": clock,
+               "lesson": what_is_it(curve)}
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
+        yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
+
+
+def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: ArTiming | None):
+    """``generate``'s frames while decoding (``traces``, each recorded in ``live.run``), throttled (``Throttle``),
+    the last cycle always drawn in full; returns the last trace (None: no cycle).  The speedup shown meanwhile is
+    live when this visitor has AR's timing on the prompt (``known``), else says AR is timed after the run."""
+    live_speedup = Speedup(None, "AR is timed after the run") if known is None else None  # else live, below
+    throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
+    for trace in traces:
+        live.run.record(trace, cycle_segments(trace, live.text))
+        started = time.perf_counter()
+        heavy = throttle.due(trace, started, bool(pace))
+        if heavy is None:
+            continue
+        yield _frame(live, trace, heavy, live_speedup or Speedup.of(live.run.traces, known))
+        throttle.drawn(heavy, started)
+        drawn = trace if heavy else drawn
+        if pace:
+            paused(float(pace), control)
+    if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
+        yield _frame(live, trace, True, live_speedup or Speedup.of(live.run.traces, known))
+    return trace
+
+
+def _frame(live: LiveRun, trace, heavy: bool, speedup: Speedup | None = None) -> dict:
+    """One streamed frame of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
+    run = live.run
+    frame = {"output": list(run.segments), "run": run, "command": live.command,
+             "scrubber": gr.Slider(maximum=max(1, trace.index), value=trace.index)}
+    if heavy:
+        return {**frame, **cycle_views(run, trace, live.lm, live.drawing), **numbers(run, live.curve, speedup),
+                "speed_plot": speed_figure(run.traces)}
+    return {**frame, **numbers(run, live.curve, speedup)}

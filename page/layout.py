@@ -1,0 +1,220 @@
+"""The page's layout: its components, named as the handlers' parameters (``page.contract.Page``), in the columns and
+accordions a visitor sees; ``build_demo`` builds it and wires its events (``page.events``)."""
+from __future__ import annotations
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from engine.decoding.config import METHODS
+from engine.product.cost_cache import cached_cost_curve
+from engine.product.loading import LoadedModel, ModelRegistry
+from engine.product.page_settings import RANGES
+from engine.product.policy import RACE_SECONDS
+from engine.sources import REGISTRY, SourceMemory
+from page.contract import Drawing, Page
+from page.events import wire_events
+from page.frames import INITIAL
+from page.help import HOW_TO_READ
+from page.models import PageOptions, header_text, using_words
+from page.presets import PRESETS, start_preset
+from page.static import SWEEP_POINT_CLICKS
+from page.sweep import SWEEP_CHOICES
+from viz.charts import cost_figure
+from viz.explain import big_numbers, theory_panel
+from viz.frame_text import COLOR_MAP, METHOD_LABELS
+from viz.lesson import what_is_it
+
+METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
+DTYPE_CHOICES = [("auto (measured: the fastest of fp32, bf16 and q4 on a CPU; half precision on a GPU)", "auto"),
+                 ("fp32 (exact: token for token AR's output)", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"),
+                 ("q4 (a 4-bit model's own weights, bf16 activations; CPU)", "q4")]
+SOURCE_CHOICES = [(info.label, info.name) for info in REGISTRY]
+PROMPT_FORMATS = [("Chat template (one user turn)", "chat"), ("Raw completion prompt", "raw")]
+
+
+def _slider(name: str, value, step, label: str, high=None, **kwargs) -> gr.Slider:
+    """The slider of ``RANGES[name]`` (``high`` lowers its maximum, e.g. public mode's max new tokens)."""
+    low, top, _ = RANGES[name]
+    return gr.Slider(low, top if high is None else min(top, high), value=value, step=step, label=label, **kwargs)
+
+
+def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptions()) -> gr.Blocks:
+    """The page. Per-user data lives in ``gr.State``; models are shared read-only through the registry.
+
+    First screen at 1280×800: prompt and Generate on the left, the tree, its sentence and the scrubber
+    on the right; settings wait in closed accordions below the prompt."""
+    models = lm if isinstance(lm, ModelRegistry) else ModelRegistry(lm)
+    first, page = models.get(None), Page()
+    with gr.Blocks(title="goose-lens") as demo:
+        _header(page, first, options.notice)
+        page.run = gr.State(None)  # the visitor's last run (engine.product.run.Run)
+        page.model_key = gr.State(None)  # None = the default model
+        page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
+        page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)
+        page.ar_clock = gr.State(None)  # this visitor's AR timings per (model, prompt, max new tokens): the speedup
+        page.sweep_state = gr.State(None)  # this visitor's last sweep (SweepOnPage)
+        page.memory = gr.State(SourceMemory())  # what draft sources keep across this visitor's runs (deep-copied
+        # per session: never shared between visitors)
+        with gr.Row(elem_id="main-row"):  # on a phone: prompt, run views, settings, the rest (CSS)
+            with gr.Column(scale=1, min_width=300, elem_id="left-column"):
+                preset = start_preset(first)
+                with gr.Column(elem_id="prompt-block"):
+                    _prompt_inputs(page, preset)
+                with gr.Column(elem_id="settings-block"):
+                    _lesson_and_presets(page, preset, cached_cost_curve(first.model))
+                    _settings_inputs(page, options)
+                    _model_and_trace_files(page, first, options)
+            with gr.Column(scale=3, elem_id="right-column"):
+                with gr.Column(elem_id="run-block"):
+                    _run_views(page)
+                with gr.Column(elem_id="more-block"):
+                    _race_and_cost_views(page, first)
+        wire_events(page, models, options)
+        demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
+    return demo
+
+
+def _header(page: Page, first: LoadedModel, notice: str | None) -> None:
+    with gr.Row(equal_height=True):
+        page.header = gr.Markdown(header_text(first, notice), elem_id="page-header")
+        page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
+
+
+def _prompt_inputs(page: Page, preset: dict) -> None:
+    """The prompt box (holding ``preset``'s prompt, so the first click works), Generate and Stop."""
+    page.prompt = gr.Textbox(preset["prompt"], label="Prompt", lines=5, max_lines=8,
+                             placeholder="Type a prompt or pick a preset")
+    with gr.Row():
+        page.go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
+        page.stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
+
+
+def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None) -> None:
+    """The preset picker (the prompt box starts with ``preset``), the prompt format and the first lesson."""
+    page.preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset["label"])
+    page.prompt_format = gr.Radio(PROMPT_FORMATS, value=preset["format"], elem_id="prompt-format",
+                                  label="Prompt format (code presets are raw completions; chat presets go through "
+                                        "the chat template)")
+    with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
+        page.lesson = gr.Markdown(what_is_it(lesson_curve))
+
+
+def _settings_inputs(page: Page, options: PageOptions) -> None:
+    """The accordions of ``PageSettings`` and ``Drawing`` (components named as their fields), and the command."""
+    s = INITIAL
+    with gr.Accordion("Method and tree shape", open=False):
+        page.method = gr.Dropdown(METHOD_CHOICES, value=s.method, label="Method")
+        page.sources = gr.CheckboxGroup(SOURCE_CHOICES, value=list(s.sources), label="Draft sources (Goose, Iso)")
+        page.budget = _slider("budget", s.budget, 1, "Node budget B (anchor included)")
+        page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")
+        page.spine_ratio = _slider("spine_ratio", s.spine_ratio, 0.05, "Spine ratio r (untick adaptive to set it)",
+                                   interactive=not s.auto_r)
+        page.depth = _slider("depth", s.depth, 1, "Max depth D of the TR branches (the PLD spine and bypass chains "
+                             "are not bounded by D)")
+        page.bypass = gr.Checkbox(value=s.bypass, label="Bypass: verify the bare PLD chain when the anchor has no "
+                                  "TR entry (chains are not bounded by D)")
+        page.auto_c = gr.Checkbox(value=s.auto_c, label="GT principle auto: the speedup-optimal tree size from the "
+                                  "measured cost curve")
+        page.gt_threshold = _slider("gt_threshold", s.gt_threshold, 0.01,
+                                    "GT threshold c (untick auto to set it; 0 = no pruning)", interactive=not s.auto_c)
+    with gr.Accordion("Run and display", open=False):
+        page.max_new_tokens = _slider("max_new_tokens", s.max_new_tokens, 1, "Max new tokens",
+                                      high=options.max_new_tokens)
+        page.pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+        page.show_ghosts = gr.Checkbox(value=Drawing.show_ghosts, label="Show GT-pruned candidates as ghosts")
+        page.show_all = gr.Checkbox(value=Drawing.show_all, label="Draw every node (no +N / ⋯N folding; the tree "
+                                    "grows taller than the screen)")
+    with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
+        page.temperature = _slider("temperature", s.temperature, 0.05, "Temperature")
+        page.top_p = _slider("top_p", s.top_p, 0.05, "Top-p")
+        page.top_k = _slider("top_k", s.top_k, 1, "Top-k (0 = off)")
+        page.seed = gr.Number(s.seed, precision=0, label="Seed")
+        page.verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value=s.verifier,
+                                 label="Verifier")
+    page.command = gr.Textbox(label="The last run as a command", lines=2, buttons=["copy"], interactive=False,
+                              elem_id="settings", info="It carries the prompt and the cost curve the run read: "
+                              "the same trees anywhere.")
+
+
+def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions) -> None:
+    with gr.Accordion("Model", open=False):
+        page.model_name = gr.Textbox(first.name, label=f"Model: one of {', '.join(options.allowed_models)}"
+                                     if options.public else "Model: smollm2, demo, a hub id, a local folder or "
+                                                            ".gguf file")
+        with gr.Row():
+            page.device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
+            page.dtype = gr.Dropdown(DTYPE_CHOICES, value="auto", label="Dtype (fp32 is exact; auto measures)")
+        page.load_btn = gr.Button("Load model")
+        page.model_status = gr.Markdown(using_words(first), elem_id="model-status")
+    with gr.Accordion("Trace file: export the last run, or replay one", open=False):
+        page.export_btn = gr.Button("Export trace (JSON)")
+        page.export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
+        page.import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
+                                   type="filepath", elem_id="import-trace")
+    with gr.Accordion("How to read this", open=False):
+        gr.Markdown(HOW_TO_READ)
+    gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS), elem_classes=["small"])
+
+
+def _run_views(page: Page) -> None:
+    """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
+    with gr.Row(equal_height=True):
+        page.big = gr.HTML(big_numbers(None), elem_id="big-numbers")
+        page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
+    page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
+                             elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
+    page.explain = gr.Markdown(elem_id="explain")
+    with gr.Row(equal_height=True):
+        page.back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
+        page.scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (drag, arrow keys, or type a number)",
+                                  elem_id="cycle-scrubber")
+        page.fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
+        page.step_btn = gr.Button("Step through", scale=0, min_width=110, elem_id="step-through")
+        page.full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
+    page.output = gr.HighlightedText(label="Output so far, coloured by the source of each token (click a token to "
+                                           "see its cycle)", color_map=COLOR_MAP, show_legend=True,
+                                     combine_adjacent=False, elem_id="output")
+    page.speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
+    with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
+        page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.depth), elem_id="theory")
+
+
+def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
+    with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
+        with gr.Row():
+            page.race_btn = gr.Button("Race", variant="primary")
+            page.race_seconds = gr.Slider(0, 60, value=RACE_SECONDS, step=1, label="Race length on screen: about N s "
+                                          "(engine time scaled, proportions kept; 0 = real time)",
+                                          elem_id="race-seconds")
+        page.race_board = gr.HTML(elem_id="race-board")
+        with gr.Row():
+            page.race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")
+            page.race_spec = gr.Textbox(label="Chosen method", lines=8, interactive=False, elem_id="race-spec")
+    with gr.Accordion("Sweep: one parameter, many values, one prompt", open=False, elem_id="sweep"):
+        with gr.Row():
+            page.sweep_param = gr.Dropdown(SWEEP_CHOICES, value="budget", label="Parameter", scale=1)
+            page.sweep_values = gr.Textbox("4,8,16,32,64,128", label="Values (comma-separated; sources: pld+tr, …)",
+                                           scale=2)
+            page.sweep_btn = gr.Button("Sweep", variant="primary", scale=0, min_width=90)
+            page.sweep_stop = gr.Button("Stop", variant="stop", scale=0, min_width=70)
+        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above; AR is "
+                                        "timed once. Pick a run below to open it in the tree viewer.",
+                                        elem_id="sweep-status")
+        page.sweep_plot = gr.Plot(show_label=False, elem_id="sweep-plot")
+        page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
+                                  elem_id="sweep-open")
+    with gr.Accordion("Verification cost curve and the GT principle", open=False):
+        page.cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), INITIAL.budget), show_label=False,
+                                 elem_id="cost-curve")
+        page.remeasure = gr.Button("Re-measure on this device (for your session only)")
+
+
+def placeholder_figure():
+    """The tree area before the first run: says what will appear there."""
+    fig = go.Figure()
+    fig.add_annotation(text="Press <b>Generate</b>: each cycle's draft tree appears here.<br>"
+                            "<b>Step through</b> then plays one cycle stage by stage.",
+                       showarrow=False, font=dict(size=18), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(height=450, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", margin=dict(l=10, r=10, t=40, b=64))
+    return fig

@@ -1,0 +1,145 @@
+"""The models: the page's server-wide options (public mode's allowlist), the model picker, the header and status
+line that name the model, and the cost curve the visitor's runs read (the model the page starts with: ``app.py``)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+import torch
+
+from engine.product.cost_cache import cached_cost_curve, measure_cost_curve
+from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
+from engine.product.models import DEMO_NAMES, NAMED, SMOLLM2
+from engine.product.page_settings import RANGES
+from page.frames import session_curve
+from page.zerogpu import ZERO_GPU, zero_gpu_refusal
+from viz.charts import cost_figure
+from viz.lesson import what_is_it
+
+ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
+
+
+def canonical_model_name(name: str) -> str:
+    """The id a model name stands for ('smollm2' -> 'smollm2-135m-instruct'), without touching the filesystem."""
+    key = name.strip().lower()
+    return NAMED[key].name if key in NAMED else DEMO_MODEL if key in DEMO_NAMES else name.strip()
+
+
+@dataclass(frozen=True)
+class PageOptions:
+    """Server-wide settings of the page, the same for every visitor (per-visitor data lives in ``gr.State``).
+
+    Public mode (a shared Space: ``$SPACE_ID`` set, or ``--public``) protects visitors from each other:
+    the model picker loads only ``allowed_models`` (never a local path, never remote code), runs are
+    capped at ``max_new_tokens``, and a cost-curve re-measure changes only the visitor's own session.
+    Outside public mode the picker loads anything, as a local debugging tool should.
+    """
+
+    public: bool = False
+    allowed_models: tuple[str, ...] = (DEMO_MODEL, SMOLLM2.name)  # public mode only (ids, see canonical_model_name)
+    max_new_tokens: int = 1024  # the slider's maximum; public mode: 512, so one run cannot hold the device for long
+    notice: str | None = None  # shown under the title, e.g. why the default model was replaced by the demo model
+    zero_gpu: bool = False  # a ZeroGPU Space: the picker only switches between the models placed at start-up
+
+    @classmethod
+    def from_env(cls, public: bool = False, notice: str | None = None) -> PageOptions:
+        """Public when ``public`` or ``$SPACE_ID`` is set; the allowlist from ``$GOOSE_LENS_ALLOWED_MODELS``."""
+        if not (public or os.environ.get("SPACE_ID")):
+            return cls(notice=notice, zero_gpu=ZERO_GPU)
+        listed = [canonical_model_name(n) for n in os.environ.get(ALLOWED_ENV, "").split(",") if n.strip()]
+        return cls(public=True, allowed_models=tuple(listed) or cls.allowed_models, max_new_tokens=512,
+                   notice=notice, zero_gpu=ZERO_GPU)
+
+    def refusal(self, name: str) -> str | None:
+        """Why this page will not load ``name``, or None when it may."""
+        if self.public and canonical_model_name(name) not in self.allowed_models:
+            return (f"This public page loads only these models: {', '.join(self.allowed_models)} "
+                    f"(run goose-lens yourself to load any other).")
+        return None
+
+
+def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegistry,
+                     options: PageOptions = PageOptions()) -> Iterator[dict]:
+    """Model picker: yields progress lines (``model_status``: a named model's fetch and conversion step by
+    step), then the new model's key (``model_key``), the header naming it and, for a model without a chat
+    template, the prompt format its prompts really get (raw); on failure keeps the current model.  An empty name means
+    the page's default model.  In public mode a model outside the allowlist is refused before anything is
+    looked up."""
+    current = models.get(model_key)
+    name = (model_name or "").strip() or models.get(None).name
+    refusal = options.refusal(name) or (zero_gpu_refusal(models, name, device, dtype) if options.zero_gpu else None)
+    if refusal:
+        gr.Warning(refusal)
+        yield {"model_status": f"⚠️ {refusal} Still using {current.describe()}."}
+        return
+    waiting = f"the current model {current.describe()} stays in use meanwhile"
+    yield {"model_status": f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}."}
+    t0, step, result = time.perf_counter(), [0.0, "starting"], {}
+
+    def report(fraction: float, message: str) -> None:  # called from the loading thread
+        step[:] = [fraction, message]
+
+    def work() -> None:
+        try:
+            result["lm"] = models.load(name, device=device, dtype=dtype, progress=report)
+        except ModelLoadError as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    shown = None
+    while worker.is_alive():
+        worker.join(0.5)
+        if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
+            shown = tuple(step)
+            yield {"model_status": f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
+    if "error" in result:
+        gr.Warning(str(result["error"]))
+        yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}
+        return
+    lm = result["lm"]
+    yield {"model_status": f"✅ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
+           "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
+           **({} if lm.has_chat_template else {"prompt_format": "raw"})}
+
+
+def using_words(lm: LoadedModel) -> str:
+    """The model status line: "Using SmolLM2-135M-Instruct (135M, bf16, CPU) — auto: bf16: verifies …"."""
+    why = dtype_words(lm)
+    return f"Using {lm.describe()}" + (f" — {why}" if why else "") + "."
+
+
+def dtype_words(lm: LoadedModel) -> str:
+    """The model's precision and why, for people: its ``dtype_reason`` (e.g. "bf16: verifies 16 rows 1.1× faster
+    than fp32 here (an AR step 0.9×)", when "auto" measured it); "fp32: the exact mode" for a chosen fp32; else ""."""
+    if lm.dtype_reason:
+        return ("auto: " if lm.auto_dtype else "") + lm.dtype_reason
+    return "fp32: the exact mode (token for token AR's output)" if lm.dtype == torch.float32 and not lm.auto_dtype \
+        else ""
+
+
+def header_text(lm: LoadedModel, notice: str | None = None, shown: str | None = None) -> str:
+    """The page's header (Markdown): the visitor's model, its precision and why (``dtype_words``), a notice, and
+    (``shown``) the model of an imported run on screen when it is another one."""
+    why = dtype_words(lm)
+    other = f" · on screen: an imported run of `{shown}`" if shown and shown != lm.name else ""
+    return (f"**goose-lens** — speculative decoding, one draft tree per cycle · model **{lm.describe()}**"
+            + (f" · {why}" if why else "") + other + (f"\n\n{notice}" if notice else ""))
+
+
+def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
+    """Re-measure the cost curve for this visitor only (``curve``): nobody else's runs change."""
+    fresh = measure_cost_curve(models.get(model_key).model)
+    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)), "lesson": what_is_it(fresh)}
+
+
+def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
+    """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
+    lm = models.get(model_key)
+    low, high, _ = RANGES["budget"]
+    return {"cost_plot": cost_figure(session_curve(curve, lm) or cached_cost_curve(lm.model),
+                                     int(min(max(float(budget or low), low), high)))}

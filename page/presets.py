@@ -1,0 +1,23 @@
+"""The preset prompts (``assets/presets.json``, with their licences): the one the prompt box starts with, and a
+picked one's prompt and format."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.product.loading import LoadedModel
+
+PRESETS = json.loads((Path(__file__).resolve().parent.parent / "assets" / "presets.json").read_text(encoding="utf-8"))
+
+
+def start_preset(lm: LoadedModel) -> dict:
+    """The preset the prompt box starts with, so the first click works: the first chat preset for a model
+    with a chat template, else the first raw (code) preset."""
+    want = "chat" if lm.has_chat_template else "raw"
+    return next((p for p in PRESETS if p["format"] == want), PRESETS[0])
+
+
+def preset_fields(preset) -> dict:
+    """A preset's prompt and its format (code: raw completion; chat datasets: chat template)."""
+    chosen = next((p for p in PRESETS if p["label"] == preset), None)
+    return {"prompt": chosen["prompt"], "prompt_format": chosen["format"]} if chosen else {}

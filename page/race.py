@@ -1,0 +1,112 @@
+"""Race: AR and the chosen method on one device and a shared clock, streamed lane by lane."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from engine.decoding.config import ConfigError
+from engine.product.cost_cache import cached_cost_curve
+from engine.product.decoding import make_decoder
+from engine.product.loading import LoadedModel, ModelRegistry
+from engine.product.lossless import attribute
+from engine.product.page_settings import PageSettings
+from engine.product.policy import race_predicted_s
+from engine.product.race import Pacer, Race
+from engine.product.run import ArTiming
+from page.contract import Session
+from page.frames import ar_key, paused, problem, session_curve
+from page.generate import LIGHT_EVERY_S
+from viz.explain import race_board
+from viz.frame_text import METHOD_LABELS
+
+RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
+
+
+def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
+         models: ModelRegistry) -> Iterator[dict]:
+    """AR vs the chosen method on one device and a shared clock (``engine.product.race``): stream both texts and the
+    board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
+    progress (tokens / max new tokens).
+
+    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.product.race.Pacer``: the race's
+    engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board counts
+    engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
+    race ends with two different outputs, the board says where they part and both logits there
+    (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing for the prompt (``ar_clock``),
+    so a later Generate of the same prompt shows its speedup without timing AR again.
+    """
+    control = session.start()
+    lm = models.get(session.model_key)
+    try:
+        ids, config = settings.prepare(lm)
+    except ConfigError as exc:
+        yield problem(str(exc), "race_board")
+        return
+    stop = lambda: bool(control.get("stop"))  # noqa: E731
+    curve = session_curve(session.curve, lm)
+    spec = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
+    curve = spec.cost_curve or curve or cached_cost_curve(lm.model)
+    ar = make_decoder(lm.model, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
+    contest = Race({"AR": ar.generate(ids, stop),
+                    METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})
+    key = ar_key(models, lm, ids, config)
+    known = session.ar_timing(key)
+    pacer = Pacer(float(race_seconds or 0), race_predicted_s(known, curve, config.max_new_tokens, len(ids)))
+    try:
+        yield from _play(contest, pacer, lm, config.max_new_tokens, race_seconds, control)
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the race stopped
+        yield {"race_board": f"⚠️ the race stopped: {type(exc).__name__}: {exc}"}
+        return
+    base, other = contest.lanes
+    final = _race_frame(contest, lm, config.max_new_tokens, stopped=stop())
+    if base.finished and not stop():
+        final["ar_clock"] = session.with_ar_timing(key, ArTiming(base.decode_tokens, base.decode_s, "race"))
+    if base.finished and other.finished and not stop() and base.tokens != other.tokens:
+        yield _race_frame(contest, lm, config.max_new_tokens, False, "⏳ the outputs differ: finding where …")
+        verdict = race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)
+        final.update(_race_frame(contest, lm, config.max_new_tokens, False, verdict))
+    yield final
+
+
+def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, race_seconds,
+          control: dict) -> Iterator[dict]:
+    """``race``'s frames while both lanes run, paced to about ``race_seconds`` of wall time (``pacer``; 0 = real
+    time): a frame at most every 0.05 s when paced, else every ``LIGHT_EVERY_S``; none at the end."""
+    started, last_draw = time.perf_counter(), 0.0
+    for lane in contest.steps():
+        if lane is contest.lanes[0]:
+            pacer.refine(lane, max_new_tokens)
+        paused(pacer.wait_s(contest.clock_s, time.perf_counter() - started), control)
+        if not contest.over and time.perf_counter() - last_draw >= (0.05 if race_seconds else LIGHT_EVERY_S):
+            last_draw = time.perf_counter()
+            yield _race_frame(contest, lm, max_new_tokens, stopped=False)
+
+
+def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
+                 sampling: bool = False) -> str:
+    """Where the race's two outputs part, for the board: ``engine.product.lossless.attribute`` reads both tokens' logits
+    off AR's own one-token step there (a precision tie in half precision, else a bug); "" when they agree.  Sampled
+    outputs are two draws from the same distribution, so they may differ anywhere: said so, nothing attributed."""
+    if list(ar_tokens) == list(spec_tokens):
+        return ""
+    if sampling:
+        return "Sampling: the two outputs are different draws from the same distribution (lossless in distribution)."
+    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens))  # the AR lane's steps replayed
+    if found is None:
+        return ""
+    words = found.sentence(lm.tokenizer.decode)
+    return f"{words[:1].upper()}{words[1:]}."
+
+
+def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "") -> dict:
+    """Both texts and the board of ``race`` (``viz.explain.race_board``); speeds in engine time."""
+    status = ""
+    if stopped:
+        status = "⏹ stopped: both outputs as of the same engine time."
+    elif contest.over:
+        status = "Both done ✓ — the speedup is AR's engine time over the method's (same tokens), prefill included."
+    started = all(lane.forwards for lane in contest.lanes)
+    ar, spec = contest.lanes
+    return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),
+            "race_board": race_board(contest.lanes, max_new_tokens, contest.speedup() if started else None, status,
+                                     verdict)}

@@ -1,0 +1,24 @@
+"""The page's CSS and JavaScript, kept as files in ``page/assets`` and read from there (beside this module)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+def asset(name: str) -> str:
+    """The text of ``page/assets/<name>``, surrounding blank lines dropped."""
+    return (ASSETS / name).read_text(encoding="utf-8").strip()
+
+
+CSS = asset("page.css") + "\n"
+TOGGLE_DARK = asset("toggle_dark.js")
+#: a click on a point of the sweep figure opens its run: each point's customdata is its run's place in the sweep
+#: (``engine.product.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
+#: choice as a user would (the radio's own event opens the run).  Plotly's click event lives on the figure's div,
+#: which gradio replaces when a new figure comes, so the binding is re-checked every 0.4 s (a flag on the div's
+#: event hub, which a replot drops with its listeners).
+SWEEP_POINT_CLICKS = asset("sweep_point_clicks.js")
+#: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
+#: (labels grow with it; a new cycle's figure keeps the scale)
+FULLSCREEN = asset("fullscreen.js")

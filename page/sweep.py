@@ -1,0 +1,97 @@
+"""Sweep: the prompt once per value of one parameter, and a swept run opened in the tree viewer."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from engine.decoding.config import ConfigError
+from engine.product.cost_cache import cached_cost_curve
+from engine.product.loading import ModelRegistry
+from engine.product.page_settings import PageSettings
+from engine.product.run import Run, Speedup
+from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
+from engine.product.sweep import summary as sweep_summary
+from engine.product.sweep_figure import sweep_figure
+from page.contract import Drawing, Session
+from page.frames import cycle_views, numbers, problem, run_command, session_curve, token_text
+from viz.charts import speed_figure
+from viz.explain import cycle_segments
+from viz.frame_text import marked_output
+
+SWEEP_OUT = ("sweep_plot", "sweep_status", "sweep_state", "sweep_open")
+SWEEP_CHOICES = [(f"{info.what} ({name})", name) for name, info in PARAMETERS.items()]
+
+
+@dataclass(frozen=True)
+class SweepOnPage:
+    """A visitor's last sweep (``gr.State``) and what opening one of its runs needs: the prompt and its format."""
+
+    sweep: Sweep
+    prompt: str
+    prompt_format: str
+
+
+def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = Session(), *,
+          models: ModelRegistry) -> Iterator[dict]:
+    """Sweep: the prompt once per value of one parameter (``engine.product.sweep.run_sweep``: AR timed once, every run
+    on one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
+    tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
+    and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the
+    runs so far; bad input: one sentence, nothing run."""
+    control = session.start()
+    lm = models.get(session.model_key)
+    try:
+        ids, config = settings.prepare(lm)
+        spec = SweepSpec.parse(sweep_param or "", sweep_values or "")
+    except ConfigError as exc:
+        yield problem(str(exc), "sweep_status")
+        return
+    curve = session_curve(session.curve, lm) or (cached_cost_curve(lm.model) if spec.needs_cost_curve(config)
+                                                 else None)
+    yield {"sweep_status": sweep_board(None, len(spec.values))}
+    try:
+        for snap in run_sweep(lm.model, lm.eos_token_ids, ids, config, spec, curve,
+                              should_stop=lambda: bool(control.get("stop"))):
+            state = SweepOnPage(snap, settings.prompt, settings.format_used(lm))
+            yield {"sweep_plot": sweep_figure(snap), "sweep_status": sweep_board(snap, snap.total),
+                   "sweep_state": state,
+                   "sweep_open": gr.Radio(choices=[(r.label, r.index) for r in snap.runs], value=None)}
+    except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the sweep stopped
+        yield {"sweep_status": f"⚠️ the sweep stopped: {type(exc).__name__}: {exc}"}
+
+
+def sweep_board(snap: Sweep | None, total: int) -> str:
+    """Markdown: a progress bar (AR and each value one step), the sentence on the texts and the table so far."""
+    done = 0 if snap is None else round(snap.fraction * (total + 1))
+    bar = "▰" * done + "▱" * (total + 1 - done)
+    if snap is None:
+        return f"{bar} timing AR on this prompt …"
+    step = "done" if snap.complete or snap.stopped else f"run {len(snap.runs) + 1} of {total} …"
+    return f"{bar} {step} ({snap.seconds:.1f} s)\n\n{sweep_summary(snap)}\n\n{markdown_table(snap)}"
+
+
+def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing = Drawing(), model_key=None, *,
+                   models: ModelRegistry) -> dict:
+    """A run of the last sweep (``sweep_open``: its index) in the tree viewer: its
+    trees, numbers, output and command, as if it had just been generated (``IMPORT_OUT`` less the import box)."""
+    if sweep_state is None or sweep_open is None:
+        return {}
+    found = [r for r in sweep_state.sweep.runs if r.index == int(sweep_open)]
+    if not found:
+        return {}
+    swept, lm = found[0], models.get(model_key)
+    curve = sweep_state.sweep.cost_curve
+    run = Run(model=lm.name, prompt=sweep_state.prompt, prompt_format=sweep_state.prompt_format,
+              config=swept.config.to_dict(), cost_curve=curve.spec() if curve is not None else None)
+    text = token_text(run, lm)
+    for trace in swept.traces:
+        run.record(trace, cycle_segments(trace, text))
+    last = run.traces[-1]
+    ar = sweep_state.sweep.ar
+    frame = {**cycle_views(run, last, lm, drawing), **numbers(run, curve, Speedup.of(run.traces, ar))}
+    frame["stats"] = f"Sweep run {swept.label}: " + frame["stats"]
+    return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
+            "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index),
+            "command": run_command(run)}

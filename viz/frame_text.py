@@ -1,0 +1,56 @@
+"""The words a frame of the page shows about a run and the cycle on screen: the stats line above the tree, the line
+under it, the output's labels, the methods' names.
+
+A run here is ``engine.product.run.Run`` (or anything with its ``config``, ``prompt_format``, ``traces``,
+``segments`` and ``token_cycles``); a summary is ``engine.product.metrics.summarize``'s.
+"""
+from __future__ import annotations
+
+from engine.sources import REGISTRY
+from viz.explain import TOKEN_COLORS
+from viz.tree_figure import count_words
+
+METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name: i.method_label for i in REGISTRY},
+                 "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
+FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
+SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen committed
+COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart from every source's tint
+
+
+def gt_words(gt_threshold, trace) -> str:
+    """What the GT principle did, e.g. "GT: auto, n* = 12 of 60 nodes" or "c = 0.100" (c = 0: pruning off)."""
+    if gt_threshold == "auto":
+        if trace is not None and trace.gt_nodes is not None:
+            return f"GT: auto, n* = {trace.gt_nodes} of {trace.gt_candidates} nodes"
+        return "GT: auto"
+    try:
+        return f"c = {float(gt_threshold):.3f}"
+    except (TypeError, ValueError):
+        return f"GT: {gt_threshold}"
+
+
+def stats_line(summary, run, cost: str = "") -> str:
+    """The line above the tree: the run's totals so far (tokens by source, from ``REGISTRY``), labelled as such,
+    then ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own.  The cycle on
+    screen is described under the tree (``cycle_line``)."""
+    src = summary.accepted_by_source
+    by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
+    sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
+    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · "
+            f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "
+            f"{count_words(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
+            f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))
+
+
+def cycle_line(trace, run) -> str:
+    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto, n* = 12 of 60 nodes"
+    (cycle 0 is the prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people)."""
+    rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
+    ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""
+    gt = f" · {gt_words(run.config.get('gt_threshold'), trace)}" if trace.mode != "prefill" else ""
+    return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{ratio}{gt}"
+
+
+def marked_output(run, shown: int | None) -> list[tuple[str, str]]:
+    """The run's output segments, the tokens committed by cycle ``shown`` labelled ``SHOWN``."""
+    return [(text, SHOWN if cycle == shown else label) for (text, label), cycle in zip(run.segments, run.token_cycles)]
