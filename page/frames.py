@@ -50,7 +50,7 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
                                      show_all=bool(drawing.show_all)),
             "explain": f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}",
             "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
-                                   int(run.config.get("max_depth", INITIAL.depth)))}
+                                   int(run.config.get("max_depth", INITIAL.max_depth)))}
 
 
 def session_curve(curve, lm: LoadedModel):

@@ -109,8 +109,9 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
         page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")
         page.spine_ratio = _slider("spine_ratio", s.spine_ratio, 0.05, "Spine ratio r (untick adaptive to set it)",
                                    interactive=not s.auto_r)
-        page.depth = _slider("depth", s.depth, 1, "Max depth D of the TR branches (the PLD spine and bypass chains "
-                             "are not bounded by D)")
+        page.max_depth = _slider("max_depth", s.max_depth, 1,
+                                 "Max depth D of the TR branches (the PLD spine and bypass chains are not "
+                                 "bounded by D)")
         page.bypass = gr.Checkbox(value=s.bypass, label="Bypass: verify the bare PLD chain when the anchor has no "
                                   "TR entry (chains are not bounded by D)")
         page.auto_c = gr.Checkbox(value=s.auto_c, label="GT principle auto: the speedup-optimal tree size from the "
@@ -127,7 +128,7 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
     with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
         page.temperature = _slider("temperature", s.temperature, 0.05, "Temperature")
         page.top_p = _slider("top_p", s.top_p, 0.05, "Top-p")
-        page.top_k = _slider("top_k", s.top_k, 1, "Top-k (0 = off)")
+        page.sample_top_k = _slider("sample_top_k", s.sample_top_k, 1, "Top-k (0 = off)")
         page.seed = gr.Number(s.seed, precision=0, label="Seed")
         page.verifier = gr.Radio([("Tree walk (SpecInfer)", "tree"), ("HSD on chains", "hsd")], value=s.verifier,
                                  label="Verifier")
@@ -176,7 +177,7 @@ def _run_views(page: Page) -> None:
                                      combine_adjacent=False, elem_id="output")
     page.speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
     with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
-        page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.depth), elem_id="theory")
+        page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.max_depth), elem_id="theory")
 
 
 def _race_and_cost_views(page: Page, first: LoadedModel) -> None:

@@ -257,9 +257,9 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
     from engine.product.generate import build_parser, command_line, config_from_args
     from engine.product.page_settings import PageSettings
 
-    variants = [PageSettings(), PageSettings(method="tr", budget=8, depth=3, auto_c=False, gt_threshold=0.123456789,
+    variants = [PageSettings(), PageSettings(method="tr", budget=8, max_depth=3, auto_c=False, gt_threshold=0.123456789,
                                              max_new_tokens=4, bypass=False, auto_r=False, spine_ratio=0.35),
-                PageSettings(sources=["pld", "tr", "ptd"], temperature=0.7, top_p=0.9, top_k=5, seed=3,
+                PageSettings(sources=["pld", "tr", "ptd"], temperature=0.7, top_p=0.9, sample_top_k=5, seed=3,
                              verifier="hsd"),
                 PageSettings(sources=[], method="iso3")]
     curve = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key="m")
@@ -324,7 +324,7 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     from page.generate import generate
 
     own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
-    settings = PageSettings(prompt=CODE, budget=24, auto_r=False, depth=4, max_new_tokens=20, bypass=False,
+    settings = PageSettings(prompt=CODE, budget=24, auto_r=False, max_depth=4, max_new_tokens=20, bypass=False,
                             sources=("pld", "tr", "ptd"))
     last = frames_of(generate, settings, session=Session(curve=own), models=ModelRegistry(demo_lm))[-1]
     run, command = last["run"], last["command"]
@@ -417,7 +417,7 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     from page.traces import export_trace, import_trace
 
     models = ModelRegistry(demo_lm)
-    settings = PageSettings(prompt=CODE, budget=24, depth=4, auto_c=False, max_new_tokens=24, bypass=False,
+    settings = PageSettings(prompt=CODE, budget=24, max_depth=4, auto_c=False, max_new_tokens=24, bypass=False,
                             prompt_format="raw")
     last = frames_of(generate, settings, models=models)[-1]
     run, stats = last["run"], last["stats"]

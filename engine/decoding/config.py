@@ -13,6 +13,7 @@ given a cost curve: ``engine.decoding.decode.SpecDecoder`` takes only a resolved
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -70,6 +71,52 @@ def parse_gt_threshold(text: str) -> float | str:
     return word if word in GT_RULES else float(text)
 
 
+def parse_names(text: str) -> tuple[str, ...]:
+    """Command-line form of a list of names: 'a, b' -> ('a', 'b'); an empty list is allowed (``--sources ''``)."""
+    return tuple(name.strip().lower() for name in text.split(",") if name.strip())
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Where and how a setting shows outside the engine, declared once beside its config field
+    (``field(default=..., metadata=shown(...))``).  Its flat name (``FLAT_NAMES``) is its one name everywhere: the
+    CLI option (``--max-depth``), the page's control, the trace file's key, the sweep's parameter and the bench's
+    ``method:name=value``.  ``SETTINGS`` collects them; the CLIs' options (``engine.product.generate``), the page's
+    ranges (``engine.product.page_settings.RANGES``) and the sweep's parameters (``engine.product.sweep_runs``)
+    derive from it.  A field without one is still a flat name (traces, the bench), with no option or control.
+    """
+
+    words: str  # its name for people, e.g. "node budget B" (messages, the sweep's axis, the page's notes)
+    help: str = ""  # the CLI's help line (a tuple default is appended to it)
+    page: tuple[float, float] | None = None  # the page's range (the slider's minimum and maximum); None: no number
+    sweep: str | None = None  # how a sweep reads its values ("int", "ratio", "threshold", "method", "sources")
+    symbol: str = ""  # the paper's symbol (B, r, D, c): a sweep lists these parameters first
+    cli: bool = True  # an option of every CLI (generate, bench, sweep)
+    parse: Callable[[str], Any] | None = None  # CLI text -> value (default: the default value's type)
+    choices: tuple[str, ...] | None = None  # the values the CLI accepts, when a closed list
+    aliases: tuple[str, ...] = ()  # earlier option names that still read (command lines written before)
+    negated: bool = False  # a switch that turns the setting off (``--no-bypass``), for a boolean that is on
+
+
+def shown(words: str, **how) -> dict:
+    """A config field's metadata declaring how it shows (``Shown``)."""
+    return {"shown": Shown(words, **how)}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as people meet it: its flat name, its default and how it shows (``Shown``)."""
+
+    name: str  # flat name: the CLI option's dest, the page control's name, the trace key
+    default: Any  # ``DecodeConfig()``'s value
+    shown: Shown
+
+    @property
+    def option(self) -> str:
+        """The CLI option: ``--max-depth``, or ``--no-bypass`` for a negated switch."""
+        return ("--no-" if self.shown.negated else "--") + self.name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class TreeShape:
     """The draft tree's shape (Goose Alg. 1, Table 5) and how it adapts per cycle (Alg. 2, §4.3).
@@ -81,23 +128,29 @@ class TreeShape:
     ``Variant.depth_bounds_spine``.
     """
 
-    budget: int = 60  # node budget B, root included (Table 5)
-    spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
+    budget: int = field(default=60, metadata=shown(  # node budget B, root included (Table 5)
+        "node budget B", help="node budget B, root included", page=(1, 128), sweep="int", symbol="B"))
+    spine_ratio: float | None = field(default=None, metadata=shown(  # r; None = adapt by EMA tiers (§4.3, C.3)
+        "spine ratio r", help="fixed spine ratio r (default: adaptive)", page=(0.05, 0.95), sweep="ratio", symbol="r",
+        parse=float))
     spine_branch_ratio: float = 0.5  # rho: share of the branch budget on spine nodes (Table 5)
-    max_depth: int = 6  # D: deepest node, root = depth 0 (Table 5)
+    max_depth: int = field(default=6, metadata=shown(  # D: deepest node, root = depth 0 (Table 5)
+        "max depth D", help="max depth D", page=(1, 16), sweep="int", symbol="D", aliases=("--depth",)))
     top_k: int = 10  # K successors per adjacency-table row, and per branch node (Table 5)
     min_score: float = 0.01  # successors scored below this are pruned (C.1)
     max_spine: int = 20  # longest spine continuation one lookup copies (Table 5 "max spine continuation")
     pool_share: float = 0.5  # share of the non-spine budget pool sources' candidates (PTD) may take
-    bypass: bool = True  # verify a consensus / long spine match as a linear chain (§4.3)
+    bypass: bool = field(default=True, metadata=shown(  # verify a consensus / long spine match as a chain (§4.3)
+        "bypass", help="never verify PLD matches as a linear chain", negated=True))
     bypass_threshold: int = 8  # match length that triggers bypass, and a long match for confidence (Table 5)
     ema_alpha: float = 0.3  # smoothing of the spine acceptance estimate p_s (Table 5)
     ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
     spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
     # is nearly always longer than PLD's n-gram (3-5), so "longest-match" hands the spine to the suffix tree's
     # shorter chains (A/B: docs/results.md, "Suffix source")
-    walk_priority: tuple[str, ...] = WALK_PRIORITY  # order children are tried in (Goose Alg. 3; see WALK_PRIORITY:
-    # pld, suffix, ptd, tr)
+    walk_priority: tuple[str, ...] = field(default=WALK_PRIORITY, metadata=shown(  # order children are tried in
+        "walk priority", help="order the walk tries children's sources in", parse=parse_names))  # (Goose Alg. 3;
+    # see WALK_PRIORITY: pld, suffix, ptd, tr)
 
     FLAT: ClassVar[dict[str, str]] = {"pool_share": "ptd_share"}  # the rest: the field's own name
 
@@ -130,8 +183,12 @@ class GtConfig:
     ``DecodeConfig.resolved`` from the cost curve (None until then).
     """
 
-    threshold: float | str = "auto"  # "auto": keep the speedup-optimal top of each built tree, from the whole
-    # measured cost curve (GT §3, engine/decoding/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
+    threshold: float | str = field(default="auto", metadata=shown(
+        "GT threshold c", page=(0.0, 0.5), sweep="threshold", symbol="c", parse=parse_gt_threshold,
+        help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), 'chord' (one c from "
+             "the curve), or a number c (0 disables)"))
+    # "auto": keep the speedup-optimal top of each built tree, from the whole measured cost curve (GT §3,
+    # engine/decoding/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
     # a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the curve's chord
     # at B (engine/decoding/cost.py)
     # GT "auto" (docs/results.md, "GT auto, second round"; demo model and SmolLM2, four datasets):
@@ -176,11 +233,16 @@ class SamplerConfig:
     """Sampling mode (temperature > 0): the target distribution, as transformers' warpers shape it, and the
     verifier that keeps it exact (PTD Appendix B-C; HSD)."""
 
-    temperature: float = 0.0  # 0 = greedy (lossless = token-identical); > 0 = sampling mode
-    top_p: float = 1.0  # nucleus sampling mass (1 = off), as transformers' TopPLogitsWarper
-    top_k: int = 0  # keep the k most likely tokens when sampling (0 = off), as TopKLogitsWarper
-    seed: int = 0  # seed of the sampling generator (and of PTD's initial perturbation tokens)
-    verifier: str = "tree"  # sampling verifier for chains: tree (SpecInfer) | hsd (HSD); see VERIFIERS
+    temperature: float = field(default=0.0, metadata=shown(  # 0 = greedy (lossless = token-identical)
+        "temperature", help="0 = greedy (default); > 0 = sampling mode", page=(0.0, 2.0)))
+    top_p: float = field(default=1.0, metadata=shown(  # nucleus sampling mass (1 = off), as TopPLogitsWarper
+        "top-p", help="nucleus mass when sampling (1 = off)", page=(0.05, 1.0)))
+    top_k: int = field(default=0, metadata=shown(  # the k likeliest tokens when sampling (0 = off), as TopKLogitsWarper
+        "top-k", help="keep the k most likely tokens when sampling (0 = off)", page=(0, 100), aliases=("--top-k",)))
+    seed: int = field(default=0, metadata=shown(  # the sampling generator's seed (and PTD's initial perturbation)
+        "seed", help="seed of the sampling generator and of PTD's initial rows"))
+    verifier: str = field(default="tree", metadata=shown(  # sampling verifier for chains: tree (SpecInfer) | hsd
+        "verifier", help="sampling verifier for chains (tree | hsd)", choices=VERIFIERS))
 
     FLAT: ClassVar[dict[str, str]] = {"top_k": "sample_top_k"}
 
@@ -267,10 +329,13 @@ class DecodeConfig:
         ConfigError: a setting out of range or unknown, naming it and its range.
     """
 
-    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd / suffix (that source's tree alone) |
-    # iso3 / iso5 | ar
-    max_new_tokens: int = 128  # tokens generated after the prompt, bonus tokens included
-    sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (the page's per-source toggles); PTD
+    method: str = field(default="goose", metadata=shown(  # goose | pld (PLD chain) | tr (TR tree) | ptd / suffix
+        "method", sweep="method", choices=METHODS))  # (that source's tree alone) | iso3 / iso5 | ar
+    max_new_tokens: int = field(default=128, metadata=shown(  # tokens after the prompt, bonus tokens included
+        "max new tokens", page=(1, 1024)))
+    sources: tuple[str, ...] = field(default=("pld", "tr"), metadata=shown(  # sources goose / iso(k) mix; PTD
+        "draft sources", sweep="sources", parse=parse_names,
+        help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)}"))  # (page: toggles); PTD
     # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
     # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd / suffix ignore this field
     tree: TreeShape = TreeShape()
@@ -447,24 +512,28 @@ class DecodeConfig:
 _TOP = tuple(f.name for f in fields(DecodeConfig))
 
 
-def _flat_paths() -> dict[str, tuple]:
-    """Flat name -> where it lives: (field,), (group, field) or ("source_configs", index, field)."""
-    named = [(name, (name,)) for name in ("method", "max_new_tokens", "sources")]
+def _flat_fields() -> list[tuple[str, tuple, Any]]:
+    """(flat name, where it lives: (field,), (group, field) or ("source_configs", index, field), its field)."""
+    named = [(f.name, (f.name,), f) for f in fields(DecodeConfig) if f.name in ("method", "max_new_tokens", "sources")]
     for f in fields(DecodeConfig):
         if f.name in ("tree", "gt", "sampler", "variant"):
             kind = type(f.default)
-            named += [(kind.FLAT.get(g.name, g.name), (f.name, g.name)) for g in fields(kind)]
+            named += [(kind.FLAT.get(g.name, g.name), (f.name, g.name), g) for g in fields(kind)]
     for i, t in enumerate(SOURCE_TYPES):
-        named += [(t.config_type.FLAT.get(g.name, g.name), ("source_configs", i, g.name))
+        named += [(t.config_type.FLAT.get(g.name, g.name), ("source_configs", i, g.name), g)
                   for g in fields(t.config_type)]
-    named = [(name, path) for name, path in named if name]  # gt.prune_at is resolved, never a setting
-    assert len(dict(named)) == len(named), "two settings share a flat name"
-    return dict(named)
+    named = [item for item in named if item[0]]  # gt.prune_at is resolved, never a setting
+    assert len({name for name, _, _ in named}) == len(named), "two settings share a flat name"
+    return named
 
 
-_PATHS = _flat_paths()
+_PATHS = {name: path for name, path, _ in _flat_fields()}
 #: Every setting's flat name, in the order ``to_dict`` writes them.
 FLAT_NAMES = tuple(_PATHS)
+#: The settings declared with ``shown`` (an option, a control, a sweep parameter), by flat name, in ``FLAT_NAMES``
+#: order.
+SETTINGS: dict[str, Setting] = {name: Setting(name, DecodeConfig().get(name), f.metadata["shown"])
+                                for name, _, f in _flat_fields() if "shown" in f.metadata}
 
 #: Named configurations: flat settings on top of the defaults (``DecodeConfig.preset``).  "default" is the
 #: defaults; "paper" reproduces the authors' implementation (2kinto/GOOSE_Speculative_Decoding, Table 5
@@ -477,5 +546,6 @@ PRESETS: dict[str, dict] = {
 }
 
 __all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES", "GT_RULES", "METHODS",
-           "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError", "DecodeConfig",
-           "GtConfig", "SamplerConfig", "TreeShape", "Variant", "parse_gt_threshold"]
+           "PRESETS", "SETTINGS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError",
+           "DecodeConfig", "GtConfig", "SamplerConfig", "Setting", "Shown", "TreeShape", "Variant",
+           "parse_gt_threshold", "parse_names", "shown"]

@@ -26,10 +26,10 @@ from ..core.tree import DraftTree, Source
 from ..core.verify import forward_tree, read_back
 from ..decoding.cost import CostCurve
 from ..sources.tr import AdjacencyTable, TrSource
+from .paths import cache_root
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
 # 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
-CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for cached cost curves (default ~/.cache/goose-lens)
 MEASUREMENT = 3  # how a cached curve was measured; a curve of an older one is measured again.  1 timed sizes in a
 # fixed order (T(1), right after T(128), read 20 % high); 2 shuffles them each round; 3 times the read-back that
 # takes the argmax off an fp32 top-k (0.2-0.8 ms cheaper per forward on a CPU: the old curve overprices trees)
@@ -88,7 +88,7 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
 
 
 def _cache_path(model, cache_dir: str | Path | None) -> Path:
-    folder = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "goose-lens") / "cost"
+    folder = cache_root(cache_dir) / "cost"
     return folder / (hashlib.sha1(curve_key(model).encode()).hexdigest()[:16] + ".json")
 
 

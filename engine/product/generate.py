@@ -28,16 +28,7 @@ import sys
 from pathlib import Path
 
 from ..core.kv_cache import UnsupportedCacheError
-from ..decoding.config import (
-    FLAT_NAMES,
-    METHODS,
-    PRESETS,
-    SOURCES,
-    VERIFIERS,
-    ConfigError,
-    DecodeConfig,
-    parse_gt_threshold,
-)
+from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, ConfigError, DecodeConfig, Setting
 from ..decoding.cost import load_cost_curve
 from .decoding import make_decoder
 from .loading import ModelLoadError, load_model, tqdm_progress
@@ -70,37 +61,30 @@ _DEFAULT = DecodeConfig()
 
 
 def add_config_options(ap: argparse.ArgumentParser, *, method: bool = True) -> None:
-    """The options that set ``DecodeConfig`` settings (each option's ``dest`` is a flat name, ``FLAT_NAMES``),
-    ``--preset`` and ``--cost-curve``: the decoding settings every CLI of the engine takes alike (the sweep and the
-    bench too; the bench, which runs a list of methods, leaves out ``--method``)."""
-    if method:
-        ap.add_argument("--method", default="goose", choices=METHODS)
+    """The options that set ``DecodeConfig`` settings, ``--preset`` and ``--cost-curve``: the decoding settings every
+    CLI of the engine takes alike (the sweep and the bench too; the bench, which runs a list of methods, leaves out
+    ``--method``).  Each setting's option is derived from its declaration (``config.SETTINGS``): the option is its
+    flat name (``--max-depth``; ``dest`` the flat name), earlier spellings still read (``--depth``)."""
+    for setting in SETTINGS.values():
+        if setting.shown.cli and (method or setting.name != "method"):
+            _add_option(ap, setting)
     ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
                     help="named configuration the other options change (paper = the Goose authors' implementation)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=60, help="node budget B, root included")
-    ap.add_argument("--spine-ratio", type=float, default=None, help="fixed spine ratio r (default: adaptive)")
-    ap.add_argument("--depth", dest="max_depth", type=int, default=6, help="max depth D")
-    ap.add_argument("--gt-threshold", type=parse_gt_threshold, default="auto",
-                    help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), 'chord' "
-                         "(one c from the curve), or a number c (0 disables)")
     ap.add_argument("--cost-curve", default=None,
                     help="cost curve for auto / chord: a spec 'past=128;1:5.1,2:5.3,...', a curve JSON file or an "
                          "earlier result JSON (default: this machine's measured curve, cached)")
-    ap.add_argument("--no-bypass", dest="bypass", action="store_false",
-                    help="never verify PLD matches as a linear chain")
-    ap.add_argument("--sources", type=_names, default=_DEFAULT.sources,
-                    help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)} "
-                         f"(default {','.join(_DEFAULT.sources)})")
-    priority = _DEFAULT.tree.walk_priority
-    ap.add_argument("--walk-priority", type=_names, default=priority,
-                    help=f"order the walk tries children's sources in (default {','.join(priority)})")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 = sampling mode")
-    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus mass when sampling (1 = off)")
-    ap.add_argument("--top-k", dest="sample_top_k", type=int, default=0,
-                    help="keep the k most likely tokens when sampling (0 = off)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator and of PTD's initial rows")
-    ap.add_argument("--verifier", default="tree", choices=VERIFIERS, help="sampling verifier for chains (tree | hsd)")
+
+
+def _add_option(ap: argparse.ArgumentParser, setting: Setting) -> None:
+    """``setting``'s option (``Setting.option``, its aliases too), its default the config's."""
+    how, names = setting.shown, (setting.option, *setting.shown.aliases)
+    if how.negated:
+        ap.add_argument(*names, dest=setting.name, action="store_false", help=how.help or None)
+        return
+    default = setting.default
+    help_text = how.help + (f" (default {','.join(default)})" if isinstance(default, tuple) else "")
+    ap.add_argument(*names, dest=setting.name, type=how.parse or type(default), default=default,
+                    choices=how.choices, help=help_text or None)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -158,11 +142,6 @@ def _option_text(value) -> str:
     if isinstance(value, tuple):
         return ",".join(value)
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """'a, b' -> ('a', 'b'); an empty list is allowed (e.g. --sources '' for no source)."""
-    return tuple(name.strip().lower() for name in text.split(",") if name.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

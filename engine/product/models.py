@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 
 from .. import ASSETS
+from .paths import cache_root
 
 #: Progress callback: (fraction done in [0, 1], what is happening now).
 Progress = Callable[[float, str], None]
 
-CACHE_ENV = "GOOSE_LENS_CACHE"  # folder for converted models and cost curves (default ~/.cache/goose-lens)
 DEMO_MODEL_DIR = ASSETS / "demo-model"
 
 
@@ -74,10 +74,6 @@ NAMED = {"smollm2": SMOLLM2, "smollm2-135m-instruct": SMOLLM2}
 DEMO_NAMES = ("demo", "demo-model")
 #: The default model of the page, the CLI and the benchmark (``$GOOSE_LENS_MODEL`` overrides it).
 DEFAULT_MODEL = "smollm2"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "goose-lens")
 
 
 def model_dir(spec: PypiGguf) -> Path:

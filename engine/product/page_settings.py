@@ -10,20 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..decoding.config import ConfigError, DecodeConfig
+from ..decoding.config import SETTINGS, ConfigError, DecodeConfig
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
 
 _DEFAULT = DecodeConfig()
 
-#: The page's range of each number a visitor sets (its slider's minimum and maximum), and its name for people.
-#: The sliders are built from these; a typed value outside is brought inside by ``PageSettings.clamped``, which
-#: says so in words (gradio's own check would raise a red "Error" toast while the box then shows its bound).
-RANGES = {"budget": (1, 128, "node budget B"), "spine_ratio": (0.05, 0.95, "spine ratio r"),
-          "depth": (1, 16, "max depth D"), "gt_threshold": (0.0, 0.5, "GT threshold c"),
-          "max_new_tokens": (1, 1024, "max new tokens"), "temperature": (0.0, 2.0, "temperature"),
-          "top_p": (0.05, 1.0, "top-p"), "top_k": (0, 100, "top-k")}
+#: The page's range of each number a visitor sets (its slider's minimum and maximum), and its name for people, by
+#: flat name: each setting's declaration says it (``Shown.page``, ``config.SETTINGS``).  The sliders are built from
+#: these; a typed value outside is brought inside by ``PageSettings.clamped``, which says so in words (gradio's own
+#: check would raise a red "Error" toast while the box then shows its bound).
+RANGES = {s.name: (*s.shown.page, s.shown.words) for s in SETTINGS.values() if s.shown.page is not None}
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class PageSettings:
     budget: Any = _DEFAULT.tree.budget  # node budget B, anchor included
     auto_r: bool = True  # adaptive spine ratio (EMA tiers); False: ``spine_ratio`` is used
     spine_ratio: Any = 0.5  # r when not adaptive
-    depth: Any = _DEFAULT.tree.max_depth  # max depth D of the branches
+    max_depth: Any = _DEFAULT.tree.max_depth  # max depth D of the branches
     auto_c: bool = True  # GT "auto" (speedup-optimal size); False: ``gt_threshold`` is the threshold c
     gt_threshold: Any = 0.0  # c when not auto (0 = no pruning)
     max_new_tokens: Any = _DEFAULT.max_new_tokens
@@ -46,7 +44,7 @@ class PageSettings:
     sources: Any = _DEFAULT.sources  # names of the sources goose / iso(k) mix
     temperature: Any = _DEFAULT.sampler.temperature  # 0 = greedy
     top_p: Any = _DEFAULT.sampler.top_p
-    top_k: Any = _DEFAULT.sampler.top_k  # sampling top-k (0 = off); the config's ``sample_top_k``
+    sample_top_k: Any = _DEFAULT.sampler.top_k  # sampling top-k (0 = off)
     seed: Any = _DEFAULT.sampler.seed
     verifier: str = _DEFAULT.sampler.verifier
     prompt_format: str = "chat"  # "chat": through the chat template when the model has one; "raw": as is
@@ -80,14 +78,14 @@ class PageSettings:
     def to_config(self) -> DecodeConfig:
         """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""
         return DecodeConfig.of(method=self.method or _DEFAULT.method, budget=_number(self.budget, "node budget B", int),
-                               max_depth=_number(self.depth, "max depth D", int),
+                               max_depth=_number(self.max_depth, "max depth D", int),
                                spine_ratio=None if self.auto_r else _number(self.spine_ratio, "spine ratio r", float),
                                gt_threshold="auto" if self.auto_c else _number(self.gt_threshold, "GT threshold c",
                                                                               float),
                                max_new_tokens=_number(self.max_new_tokens, "max new tokens", int),
                                bypass=bool(self.bypass), sources=tuple(self.sources or ()),
                                temperature=float(self.temperature or 0.0), top_p=float(self.top_p or 1.0),
-                               sample_top_k=int(self.top_k or 0), seed=int(self.seed or 0),
+                               sample_top_k=int(self.sample_top_k or 0), seed=int(self.seed or 0),
                                verifier=self.verifier or _DEFAULT.sampler.verifier)
 
     def prepare(self, lm: LoadedModel) -> tuple[list[int], DecodeConfig]:

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from ..core import attention, kv_cache
+from .paths import cache_root
 
 #: dtype names as the CLI and the page spell them.
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -322,8 +323,7 @@ def decide(ms: dict[str, list[float]], reference: str = "fp32/sdpa") -> Precisio
 
 
 def _cache_file(key: str, cache_dir: str | Path | None) -> Path:
-    folder = Path(cache_dir or os.environ.get("GOOSE_LENS_CACHE") or Path.home() / ".cache" / "goose-lens")
-    return folder / "precision" / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    return cache_root(cache_dir) / "precision" / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
 
 
 def machine_key(model_name: str) -> str:

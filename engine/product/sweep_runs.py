@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..decoding.config import SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
+from ..decoding.config import SETTINGS, SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
 from ..decoding.cost import CostCurve
 from ..decoding.trace import CycleTrace
 from ..sources import REGISTRY
@@ -40,16 +40,12 @@ class Parameter:
     kind: str
 
 
-#: What a sweep may vary, by the setting's flat name.
-PARAMETERS: dict[str, Parameter] = {p.field: p for p in (
-    Parameter("budget", "B", "node budget B", "int"),
-    Parameter("spine_ratio", "r", "spine ratio r", "ratio"),
-    Parameter("max_depth", "D", "max depth D", "int"),
-    Parameter("gt_threshold", "c", "GT threshold c", "threshold"),
-    Parameter("method", "", "method", "method"),
-    Parameter("sources", "", "draft sources", "sources"),
-)}
-#: Other spellings people use for them: the page's field names (``PageSettings.depth``) and the symbols.
+#: What a sweep may vary, by the setting's flat name: the settings declared sweepable (``Shown.sweep``,
+#: ``config.SETTINGS``), those with a paper's symbol (B, r, D, c) first.
+PARAMETERS: dict[str, Parameter] = {
+    s.name: Parameter(s.name, s.shown.symbol, s.shown.words, s.shown.sweep)
+    for s in sorted(SETTINGS.values(), key=lambda s: not s.shown.symbol) if s.shown.sweep is not None}
+#: Other spellings people use for them: earlier names (the page's ``depth``) and the symbols.
 ALIASES = {"depth": "max_depth", "b": "budget", "r": "spine_ratio", "d": "max_depth", "c": "gt_threshold"}
 
 _KIND_WORDS = {"int": "whole numbers", "ratio": "numbers or auto", "threshold": "numbers, auto or chord"}
