@@ -185,6 +185,8 @@ def no_error_badges(page) -> bool:
     return page.locator(".error, [data-testid=error]").filter(has_text="Error").count() == 0
 
 
+# The quick tier's one browser test (issue 32) is this first one: the first click, the screen, the scrubber, export
+# and import; every other browser test here is marked ``full``.
 def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     page = open_page(browser, page_url)
     assert page.get_by_label("Prompt", exact=True).input_value().strip()  # pre-filled: no preset to pick
@@ -244,6 +246,7 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     page.close()
 
 
+@pytest.mark.full
 def test_speedup_appears_beside_tau_after_a_run(page_url, browser):
     page = open_page(browser, page_url)
     generate_tokens(page, 48)
@@ -259,6 +262,7 @@ def test_speedup_appears_beside_tau_after_a_run(page_url, browser):
     page.close()
 
 
+@pytest.mark.full
 def test_tree_labels_large_and_apart_at_b128(page_url, browser):
     from engine.sources import REGISTRY
 
@@ -297,6 +301,7 @@ def test_tree_labels_large_and_apart_at_b128(page_url, browser):
     page.close()
 
 
+@pytest.mark.full
 def test_step_through_plays_one_cycle_in_stages(page_url, browser):
     page = open_page(browser, page_url)
     open_accordion(page, "Method and tree shape")  # every cycle a full tree
@@ -333,6 +338,7 @@ def test_step_through_plays_one_cycle_in_stages(page_url, browser):
     page.close()
 
 
+@pytest.mark.full
 def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
     page = open_page(browser, page_url)
     open_accordion(page, "Race: AR and the chosen method on one device, one clock")
@@ -349,6 +355,7 @@ def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
     page.close()
 
 
+@pytest.mark.full
 def test_stop_halts_a_long_run_within_a_cycle(page_url, browser):
     page = open_page(browser, page_url)
     pick_preset(page, "HumanEval/7")
@@ -368,6 +375,7 @@ def test_stop_halts_a_long_run_within_a_cycle(page_url, browser):
     page.close()
 
 
+@pytest.mark.full
 def test_a_model_load_in_one_tab_does_not_delay_generate_in_another(page_url, browser):
     """The other tab's first cycle is on screen while the load is still running: the load is held until then (it
     would end only after 120 s), so a Generate queued behind it could not show a cycle within the 60 s waited."""
@@ -391,6 +399,7 @@ def test_a_model_load_in_one_tab_does_not_delay_generate_in_another(page_url, br
     user.close()
 
 
+@pytest.mark.full
 def test_public_mode_refuses_a_path(public_url, browser):
     page = open_page(browser, public_url)
     open_accordion(page, "Model")
