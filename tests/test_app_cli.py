@@ -25,6 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.full  # SmolLM2 in a subprocess: a load, a precision and a cost-curve measurement (minutes)
 @pytest.mark.parametrize("dtype", ["auto", "fp32"])
 def test_cli_json_with_lossless_check(tmp_path, dtype):
     """fp32 is exact: ids equal generate(do_sample=False).  With the default dtype (bf16 on a CPU that runs it

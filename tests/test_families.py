@@ -118,6 +118,7 @@ def assert_one_sentence(message: str, *needles: str) -> None:
         assert needle in message, f"{needle!r} not in {message!r}"
 
 
+@pytest.mark.full  # every family's tiny model, 128 tokens: the quick tier's greedy check is the demo model and SmolLM2
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_fp32_matches_greedy(name):
     model = tiny(name)
@@ -126,6 +127,7 @@ def test_family_fp32_matches_greedy(name):
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name}"
 
 
+@pytest.mark.full  # every family in bf16 (see above)
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_bf16_has_no_bugs(name):
     lm = SimpleNamespace(model=copy.deepcopy(tiny(name)).to(torch.bfloat16), eos_token_ids=())

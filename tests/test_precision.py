@@ -159,6 +159,7 @@ def demo_q4():
     return lm
 
 
+@pytest.mark.full  # the lossless runs in q4 and bf16: the quick tier checks fp32 (tests/test_lossless.py)
 @pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
 def test_demo_model_q4_has_no_bugs(demo_q4, lossless_prompts, name):
     prompts = [demo_q4.encode_prompt(p) for p in lossless_prompts]
@@ -217,6 +218,7 @@ def demo_bf16():
     return load_model("demo", device="cpu", dtype="bf16")
 
 
+@pytest.mark.full  # in bf16 (see test_demo_model_q4_has_no_bugs)
 @pytest.mark.parametrize("name", list(BF16_CONFIGS))
 def test_demo_model_bf16_has_no_bugs(demo_bf16, lossless_prompts, name):
     prompts = [demo_bf16.encode_prompt(p) for p in lossless_prompts]
@@ -238,11 +240,13 @@ def _smollm2_has_no_bugs(lm, name: str) -> None:
     _has_no_bugs(lm, prompts, name, 64)
 
 
+@pytest.mark.full  # SmolLM2 in bf16 (a second copy of the model)
 @pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
 def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
     _smollm2_has_no_bugs(smollm2_bf16, name)
 
 
+@pytest.mark.full  # SmolLM2 in q4 (a second copy of the model)
 @pytest.mark.parametrize("name", ["default", "method-pld"])
 def test_smollm2_q4_has_no_bugs(smollm2_lm, name):
     """SmolLM2's GGUF weights are Q4_1: q4 serves its own 4-bit codes; bf16 activations, so ties are attributed."""

