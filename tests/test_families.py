@@ -225,6 +225,7 @@ def test_sliding_window_trims_trees_at_its_end_and_refuses_only_a_run_that_canno
     assert_one_sentence(str(err.value), "sliding attention window of 64 tokens")
 
 
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_longrope_trees_never_straddle_the_switch():
     """Phi-3's longrope scores a whole forward with the long factors once its largest position reaches
     original_max_position_embeddings; AR's steps below it use the short ones.  Trees stop short of it."""

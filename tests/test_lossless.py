@@ -128,6 +128,7 @@ def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossl
     assert summarize(fresh).tau == pytest.approx(taus[0])  # no memory given: nothing carries over
 
 
+@pytest.mark.full  # a second architecture: the quick tier's greedy check is the demo model and SmolLM2
 @pytest.mark.parametrize("attn", ["eager", "sdpa", TREE_SDPA])
 def test_tiny_qwen2_matches_greedy(attn):
     """A second architecture, randomly initialised, default configuration; grouped query heads (4 over 2), on

@@ -63,6 +63,7 @@ def test_measure_times_both_precisions(demo_lm):
     assert demo_lm.model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 @pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16: nothing is packed")
 def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
     """pack_linears swaps every bf16 nn.Linear (lm_head included) and the model's logits stay bit-identical."""
@@ -136,6 +137,7 @@ def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
     assert [precision.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_q4_is_refused_for_a_model_without_4bit_weights_in_one_sentence():
     lm = load_model("demo", device="cpu", dtype="q4")
     assert lm.precision != "q4" and lm.auto_dtype and "\n" not in lm.dtype_reason
@@ -166,6 +168,7 @@ def test_demo_model_q4_has_no_bugs(demo_q4, lossless_prompts, name):
     _has_no_bugs(demo_q4, prompts, name, 128)
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_attribution_reads_ars_own_logits(demo_lm):
     lm = demo_lm
     ids = lm.encode_prompt("def add(a, b):\n    return")
@@ -265,6 +268,7 @@ def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, mo
     assert registry.get(None) is demo_lm  # the loaded copy stays
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_the_engines_ar_replayed_gives_its_own_logits(demo_bf16):
     """The bench reads AR's logits by replaying the engine's AR steps: they give back the AR run's tokens."""
     lm = demo_bf16
