@@ -1,9 +1,12 @@
-"""Shared fixtures: the embedded demo model, SmolLM2 (one load per test session) and benchmark prompts."""
+"""Shared fixtures: the embedded demo model, SmolLM2 (one load per test session) and benchmark prompts; the quick
+tier (``python -m pytest -q``) and the full suite (``--full``); greedy references computed once per prompt."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,45 @@ if _PRIVATE_CACHE:
     # ... but converted models (SmolLM2: a 93 MB download and a conversion) are the user's cache, fetched once
     _USER_MODELS.mkdir(parents=True, exist_ok=True)
     (Path(os.environ["GOOSE_LENS_CACHE"]) / "models").symlink_to(_USER_MODELS, target_is_directory=True)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="run the full suite: also the tests marked 'full' (the quick tier skips them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--full``, a test marked ``full`` is skipped with one line.  Each test file marks its own tests
+    (``pytestmark`` or ``@pytest.mark.full``, with the reason beside it), so what the quick tier keeps is read
+    where the test is; the quick tier keeps what issue 32 names: greedy losslessness on the demo model and SmolLM2
+    (default, PLD, TR, Iso(3)), sampling in distribution with its power check, the trace round trip, the page
+    through gradio_client and one browser test, plus the unit tests that take well under a second."""
+    if config.getoption("--full"):
+        return
+    skip = pytest.mark.skip(reason="full suite only: python -m pytest --full")
+    for item in items:
+        if item.get_closest_marker("full") is not None:
+            item.add_marker(skip)
+
+
+#: model -> {(dtype, attention kernel, prompt ids, max new tokens, EOS ids): greedy token ids}; weak keys, so a
+#: model built inside one test (a random tiny one) never lends its entry to another object at the same address
+_REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def greedy_reference(model, prompt_ids: Sequence[int], max_new_tokens: int,
+                     eos_token_ids: Sequence[int] = ()) -> list[int]:
+    """``engine.product.reference.greedy_reference`` (transformers' ``generate(do_sample=False)``), computed once
+    per model and prompt in a test session: the same ids, compared with no tolerance, without re-running
+    ``generate`` for every configuration that is checked against them."""
+    from engine.product.reference import greedy_reference as generate_greedy
+
+    key = (str(model.dtype), getattr(model.config, "_attn_implementation", None), tuple(prompt_ids),
+           max_new_tokens, tuple(eos_token_ids))
+    per_model = _REFERENCES.setdefault(model, {})
+    if key not in per_model:
+        per_model[key] = tuple(generate_greedy(model, prompt_ids, max_new_tokens, eos_token_ids))
+    return list(per_model[key])
 
 
 def read_jsonl(path: Path) -> list[dict]:

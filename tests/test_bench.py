@@ -8,6 +8,7 @@ import pytest
 from engine.product import bench
 
 
+@pytest.mark.full  # a benchmark run: every method on real prompts (seconds to a minute)
 def test_smoke_bench_all_methods(tmp_path, demo_lm):
     out = tmp_path / "bench"
     rc = bench.main(["--model", "demo", "--datasets", "humaneval,mt_bench", "--limit", "2", "--max-new-tokens", "16",
@@ -56,6 +57,7 @@ def test_head_to_head_counts_prompt_wins_and_gives_the_sign_test():
     assert got["decode_speedups"] == [pytest.approx(3.0), None] and got["decode_speedup"] is None
 
 
+@pytest.mark.full  # a benchmark run: every method on real prompts (seconds to a minute)
 def test_repeats_run_every_method_again_and_keep_its_fastest_run(tmp_path, demo_lm, monkeypatch):
     seconds = iter([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])  # warm-up ar, goose; then prompt 0 twice, in turn
     calls = []

@@ -27,6 +27,9 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     upload,
 )
 
+#: full suite only: the quick tier's one browser test is test_browser.py's first-click test (issue 32)
+pytestmark = pytest.mark.full
+
 PHONE = {"width": 390, "height": 844}
 #: JS: every hover text of the tree on screen
 HOVERS = """() => { const p = document.querySelector('#draft-tree .js-plotly-plot');

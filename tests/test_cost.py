@@ -41,6 +41,7 @@ def test_spec_and_file_round_trip_exactly(tmp_path):
         CostCurve((2, 4), (1.0, 2.0))  # must start at n = 1
 
 
+@pytest.mark.full  # measures a whole cost curve (about a minute on a busy machine)
 def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, tmp_path):
     curve = measure_cost_curve(demo_lm.model, sizes=(1, 8, 32), repeats=2)
     assert curve.nodes == (1, 8, 32) and all(ms > 0 for ms in curve.ms)

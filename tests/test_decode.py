@@ -102,6 +102,7 @@ def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_l
     assert DecodeConfig.of(gt_threshold=0.1).resolved(None).gt.chain_cap is None  # no curve, no cap
 
 
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_an_extended_chain_stays_within_the_chain_cap(demo_lm, lossless_prompts):
     """Goose §4.3 extends a confident chain to int(max_extended_chain × m) tokens; the GT cap (gt_chain_steps AR
     steps on the curve) cuts it, the last lookup's overshoot included, and never below the match itself."""

@@ -118,6 +118,7 @@ def assert_one_sentence(message: str, *needles: str) -> None:
         assert needle in message, f"{needle!r} not in {message!r}"
 
 
+@pytest.mark.full  # every family's tiny model, 128 tokens: the quick tier's greedy check is the demo model and SmolLM2
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_fp32_matches_greedy(name):
     model = tiny(name)
@@ -126,6 +127,7 @@ def test_family_fp32_matches_greedy(name):
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name}"
 
 
+@pytest.mark.full  # every family in bf16 (see above)
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_bf16_has_no_bugs(name):
     lm = SimpleNamespace(model=copy.deepcopy(tiny(name)).to(torch.bfloat16), eos_token_ids=())
@@ -223,6 +225,7 @@ def test_sliding_window_trims_trees_at_its_end_and_refuses_only_a_run_that_canno
     assert_one_sentence(str(err.value), "sliding attention window of 64 tokens")
 
 
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_longrope_trees_never_straddle_the_switch():
     """Phi-3's longrope scores a whole forward with the long factors once its largest position reaches
     original_max_position_embeddings; AR's steps below it use the short ones.  Trees stop short of it."""

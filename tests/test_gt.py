@@ -93,6 +93,7 @@ def test_curve_latency_is_monotone_and_extrapolates():
     assert curve.latency(16) == pytest.approx(4.0 + (4.0 - 3.0) / 4 * 8)
 
 
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_decoder_auto_records_the_choice_and_a_flat_curve_equals_no_pruning(demo_lm):
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\n"
                                 "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n")

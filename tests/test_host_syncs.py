@@ -59,6 +59,7 @@ def counter(monkeypatch, demo_lm):
 @pytest.mark.parametrize("fields", [{}, {"gt_threshold": 0.0}, {"gt_threshold": "chord"}, {"method": "tr"},
                                     {"method": "pld"}, {"method": "iso3"}, {"sources": ("pld", "tr", "ptd")}],
                          ids=["auto", "c0", "chord", "tr", "pld", "iso3", "goose+ptd"])
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_one_host_sync_per_greedy_cycle(demo_lm, counter, fields):
     decoder = make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=48, **fields), ())
     cycles = decoder.generate(demo_lm.encode_prompt(PROMPT))
@@ -144,6 +145,7 @@ def device_reads(monkeypatch, demo_lm):
                                     {"temperature": 0.7, "method": "pld", "verifier": "hsd"},
                                     {"temperature": 0.9, "sources": ("pld", "tr", "ptd")}],
                          ids=["tree", "top-p-top-k", "hsd-chain", "goose+ptd"])
+@pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
 def test_one_device_read_per_sampling_cycle(demo_lm, device_reads, fields):
     """The accelerator's sampling path (``SpecDecoder.warp_rows``, forced here on the CPU): the tree rows'
     distributions come back in the cycle's one read-back, and the walk reads only host tensors.  It samples

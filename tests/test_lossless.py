@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import greedy_reference
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from engine.core.attention import TREE_SDPA
@@ -14,7 +15,6 @@ from engine.core.kv_cache import UnsupportedCacheError
 from engine.decoding.config import PRESETS, DecodeConfig
 from engine.product.decoding import make_decoder
 from engine.product.metrics import summarize
-from engine.product.reference import greedy_reference
 from engine.sources import SourceMemory
 
 MAX_NEW = 128
@@ -71,6 +71,8 @@ CONFIGS = {
     "chain-cap-tight": {"gt_chain_steps": 1.0},  # the GT chain cap: no extension at all / the authors' 100 tokens
     "chain-cap-off": {"gt_chain_steps": 1000.0},
 }
+#: the quick tier's configurations (issue 32): the default and each single-source method; the rest run with --full
+QUICK = ("default", "method-pld", "method-tr", "method-iso3")
 
 
 def accepted_tokens(model, eos, prompt_ids: list[int], config: DecodeConfig,
@@ -94,7 +96,7 @@ def run_and_compare(model, eos, prompt_ids: list[int], config: DecodeConfig, sou
     return counts[source] if source is not None else sum(counts.values())
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.full) for n in CONFIGS])
 def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
     config = DecodeConfig.of(max_new_tokens=MAX_NEW, **CONFIGS[name])
     by_source: dict[str, int] = {}
@@ -107,6 +109,7 @@ def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
         assert by_source[source] > 0, f"inconclusive: config {name} never accepted a {source} token"
 
 
+@pytest.mark.full  # a newer source's memory across requests: beyond the quick tier's four configurations
 @pytest.mark.parametrize("sources", [("suffix",), ("pld", "tr", "suffix")])
 def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossless_prompts, sources):
     """One user's requests share a ``SourceMemory``: a prompt asked again is drafted from the first answer."""
@@ -125,6 +128,7 @@ def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossl
     assert summarize(fresh).tau == pytest.approx(taus[0])  # no memory given: nothing carries over
 
 
+@pytest.mark.full  # a second architecture: the quick tier's greedy check is the demo model and SmolLM2
 @pytest.mark.parametrize("attn", ["eager", "sdpa", TREE_SDPA])
 def test_tiny_qwen2_matches_greedy(attn):
     """A second architecture, randomly initialised, default configuration; grouped query heads (4 over 2), on
@@ -143,6 +147,10 @@ def test_tiny_qwen2_matches_greedy(attn):
     assert accepted > 0, "inconclusive: no draft token accepted on the tiny Qwen2"
 
 
+# A third architecture, as above: full suite only.  It needs the cost curve test_tiny_qwen2_matches_greedy[sdpa]
+# measured (the same key: no model name, sdpa); measuring one for this model asks for 257 positions in its
+# 256-token window, so run alone it fails (before issue 32's tiers too).
+@pytest.mark.full
 def test_sliding_window_model_within_its_window_and_refused_beyond():
     torch.manual_seed(0)
     cfg = MistralConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

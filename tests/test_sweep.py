@@ -89,7 +89,7 @@ def test_a_source_sweep_needs_a_method_that_mixes_sources():
 
 
 def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_ids):
-    from engine.product.reference import greedy_reference
+    from conftest import greedy_reference  # computed once per prompt in a session (tests/test_lossless.py shares it)
 
     first, last = budget_sweep[0], budget_sweep[-1]
     assert len(budget_sweep) == 7 and first.ar is not None and not first.runs  # AR first, then one per value
