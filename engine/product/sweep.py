@@ -162,7 +162,7 @@ def _run_printing(lm, prompt_ids: list[int], base: DecodeConfig, spec: SweepSpec
                   curve: CostCurve | None) -> Sweep | None:
     """``run_sweep`` to the end, each finished run (and AR) printed on stderr as it comes; the last state."""
     sweep = None
-    for sweep in run_sweep(lm.model, lm.eos_token_ids, prompt_ids, base, spec, curve):
+    for sweep in run_sweep(lm, prompt_ids, base, spec, curve):
         if sweep.runs:
             r = sweep.runs[-1]
             speedup = "–" if r.speedup is None else f"{r.speedup:.2f}×"
