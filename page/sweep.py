@@ -52,8 +52,7 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
                                                  else None)
     yield {"sweep_status": sweep_board(None, len(spec.values))}
     try:
-        for snap in run_sweep(lm.model, lm.eos_token_ids, ids, config, spec, curve,
-                              should_stop=lambda: bool(control.get("stop"))):
+        for snap in run_sweep(lm, ids, config, spec, curve, should_stop=lambda: bool(control.get("stop"))):
             state = SweepOnPage(snap, settings.prompt, settings.format_used(lm))
             yield {"sweep_plot": sweep_figure(snap), "sweep_status": sweep_board(snap, snap.total),
                    "sweep_state": state,

@@ -1,6 +1,7 @@
-"""Issue 32: no function of the page (``app.py``, ``page/``) or the figures (``viz/``) takes more than six parameters
-(``self`` / ``cls`` not counted, ``*args`` / ``**kwargs`` counted) or runs over 50 lines, and ``app.py`` stays the
-Space's entry point and little else."""
+"""Issue 32: no function of the engine (``engine/``), the page (``app.py``, ``page/``), the figures (``viz/``) or the
+scripts (``scripts/``, the demo-model trainer aside) takes more than six parameters (``self`` / ``cls`` not counted,
+``*args`` / ``**kwargs`` counted) or runs over 50 lines, a signature a library imposes aside (``ALLOWED``), and
+``app.py`` stays the Space's entry point and little else."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +9,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_PARAMS, MAX_LINES, MAX_APP_LINES = 6, 50, 300
+#: "path:function" -> why it may pass the limits (a signature a library imposes)
+ALLOWED = {"engine/core/attention.py:tree_sdpa_attention": "transformers' attention-kernel interface"}
+EXCLUDED = {"scripts/train_demo_model.py"}  # the demo-model trainer
 
 
 def functions(path: Path):
@@ -20,10 +24,30 @@ def functions(path: Path):
             yield node.name, node.lineno, params, node.end_lineno - node.lineno + 1
 
 
-def test_page_and_figures_keep_functions_small():
-    files = [ROOT / "app.py", *sorted((ROOT / "page").glob("*.py")), *sorted((ROOT / "viz").glob("*.py"))]
-    over = [f"{path.relative_to(ROOT)}:{line} {name}: {params} parameters, {lines} lines"
-            for path in files for name, line, params, lines in functions(path)
-            if params > MAX_PARAMS or lines > MAX_LINES]
+def checked_files() -> list[Path]:
+    layers = ("engine", "page", "viz", "scripts")
+    files = [ROOT / "app.py", *(p for d in layers for p in sorted((ROOT / d).rglob("*.py")))]
+    return [p for p in files if p.relative_to(ROOT).as_posix() not in EXCLUDED]
+
+
+def test_functions_stay_small():
+    over, allowed_seen = [], set()
+    for path in checked_files():
+        rel = path.relative_to(ROOT).as_posix()
+        for name, line, params, lines in functions(path):
+            if params <= MAX_PARAMS and lines <= MAX_LINES:
+                continue
+            if f"{rel}:{name}" in ALLOWED:
+                allowed_seen.add(f"{rel}:{name}")
+            else:
+                over.append(f"{rel}:{line} {name}: {params} parameters, {lines} lines")
     assert not over, "\n".join(over)
+    assert allowed_seen == set(ALLOWED), f"allowed but no longer over the limits: {set(ALLOWED) - allowed_seen}"
     assert len((ROOT / "app.py").read_text(encoding="utf-8").splitlines()) <= MAX_APP_LINES
+
+
+def test_the_scan_covers_every_layer():
+    rel = {p.relative_to(ROOT).as_posix() for p in checked_files()}
+    assert {"app.py", "engine/core/verify.py", "engine/product/bench.py", "page/__init__.py"} <= rel
+    assert any(r.startswith("viz/") for r in rel) and any(r.startswith("scripts/") for r in rel)
+    assert not rel & EXCLUDED

@@ -30,8 +30,7 @@ def budget_sweep(demo_lm, prompt_ids) -> list[Sweep]:
     """Every snapshot of a 6-value budget sweep, 128 tokens, on the demo model."""
     spec = SweepSpec.parse("budget", BUDGETS)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
-    return list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=128), spec,
-                          curve))
+    return list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=128), spec, curve))
 
 
 @pytest.mark.parametrize("param, text, parameter, values, label", [
@@ -120,8 +119,7 @@ def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monke
     monkeypatch.setattr(sweep_runs, "make_decoder", recording)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
     spec = SweepSpec.parse("budget", "4,16")
-    last = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec,
-                          curve))[-1]
+    last = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec, curve))[-1]
     assert [(m, b) for m, b, _, _ in seen] == [("ar", 60), ("goose", 4), ("goose", 16)]
     assert all(c is curve and memory is None for _, _, c, memory in seen) and last.cost_curve is curve
 
@@ -131,8 +129,7 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     control = {"stop": False}
     snapshots = []
     base = DecodeConfig.of(max_new_tokens=64)
-    for snapshot in run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, base, spec, CURVE,
-                              should_stop=lambda: control["stop"]):
+    for snapshot in run_sweep(demo_lm, prompt_ids, base, spec, CURVE, should_stop=lambda: control["stop"]):
         snapshots.append(snapshot)
         control["stop"] = len(snapshot.runs) == 1  # after the first run: the second stops after its prefill
     last = snapshots[-1]
@@ -143,8 +140,8 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     assert summary(last) == ("Stopped during run 2 of 6 (B = 8): the 2 runs so far produced AR's text token for "
                              "token.")
     assert "yes (stopped)" in sw.markdown_table(last)
-    only = list(run_sweep(demo_lm.model, demo_lm.eos_token_ids, prompt_ids, DecodeConfig.of(max_new_tokens=64), spec,
-                          CURVE, should_stop=lambda: True))
+    only = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=64), spec, CURVE,
+                          should_stop=lambda: True))
     assert len(only) == 1 and only[0].ar is None and only[0].stopped and not only[0].runs
     assert summary(only[0]) == "Stopped while AR was timed: no run to compare."
 

@@ -8,7 +8,7 @@ import pytest
 from engine.core.theory import isotropic_yield, spine_yield_bound, tree_shape
 from engine.decoding.config import DecodeConfig
 from engine.product.decoding import make_decoder
-from engine.product.trace_io import MAX_BYTES, TraceFormatError, export_run, load_run
+from engine.product.trace_io import MAX_BYTES, RunHeader, TraceFormatError, export_run, load_run
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def exported(demo_lm):
     ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
     decoder = make_decoder(demo_lm.model, cfg, demo_lm.eos_token_ids)
     traces = list(decoder.generate(ids))
-    doc = export_run(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), traces=traces,
+    doc = export_run(header=RunHeader(model=demo_lm.name, prompt="p", config=decoder.config.to_dict()), traces=traces,
                      token_text=lambda i: demo_lm.tokenizer.decode([i]))
     return traces, doc
 
@@ -63,7 +63,7 @@ def test_confidence_fields_round_trip(demo_lm):
     cfg = DecodeConfig.preset("paper", max_new_tokens=48)
     ids = demo_lm.encode_prompt("x = [1, 2, 3, 4, 5, 6, 7, 8]\ny = [1, 2, 3, 4, 5, 6, 7, 8]\nz = [1, 2, 3, 4")
     traces = list(make_decoder(demo_lm.model, cfg, demo_lm.eos_token_ids).generate(ids))
-    doc = export_run(model="m", prompt="p", config=cfg.to_dict(), traces=traces, token_text=str)
+    doc = export_run(header=RunHeader(model="m", prompt="p", config=cfg.to_dict()), traces=traces, token_text=str)
     back = load_run(doc)["traces"]
     fields = lambda t: (t.confidence, t.match_tokens, t.chain_tokens, t.budget)  # noqa: E731
     assert [fields(t) for t in back] == [fields(t) for t in traces]
@@ -113,8 +113,8 @@ def test_round_trip_keeps_the_gt_choice_and_prompt_format(demo_lm):
     traces = list(decoder.generate(ids))
     chosen = [t for t in traces if t.gt_nodes is not None]
     assert chosen, "no cycle recorded a GT size choice"
-    doc = export_run(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), traces=traces,
-                     token_text=lambda i: demo_lm.tokenizer.decode([i]), prompt_format="raw")
+    header = RunHeader(model=demo_lm.name, prompt="p", config=decoder.config.to_dict(), prompt_format="raw")
+    doc = export_run(header=header, traces=traces, token_text=lambda i: demo_lm.tokenizer.decode([i]))
     run = load_run(doc)
     assert run["prompt_format"] == "raw"
     for got, want in zip(run["traces"], traces):

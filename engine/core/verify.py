@@ -240,6 +240,21 @@ def hsd_chain_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
     gamma = len(tree) - 1
     if any(tree.parents[i] != i - 1 for i in range(1, len(tree))):
         raise ValueError("HSD verifies linear chains only")
+    q = _hsd_draft_dist(tree, dist, draft_dist)
+    weights, h = _hsd_acceptance(tree, dist, q)
+    eta = torch.rand(gamma + 1, generator=generator, dtype=torch.float64).tolist()
+    tau = next((t for t in range(gamma, 0, -1) if eta[t] <= h[t]), 0)  # backward scan
+    if tau == gamma:
+        p = dist(gamma)
+    else:
+        p = torch.clamp(weights[tau] * dist(tau) - q(tau), min=0.0)  # capped branch resampling
+        if float(p.sum()) <= 0.0:  # only by rounding (h_{tau+1} would have been 1): fall back to p
+            p = dist(tau)
+    return tuple(range(1, tau + 1)), int(torch.multinomial(p / p.sum(), 1, generator=generator))
+
+
+def _hsd_draft_dist(tree: DraftTree, dist: Dist, draft_dist: Dist | None) -> Dist:
+    """q(. | X<=i) of ``hsd_chain_walk``: ``draft_dist``, or (None) the one-hot of the drafted token after node i."""
 
     def q(i: int) -> torch.Tensor:  # (|V|,) drafter distribution of the token after node i
         if draft_dist is not None:
@@ -248,6 +263,13 @@ def hsd_chain_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
         one_hot[tree.tokens[i + 1]] = 1.0
         return one_hot
 
+    return q
+
+
+def _hsd_acceptance(tree: DraftTree, dist: Dist, q: Dist) -> tuple[list[float], list[float]]:
+    """HSD Alg. 2's forward pass over a chain: the capped prefix ratios w_t (``weights``, w_0 = 1) and the
+    hierarchical acceptances h_t (h_0 unused), t = 1 .. gamma."""
+    gamma = len(tree) - 1
     w, weights, h = 1.0, [1.0], [1.0]  # w_0 = 1; h[0] unused
     for t in range(1, gamma + 1):
         tok = tree.tokens[t]
@@ -259,12 +281,4 @@ def hsd_chain_walk(tree: DraftTree, dist: Dist, generator: torch.Generator,
             h.append(1.0 if w >= 1.0 else (deficit / (deficit + 1.0 - w) if deficit > 0 else 0.0))
         else:
             h.append(w)
-    eta = torch.rand(gamma + 1, generator=generator, dtype=torch.float64).tolist()
-    tau = next((t for t in range(gamma, 0, -1) if eta[t] <= h[t]), 0)  # backward scan
-    if tau == gamma:
-        p = dist(gamma)
-    else:
-        p = torch.clamp(weights[tau] * dist(tau) - q(tau), min=0.0)  # capped branch resampling
-        if float(p.sum()) <= 0.0:  # only by rounding (h_{tau+1} would have been 1): fall back to p
-            p = dist(tau)
-    return tuple(range(1, tau + 1)), int(torch.multinomial(p / p.sum(), 1, generator=generator))
+    return weights, h

@@ -76,6 +76,14 @@ class Committed:
     finished: bool
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """Outputs of stages 4-5 together, for the cycle's record."""
+
+    walk: Walk
+    done: Committed
+
+
 @dataclass
 class Generation:
     """Mutable state of one generation; never shared between generations or users."""
@@ -213,7 +221,7 @@ class SpecDecoder:
             clock.lap("walk")
             done = self._commit(session, plan, walk, clock)  # 5. commit: the accepted path's cache rows, the tokens
             self._learn(session, plan, back, walk, done, clock)  # 6. learn: sources observe, estimates update
-            trace = self._trace(session, drafts, plan, back, walk, done, clock.total())
+            trace = self._trace(session, drafts, plan, back, Outcome(walk, done), clock.total())
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
@@ -434,9 +442,10 @@ class SpecDecoder:
         """Successors per row the cycle's read-back carries: the most any source needs."""
         return max((src.top_k for src in s.sources), default=0)
 
-    def _trace(self, s: Generation, drafts: Drafts, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
+    def _trace(self, s: Generation, drafts: Drafts, plan: Plan, back: ReadBack, outcome: Outcome,
                timings: dict[str, float]) -> CycleTrace:
         """Close the cycle's books and freeze its record."""
+        walk, done = outcome.walk, outcome.done
         s.cycles += 1
         s.busy_s += timings["total"] / 1000
         return CycleTrace(

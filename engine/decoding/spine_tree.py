@@ -8,6 +8,11 @@ added (it becomes a ghost) and its budget goes to the next candidate.
 The builders read the draft sources only through ``Proposals``: the spine's chain, the candidate
 trees offered at the anchor, and the successors the branch sources offer at any node
 (``engine/sources``: a source's ``Role`` says which of the three it feeds).
+
+Alg. 1 step 4 (``Variant.branch_growth``) expands branch leaves either best-first by estimated path
+acceptance (a priority-queue BFS, so the remaining budget goes to the candidates most likely to be accepted
+wherever they are) or breadth-first with a score-proportional width (the authors' code, C.1 "confidence-aware
+branch width").
 """
 from __future__ import annotations
 
@@ -88,7 +93,8 @@ def _lay_chain(b: TreeBuilder, chain: Candidates, source: Source | None, n: int)
 
 
 def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, budget: int | None = None) -> Built:
-    """Goose Algorithm 1.
+    """Goose Algorithm 1: lay the spine (step 1), the candidate pool (1b), root and spine branches (2-3),
+    then extend the branch leaves (4).
 
     Args:
         drafts: the spine (possibly empty: then the tree is branches only), the candidate pool and the
@@ -105,63 +111,66 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
         too when ``cfg.variant.depth_bounds_spine`` (otherwise the spine is bounded by ``floor(budget r)`` only,
         as in the authors' code, where D bounds branch extension).
 
-    Step 3 gives spine node i ``floor(b_sp (1/i) / H)`` branches, at least ``cfg.variant.spine_branch_min`` while
-    the spine-branch share lasts.  Step 4 (``cfg.variant.branch_growth``) expands branch leaves either best-first
-    by estimated path acceptance (a priority-queue BFS, so the remaining budget goes to the candidates
-    most likely to be accepted wherever they are) or breadth-first with a score-proportional width
-    (the authors' code, C.1 "confidence-aware branch width").
-
     The candidate pool (our extension; the Goose paper has two sources): after the spine, pool candidates
     take up to ``TreeShape.pool_share`` of the remaining budget, best-first by their estimates (step 1b); steps 2-4
-    share what is left by the paper's ratios.
+    share what is left by the paper's ratios (``_spine_branches``, ``_extend_best_first``, ``_extend_score_width``).
     """
-    B, rho, D = cfg.tree.budget if budget is None else budget, cfg.tree.spine_branch_ratio, cfg.tree.max_depth
-    b = TreeBuilder(drafts.anchor, budget=B, max_depth=D if cfg.variant.depth_bounds_spine else B,
+    B = cfg.tree.budget if budget is None else budget
+    b = TreeBuilder(drafts.anchor, budget=B, max_depth=cfg.tree.max_depth if cfg.variant.depth_bounds_spine else B,
                     gt_threshold=cfg.gt.prune_at)
-
-    # Step 1: lay the spine, b_s = min(m, floor(B r)) nodes (also bounded by B - 1, and by D if asked).
-    spine = drafts.spine
-    n_spine = min(len(spine), math.floor(B * spine_ratio), B - 1, D if cfg.variant.depth_bounds_spine else B)
-    spine_nodes = _lay_chain(b, spine, drafts.spine_source, n_spine)
-    n_spine = len(spine_nodes) - 1
-    # Step 1b: the candidate pool (merged into the spine where it shares its tokens).
-    if drafts.pool:
-        add_candidates(b, drafts.pool, math.floor((B - 1 - n_spine) * cfg.tree.pool_share))
+    spine_nodes = _lay_spine(b, drafts, cfg, spine_ratio)  # step 1
+    if drafts.pool:  # step 1b: the candidate pool (merged into the spine where it shares its tokens)
+        add_candidates(b, drafts.pool, math.floor((B - len(spine_nodes)) * cfg.tree.pool_share))
     if not drafts.branch_sources:
         return b.freeze()
-    path = spine.tokens[:n_spine]  # path[:i] leads to spine node i
+    branches = _spine_branches(b, drafts, cfg, spine_nodes)  # steps 2-3
+    grow = _extend_best_first if cfg.variant.branch_growth == "best-first" else _extend_score_width
+    grow(b, branches, drafts, cfg)  # step 4: extend all branch leaves up to depth D within the remaining budget
+    return b.freeze()
 
-    def attach(node: int, count: int) -> list[int]:
-        """Attach up to ``count`` top successors of ``node`` that are not already its children."""
-        taken = b.child_tokens(node)
-        added = []
-        for br in drafts.successors(path[: node_pos[node]]):
-            if len(added) >= count:
-                break
-            if br.score < cfg.tree.min_score:
-                continue
-            if br.token not in taken and (child := b.add(node, br.token, br.source, br.score, br.p)) is not None:
-                added.append(child)
-        return added
 
-    node_pos = {node: i for i, node in enumerate(spine_nodes)}
-    # Step 2: root branches, b_r = floor((B - 1 - b_s)(1 - rho)) (B - 1 - b_s: what steps 1-1b left);
-    # with no spine the root takes it all.
-    left = B - len(b.tokens)
-    n_root = math.floor(left * (1 - rho)) if n_spine else left
-    branches = attach(0, n_root)
-    # Step 3: spine branches with harmonic decay, a_i = floor(b_sp (1/i) / sum_j 1/j), at least
-    # spine_branch_min each while the share b_sp lasts.
+def _lay_spine(b: TreeBuilder, drafts: Proposals, cfg: DecodeConfig, spine_ratio: float) -> list[int]:
+    """Alg. 1 step 1: lay the spine, b_s = min(m, floor(B r)) nodes (also bounded by B - 1, and by D if asked);
+    returns the spine's node indices, root first (fewer when the builder refuses one)."""
+    B, D = b.budget, cfg.tree.max_depth
+    n_spine = min(len(drafts.spine), math.floor(B * spine_ratio), B - 1, D if cfg.variant.depth_bounds_spine else B)
+    return _lay_chain(b, drafts.spine, drafts.spine_source, n_spine)
+
+
+def _spine_branches(b: TreeBuilder, drafts: Proposals, cfg: DecodeConfig, spine_nodes: list[int]) -> list[int]:
+    """Alg. 1 steps 2-3: root branches, then spine branches; returns the branch nodes added (step 4's seeds).
+
+    Step 2: b_r = floor((B - 1 - b_s)(1 - rho)) root branches (B - 1 - b_s: what steps 1-1b left); with no
+    spine the root takes it all.  Step 3 gives spine node i ``floor(b_sp (1/i) / H)`` branches (harmonic decay,
+    H = sum_j 1/j), at least ``cfg.variant.spine_branch_min`` while the spine-branch share b_sp lasts.
+    """
+    n_spine, path = len(spine_nodes) - 1, drafts.spine.tokens  # path[:i] leads to spine node i
+    left = b.budget - len(b.tokens)
+    n_root = math.floor(left * (1 - cfg.tree.spine_branch_ratio)) if n_spine else left
+    branches = _attach(b, drafts, cfg.tree.min_score, 0, path[:0], n_root)
     share = left - n_root
     harmonic = sum(1 / j for j in range(1, n_spine + 1))
     for i in range(1, n_spine + 1):
         count = min(share, max(cfg.variant.spine_branch_min, math.floor((left - n_root) * (1 / i) / harmonic)))
         share -= count
-        branches += attach(spine_nodes[i], count)
-    # Step 4: extend all branch leaves up to depth D within the remaining budget.
-    grow = _extend_best_first if cfg.variant.branch_growth == "best-first" else _extend_score_width
-    grow(b, branches, drafts, cfg)
-    return b.freeze()
+        branches += _attach(b, drafts, cfg.tree.min_score, spine_nodes[i], path[:i], count)
+    return branches
+
+
+def _attach(b: TreeBuilder, drafts: Proposals, min_score: float, node: int, path: Sequence[int],
+            count: int) -> list[int]:
+    """Attach up to ``count`` top successors of ``node`` (reached by ``path``) scored at least ``min_score``
+    that are not already its children; returns the nodes added."""
+    taken = b.child_tokens(node)
+    added = []
+    for br in drafts.successors(path):
+        if len(added) >= count:
+            break
+        if br.score < min_score:
+            continue
+        if br.token not in taken and (child := b.add(node, br.token, br.source, br.score, br.p)) is not None:
+            added.append(child)
+    return added
 
 
 def _extend_best_first(b: TreeBuilder, seeds: list[int], drafts: Proposals, cfg: DecodeConfig) -> None:

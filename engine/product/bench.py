@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -238,6 +239,20 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
     order, for ``head_to_head``; ``prompts`` lists each prompt's decode speedup, τ, n̄ and limit.
     ``lossless`` is True when no divergence from AR is a bug (precision ties are counted apart).
     """
+    row = _timing_row(method, dataset, runs, ar_runs, fp32_runs)
+    if "summary" not in runs[0]:
+        return row
+    row.update(_draft_stats(runs))
+    if row["decode_speedup"] is not None:
+        row["eta"] = row["decode_speedup"] / row["tau"]  # η = decode-phase speedup / τ
+    if curve is not None:
+        _add_limits(row, runs, ar_runs, curve)
+    return row
+
+
+def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict],
+                fp32_runs: list[dict] | None) -> dict:
+    """``aggregate``'s row for every method: totals, speedups over AR (medians over prompts), the lossless check."""
     new_tokens = sum(len(r["tokens"]) for r in runs)
     seconds = sum(r["seconds"] for r in runs)
     ratio = lambda rate, refs: statistics.median(rate(r) / rate(a) for r, a in zip(runs, refs))  # noqa: E731
@@ -253,13 +268,17 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r]}
-    if "summary" not in runs[0]:
-        return row
+    return row
+
+
+def _draft_stats(runs: list[dict]) -> dict:
+    """``aggregate``'s fields for an engine method: τ, the draft statistics and where the engine's time went."""
+    new_tokens = sum(len(r["tokens"]) for r in runs)
     sums = [r["summary"] for r in runs]
     add = lambda dicts: {k: sum(d.get(k, 0) for d in dicts) for k in sorted({k for d in dicts for k in d})}  # noqa: E731
     spine, branch = ([sum(getattr(s, f)[i] for s in sums) for i in (0, 1)] for f in ("spine_drafted", "branch_drafted"))
     stage_ms = add([s.stage_ms for s in sums])
-    row.update(
+    return dict(
         gt_threshold=runs[0]["gt_threshold"],
         tau=new_tokens / sum(r["forwards"] for r in runs),
         accepted_by_source=add([s.accepted_by_source for s in sums]),
@@ -273,11 +292,14 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
         mean_forward_rows=sum(s.mean_forward_rows * s.cycles for s in sums) / max(1, sum(s.cycles for s in sums)),
         stage_ms=stage_ms, stage_share={k: v / sum(stage_ms.values()) for k, v in stage_ms.items()},
     )
-    if row["decode_speedup"] is not None:
-        row["eta"] = row["decode_speedup"] / row["tau"]  # η = decode-phase speedup / τ
-    cycles = sum(s.cycles for s in sums)
-    if curve is not None and cycles:
-        tau_decode = (new_tokens - len(runs)) / cycles  # tokens after each prefill per decoding forward
+
+
+def _add_limits(row: dict, runs: list[dict], ar_runs: list[dict], curve: CostCurve) -> None:
+    """``aggregate``'s limit fields (``limit``, ``prompts``, ``of_limit``, ``of_limit_pooled``) on ``curve``;
+    none for runs without decoding cycles."""
+    cycles = sum(r["summary"].cycles for r in runs)
+    if cycles:
+        tau_decode = (row["new_tokens"] - len(runs)) / cycles  # tokens after each prefill per decoding forward
         row["limit"] = _limit(tau_decode, row["mean_forward_rows"], curve)
         prompts = [{"decode_speedup": _decode_rate(r) / _decode_rate(a) if len(r["tokens"]) > 1 else None,
                     "tau": _decode_tau(r), "rows": r["summary"].mean_forward_rows, "limit": run_limit(r, curve)}
@@ -286,7 +308,6 @@ def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], 
         if row["decode_speedup"] is not None and all(p["limit"] for p in prompts):
             row["of_limit"] = statistics.median(p["decode_speedup"] / p["limit"] for p in prompts)
             row["of_limit_pooled"] = row["decode_speedup"] / row["limit"]
-    return row
 
 
 def head_to_head(rows: list[dict], reference: str = "goose") -> list[dict]:
@@ -346,78 +367,112 @@ def add_synergy(rows: list[dict]) -> None:
 
 
 def to_markdown(rows: list[dict], meta: dict) -> str:
+    """``results.md``: the header, the speedup and τ table, the limits, head to head, the details, the stages."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
+    out = _md_header(meta) + _md_speedups(rows, datasets, methods) + _md_limits(rows)
+    out += _md_head_to_head(rows, datasets) + _md_details(rows) + _md_stages(rows, methods)
+    return "\n".join(out) + "\n"
+
+
+def _fmt(v: float | None, f: str = "{:.2f}") -> str:
+    return "–" if v is None else f.format(v)
+
+
+def _mean(vals: list[float | None]) -> float | None:
+    return None if any(v is None for v in vals) else statistics.fmean(vals)
+
+
+def _md_header(meta: dict) -> list[str]:
+    return [f"# goose-lens benchmark — {meta['model']} on {meta['device']} ({meta['dtype']})", "",
+            f"`{meta['command']}`", "",
+            f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} "
+            f"(cost curve {(meta.get('cost_curve') or {}).get('id', '–')}) · greedy · "
+            f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", ""]
+
+
+def _md_speedups(rows: list[dict], datasets: list[str], methods: list[str]) -> list[str]:
     cell = {(r["method"], r["dataset"]): r for r in rows}
-    fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
-    out = [f"# goose-lens benchmark — {meta['model']} on {meta['device']} ({meta['dtype']})", "",
-           f"`{meta['command']}`", "",
-           f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} "
-           f"(cost curve {(meta.get('cost_curve') or {}).get('id', '–')}) · greedy · "
-           f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", "",
-           "## Speedup (median per prompt, vs AR in the same run) and τ", "",
+    out = ["## Speedup (median per prompt, vs AR in the same run) and τ", "",
            "Spd: end to end (prefill included); dec: decode phase (prefill excluded, the same for every method); "
            "η = dec / τ, the share of τ that became speed (AR: 1); "
            "vs fp32 AR: tokens/s over AR on an fp32 copy (``--fp32-ar``).", "",
            "| method | " + " | ".join(f"{d} Spd | {d} dec | {d} τ | {d} η" for d in datasets)
            + " | Avg Spd | Avg dec | Avg η | Avg vs fp32 AR |",
            "|---|" + "---|---|---|---|" * len(datasets) + "---|---|---|---|"]
-    mean = lambda vals: None if any(v is None for v in vals) else statistics.fmean(vals)  # noqa: E731
     for m in methods:
         cells = [cell[(m, d)] for d in datasets]
-        out.append(f"| {m} | " + " | ".join(f"{fmt(c['speedup_vs_ar'])} | {fmt(c.get('decode_speedup'))} | "
-                                            f"{fmt(c.get('tau'))} | {fmt(c.get('eta'))}" for c in cells)
-                   + f" | {fmt(mean([c['speedup_vs_ar'] for c in cells]))}"
-                   + f" | {fmt(mean([c.get('decode_speedup') for c in cells]))}"
-                   + f" | {fmt(mean([c.get('eta') for c in cells]))}"
-                   + f" | {fmt(mean([c.get('vs_fp32_ar') for c in cells]))} |")
+        out.append(f"| {m} | " + " | ".join(f"{_fmt(c['speedup_vs_ar'])} | {_fmt(c.get('decode_speedup'))} | "
+                                            f"{_fmt(c.get('tau'))} | {_fmt(c.get('eta'))}" for c in cells)
+                   + f" | {_fmt(_mean([c['speedup_vs_ar'] for c in cells]))}"
+                   + f" | {_fmt(_mean([c.get('decode_speedup') for c in cells]))}"
+                   + f" | {_fmt(_mean([c.get('eta') for c in cells]))}"
+                   + f" | {_fmt(_mean([c.get('vs_fp32_ar') for c in cells]))} |")
+    return out
+
+
+def _md_limits(rows: list[dict]) -> list[str]:
     limited = [r for r in rows if r.get("limit")]
-    if limited:
-        out += ["", "## Against its own limit (decode phase)", "",
-                "limit = τ·T(1)/T(n̄) on the run's cost curve (τ over decoding forwards, n̄ = mean rows per forward), "
-                "pooled over the prompts; of limit: the median over prompts of each prompt's dec Spd over its own "
-                "limit; dec Spd / limit: the median speedup over the pooled limit (mixes two statistics; the figure "
-                "reported before 2026-11-23); prefill: median ms per prompt.", "",
-                "| method | dataset | n̄ | limit | dec Spd | of limit | dec Spd / limit | prefill ms |",
-                "|---|---|---|---|---|---|---|---|"]
-        for r in limited:
-            out.append(f"| {r['method']} | {r['dataset']} | {r['mean_forward_rows']:.1f} | {r['limit']:.2f} | "
-                       f"{fmt(r.get('decode_speedup'))} | {fmt(r.get('of_limit'))} | "
-                       f"{fmt(r.get('of_limit_pooled'))} | {r['median_prefill_ms']:.0f} |")
+    if not limited:
+        return []
+    out = ["", "## Against its own limit (decode phase)", "",
+           "limit = τ·T(1)/T(n̄) on the run's cost curve (τ over decoding forwards, n̄ = mean rows per forward), "
+           "pooled over the prompts; of limit: the median over prompts of each prompt's dec Spd over its own "
+           "limit; dec Spd / limit: the median speedup over the pooled limit (mixes two statistics; the figure "
+           "reported before 2026-11-23); prefill: median ms per prompt.", "",
+           "| method | dataset | n̄ | limit | dec Spd | of limit | dec Spd / limit | prefill ms |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in limited:
+        out.append(f"| {r['method']} | {r['dataset']} | {r['mean_forward_rows']:.1f} | {r['limit']:.2f} | "
+                   f"{_fmt(r.get('decode_speedup'))} | {_fmt(r.get('of_limit'))} | "
+                   f"{_fmt(r.get('of_limit_pooled'))} | {r['median_prefill_ms']:.0f} |")
+    return out
+
+
+def _md_head_to_head(rows: list[dict], datasets: list[str]) -> list[str]:
     pairs = head_to_head(rows)
-    if pairs:
-        out += ["", "## Head to head: goose against each method, prompt by prompt (decode phase)", "",
-                "ratio: goose's decode-phase tokens/s over the method's on the same prompt, median over prompts; "
-                "wins: prompts where goose was faster; p: two-sided sign test (how likely a split at least this "
-                "uneven is between two equally fast methods).", "",
-                "| method | " + " | ".join(f"{d} ratio | {d} wins | {d} p" for d in datasets) + " |",
-                "|---|" + "---|---|---|" * len(datasets)]
-        by = {(h["method"], h["dataset"]): h for h in pairs}
-        for m in dict.fromkeys(h["method"] for h in pairs):
-            hs = [by.get((m, d)) for d in datasets]
-            out.append(f"| {m} | " + " | ".join("– | – | –" if h is None else
-                                                 f"{fmt(h['median_ratio'])} | {h['wins']}/{h['n']} | {h['p']:.2g}"
-                                                 for h in hs) + " |")
-    out += ["", "## Details", "",
-            "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
-            "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    if not pairs:
+        return []
+    out = ["", "## Head to head: goose against each method, prompt by prompt (decode phase)", "",
+           "ratio: goose's decode-phase tokens/s over the method's on the same prompt, median over prompts; "
+           "wins: prompts where goose was faster; p: two-sided sign test (how likely a split at least this "
+           "uneven is between two equally fast methods).", "",
+           "| method | " + " | ".join(f"{d} ratio | {d} wins | {d} p" for d in datasets) + " |",
+           "|---|" + "---|---|---|" * len(datasets)]
+    by = {(h["method"], h["dataset"]): h for h in pairs}
+    for m in dict.fromkeys(h["method"] for h in pairs):
+        hs = [by.get((m, d)) for d in datasets]
+        out.append(f"| {m} | " + " | ".join("– | – | –" if h is None else
+                                             f"{_fmt(h['median_ratio'])} | {h['wins']}/{h['n']} | {h['p']:.2g}"
+                                             for h in hs) + " |")
+    return out
+
+
+def _md_details(rows: list[dict]) -> list[str]:
+    out = ["", "## Details", "",
+           "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
+           "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         paths = r.get("accepted_by_path", {})
         kinds = ("pure PLD", "spine continuation", "pure TR")
         split = " / ".join(str(paths.get(k, 0)) for k in kinds) if paths else "–"
         out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | "
-                   f"{fmt(r.get('p_s'))} | {fmt(r.get('p_t'))} | {fmt(r.get('synergy'))} | {split} | "
-                   f"{fmt(r.get('median_overhead_ms'))} | "
-                   f"{fmt(r.get('median_forward_ms'))} | {_lossless_cell(r)} |")
-    out += ["", "## Where the engine's time goes (share of engine time per stage, all datasets)", "",
-            "| method | " + " | ".join(TIMING_KEYS) + " |", "|---|" + "---|" * len(TIMING_KEYS)]
+                   f"{_fmt(r.get('p_s'))} | {_fmt(r.get('p_t'))} | {_fmt(r.get('synergy'))} | {split} | "
+                   f"{_fmt(r.get('median_overhead_ms'))} | "
+                   f"{_fmt(r.get('median_forward_ms'))} | {_lossless_cell(r)} |")
+    return out
+
+
+def _md_stages(rows: list[dict], methods: list[str]) -> list[str]:
+    out = ["", "## Where the engine's time goes (share of engine time per stage, all datasets)", "",
+           "| method | " + " | ".join(TIMING_KEYS) + " |", "|---|" + "---|" * len(TIMING_KEYS)]
     for m in methods:
         stages = [r["stage_ms"] for r in rows if r["method"] == m and "stage_ms" in r]
         if stages:
             total = {k: sum(s[k] for s in stages) for k in TIMING_KEYS}
             whole = sum(total.values()) or 1.0
             out.append(f"| {m} | " + " | ".join(f"{100 * total[k] / whole:.1f} %" for k in TIMING_KEYS) + " |")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _lossless_cell(row: dict) -> str:
@@ -430,6 +485,31 @@ def _lossless_cell(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        setup = _setup(args)
+    except (BenchError, ConfigError, CostCurveError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    methods, lm = setup.methods, setup.lm
+    if setup.fp32 is not None:
+        methods.append(FP32_AR)
+    run = Runner(lm, args, setup.base, setup.draft, setup.curve, setup.fp32)
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
+    for m in methods:  # warm-up
+        run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
+    rows, profile = [], []
+    for dataset, texts in setup.prompts.items():
+        runs = _run_dataset(run, methods, dataset, texts, profile)
+        rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
+    add_synergy(rows)
+    meta = _meta(args, argv, setup, run.curve)
+    write_outputs(args.out, meta, rows, profile)
+    print(to_markdown(rows, meta))
+    return 0 if all(r["lossless"] for r in rows) else 1  # precision ties are reported, only bugs fail
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.product.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="smollm2 (default; $GOOSE_LENS_MODEL overrides), demo, a hub id, "
                     "a local folder or .gguf file")
@@ -457,60 +537,91 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs of every method per prompt, the method order rotating each time; the fastest (wall "
                          "time) is the one reported, so the machine's drift weighs less between close methods")
     ap.add_argument("--out", type=Path, default=Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    args = ap.parse_args(argv)
-    try:
-        methods = parse_methods(args.methods, args.draft_model)
-        base = config_from_args(args)
-        if args.repeats < 1:
-            raise BenchError(f"--repeats must be at least 1 (got {args.repeats})")
-        if args.repeats > 1 and args.same_session:
-            raise BenchError("--repeats with --same-session would let a method's later runs draft from its own "
-                             "earlier output of the same prompt: choose one")
-        prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
-        curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        attn = {"attn_implementation": args.attn}
-        lm = load_model(args.model, device=args.device, dtype=args.dtype, **attn)
-        draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
-        fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
-    except (BenchError, ConfigError, CostCurveError, ModelLoadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if fp32 is not None:
-        methods.append(FP32_AR)
-    run = Runner(lm, args, base, draft, curve, fp32)
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
-    for m in methods:  # warm-up
-        run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
-    rows, profile = [], []
-    for dataset, texts in prompts.items():
-        runs = {m: [] for m in methods}
-        run.new_session()
-        for k, text in enumerate(tqdm(texts, desc=dataset)):
-            ids = encode(lm, text, DATASETS[dataset][2], args.max_new_tokens)
-            fastest: dict[str, dict] = {}  # --repeats: each method's fastest run on this prompt (wall time)
-            for r in range(args.repeats):
-                turn = (k + r) % len(methods)  # rotate: no method always first
-                for m in methods[turn:] + methods[:turn]:
-                    record = run(m, ids)
-                    if m not in fastest or record["seconds"] < fastest[m]["seconds"]:
-                        fastest[m] = record
-            for m in methods:
-                runs[m].append(fastest[m])
-                profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
-            reference = None  # the engine's AR steps replayed for their logits, once a method parts from AR
-            for m in methods:
-                if m == FP32_AR or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
-                    continue
-                reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])[1] if reference is None \
-                    else reference
-                d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)
-                if d is not None:
-                    runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}
-                    print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind in ('bug', 'length') else d.kind}: {m} on "
-                          f"{dataset} prompt {k}: {d.sentence()}", file=sys.stderr)
-        rows += [aggregate(m, dataset, runs[m], runs["ar"], runs.get(FP32_AR), run.curve) for m in methods]
-    add_synergy(rows)
-    meta = {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
+    return ap
+
+
+class _Setup(NamedTuple):
+    """What the bench's arguments load: the methods, the settings, the prompts, the cost curve and the models."""
+
+    methods: list[str]
+    base: DecodeConfig
+    prompts: dict[str, list[str]]
+    curve: CostCurve | None
+    lm: Any
+    draft: Any
+    fp32: Any
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
+    """Check the arguments, read the prompts and the cost curve, load the models.
+
+    Raises:
+        BenchError, ConfigError, CostCurveError, ModelLoadError: the message says what to change.
+    """
+    methods = parse_methods(args.methods, args.draft_model)
+    base = config_from_args(args)
+    if args.repeats < 1:
+        raise BenchError(f"--repeats must be at least 1 (got {args.repeats})")
+    if args.repeats > 1 and args.same_session:
+        raise BenchError("--repeats with --same-session would let a method's later runs draft from its own "
+                         "earlier output of the same prompt: choose one")
+    prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
+    curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
+    attn = {"attn_implementation": args.attn}
+    lm = load_model(args.model, device=args.device, dtype=args.dtype, **attn)
+    draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
+    fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
+    return _Setup(methods, base, prompts, curve, lm, draft, fp32)
+
+
+def _run_dataset(run: Runner, methods: list[str], dataset: str, texts: list[str], profile: list[dict]) -> dict:
+    """Every method on every prompt of ``dataset`` (the order rotating), each run checked against AR's tokens;
+    returns method -> its runs in prompt order, and appends their cycles to ``profile`` (``--profile``)."""
+    runs = {m: [] for m in methods}
+    run.new_session()
+    for k, text in enumerate(tqdm(texts, desc=dataset)):
+        ids = encode(run.lm, text, DATASETS[dataset][2], run.args.max_new_tokens)
+        fastest = _fastest_runs(run, methods, ids, k)
+        for m in methods:
+            runs[m].append(fastest[m])
+            profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
+        _check_lossless(run.lm, ids, runs, dataset, k)
+    return runs
+
+
+def _fastest_runs(run: Runner, methods: list[str], ids: list[int], k: int) -> dict[str, dict]:
+    """Each method's fastest run on prompt ``k`` (wall time) over ``--repeats``, the order rotating: no method
+    always first."""
+    fastest: dict[str, dict] = {}
+    for r in range(run.args.repeats):
+        turn = (k + r) % len(methods)
+        for m in methods[turn:] + methods[:turn]:
+            record = run(m, ids)
+            if m not in fastest or record["seconds"] < fastest[m]["seconds"]:
+                fastest[m] = record
+    return fastest
+
+
+def _check_lossless(lm, ids: list[int], runs: dict[str, list[dict]], dataset: str, k: int) -> None:
+    """Mark prompt ``k``'s last run of every method whose tokens part from AR's with its divergence (loudly when
+    it is a bug); the engine's AR steps are replayed for their logits once, when a method parts from AR."""
+    reference = None
+    for m in runs:
+        if m == FP32_AR or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
+            continue
+        reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])[1] if reference is None \
+            else reference
+        d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)
+        if d is not None:
+            runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}
+            print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind in ('bug', 'length') else d.kind}: {m} on "
+                  f"{dataset} prompt {k}: {d.sentence()}", file=sys.stderr)
+
+
+def _meta(args: argparse.Namespace, argv: list[str] | None, setup: _Setup, curve: CostCurve | None) -> dict:
+    """``results.json``'s meta: the model, the machine, the versions, the command and the run's settings."""
+    lm, base, prompts = setup.lm, setup.base, setup.prompts
+    return {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
             "dtype_reason": lm.dtype_reason, "attention": compat.attention_kernel(lm.model.config),
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
@@ -519,11 +630,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python -m engine.product.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": _git_commit(), "max_new_tokens": base.max_new_tokens, "budget": base.tree.budget,
             "gt_threshold": base.gt.threshold, "same_session": args.same_session, "repeats": args.repeats,
-            "cost_curve": run.curve.to_dict() if run.curve is not None else None,
-            "datasets": {d: len(t) for d, t in prompts.items()}, "methods": methods}
-    write_outputs(args.out, meta, rows, profile)
-    print(to_markdown(rows, meta))
-    return 0 if all(r["lossless"] for r in rows) else 1  # precision ties are reported, only bugs fail
+            "cost_curve": curve.to_dict() if curve is not None else None,
+            "datasets": {d: len(t) for d, t in prompts.items()}, "methods": setup.methods}
 
 
 @torch.no_grad()

@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 import torch
@@ -273,6 +274,29 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     # a CPU's "auto" loads fp32, then measures; q4 loads fp32, then finds the 4-bit codes in the weights
     torch_dtype = precision.BY_NAME[want] if want and want != precision.Q4 else torch.float32
     multi_gpu = device == "auto" and torch.cuda.device_count() > 1
+    model, tokenizer = _load_weights(src, local, torch_dtype, attn_implementation, multi_gpu, progress)
+    problem = compat.model_problem(model)  # before any forward (the precision measurement's too)
+    if problem:
+        raise ModelLoadError(f"could not use model {src.name!r}: {problem}")
+    if not multi_gpu:
+        model = model.to(dev)
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    torch_dtype, reason, auto = _set_precision(model, src.name, dev, _DtypeAsked(dtype, want, note, torch_dtype),
+                                               attn_implementation)
+    if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
+        attention.use_tree_sdpa(model)
+    return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
+                       reason, auto, params)
+
+
+def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
+                  multi_gpu: bool, progress: Progress | None) -> tuple:
+    """``load_model``'s (model, tokenizer), fetched (a named model) and read from a folder or a ``.gguf`` file.
+
+    Raises:
+        ModelLoadError: the fetch or the load failed; one line naming the model and the cause.
+    """
     kwargs = {"dtype": torch_dtype, "local_files_only": local}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -292,13 +316,24 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     except Exception as exc:  # noqa: BLE001 - any failure becomes one clear message naming the model
         reason = str(exc).strip().splitlines()[0].rstrip(" :.") if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"could not load model {src.name!r}: {reason}") from exc
-    problem = compat.model_problem(model)  # before any forward (the precision measurement's too)
-    if problem:
-        raise ModelLoadError(f"could not use model {src.name!r}: {problem}")
-    if not multi_gpu:
-        model = model.to(dev)
-    model.eval()
-    params = sum(p.numel() for p in model.parameters())
+    return model, tokenizer
+
+
+class _DtypeAsked(NamedTuple):
+    """The ``dtype`` asked of ``load_model``, what ``resolve_dtype`` made of it (``want``, ``note``) and the
+    torch dtype the weights were loaded in."""
+
+    dtype: str
+    want: str | None
+    note: str
+    torch_dtype: torch.dtype
+
+
+def _set_precision(model, name: str, dev: str, asked: _DtypeAsked,
+                   attn_implementation: str | None) -> tuple[torch.dtype, str, bool]:
+    """Put the loaded ``model`` in its precision (q4's kernel; a CPU's auto measured; bf16's packed linears);
+    returns (torch dtype, the reason for the choice, whether it was automatic)."""
+    dtype, want, note, torch_dtype = asked
     if want == precision.Q4:
         try:
             precision.apply(model, want)  # the 4-bit kernel on the model's own codes, other linears packed
@@ -307,7 +342,7 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             note, want = f"q4 is not possible for this model: {exc}; using the measured precision instead.", None
     reason, auto = note, dtype == "auto" or want is None
     if want is None:  # a CPU's auto: the fastest of fp32, bf16 and (a 4-bit checkpoint) q4, measured here
-        choice = precision.cpu_choice(model, src.name)
+        choice = precision.cpu_choice(model, name)
         torch_dtype, reason = choice.torch_dtype, " ".join(filter(None, (note, choice.reason)))
         if choice.attn and not attn_implementation:  # the measured kernel, unless the caller named one
             model.set_attn_implementation(choice.attn)
@@ -316,10 +351,7 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         reason = precision.cuda_choice(dev).reason
     elif dev == "cpu" and want == "bf16":
         precision.pack_linears(model)  # bf16 linears on weights reordered once (precision.py's docstring)
-    if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
-        attention.use_tree_sdpa(model)
-    return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
-                       reason, auto, params)
+    return torch_dtype, reason, auto
 
 
 def tqdm_progress(desc: str = "model"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..decoding.config import DecodeConfig
 from ..decoding.trace import CycleTrace
-from .trace_io import export_run, load_run
+from .trace_io import RunHeader, export_run, load_run
 
 
 @dataclass
@@ -71,8 +71,9 @@ class Run:
 
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
         """The run as a trace file's JSON text (``trace_io.export_run``); ``token_text`` decodes its ids."""
-        return export_run(model=self.model, prompt=self.prompt, config=self.config, traces=self.traces,
-                          token_text=token_text, prompt_format=self.prompt_format, cost_curve=self.cost_curve)
+        header = RunHeader(model=self.model, prompt=self.prompt, config=self.config, prompt_format=self.prompt_format,
+                           cost_curve=self.cost_curve)
+        return export_run(header=header, traces=self.traces, token_text=token_text)
 
     @classmethod
     def from_trace_file(cls, data: bytes | str) -> Run:

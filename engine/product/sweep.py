@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..decoding.config import ConfigError
+from ..decoding.config import ConfigError, DecodeConfig
 from ..decoding.cost import CostCurve, load_cost_curve
 from .cost_cache import cached_cost_curve
 from .lossless import Divergence
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from ..core.kv_cache import UnsupportedCacheError
-    from .bench import DATASETS, DEFAULT_DATA, BenchError, encode, load_prompts
+    from .bench import BenchError
     from .generate import config_from_args
     from .loading import ModelLoadError, load_model
 
@@ -95,28 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = SweepSpec.parse(args.param, args.values)
         base = config_from_args(args)
         spec.configs(base)  # every value with the other options, before the model loads
-        if args.dataset:
-            if args.index < 0:
-                raise ConfigError(f"--index must be 0 or more (got {args.index})")
-            texts = load_prompts(DEFAULT_DATA, args.dataset, args.index + 1)
-            if args.index >= len(texts):
-                raise ConfigError(f"{args.dataset} has {len(texts)} prompts: --index {args.index} is past its end")
-            prompt, where = texts[args.index], f"{args.dataset} #{args.index}"
-        else:
-            prompt, where = args.prompt, "--prompt"
-            if not prompt.strip():
-                raise ConfigError("the prompt is empty")
+        prompt, where = _prompt_text(args)
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
     except (OSError, ValueError, BenchError, ModelLoadError) as exc:  # ConfigError, CostCurveError: ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.dataset:
-        fmt = DATASETS[args.dataset][2] if args.prompt_format in (None, "auto") else args.prompt_format
-        prompt_ids = encode(lm, prompt, fmt, base.max_new_tokens)
-    else:
-        prompt_ids = lm.encode_prompt(prompt, chat={None: None, "auto": None, "chat": True,
-                                                    "raw": False}[args.prompt_format])
+    prompt_ids = _prompt_ids(lm, args, prompt, base.max_new_tokens)
     problem = lm.context_problem(len(prompt_ids), base.max_new_tokens)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -125,16 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if curve is None and spec.needs_cost_curve(base):
         curve = cached_cost_curve(lm.model)  # measured once per machine when absent: not the sweep's time
     lm.warm_up()  # lazy initialisation is not AR's time
-    sweep = None
     try:
-        for sweep in run_sweep(lm.model, lm.eos_token_ids, prompt_ids, base, spec, curve):
-            if sweep.runs:
-                r = sweep.runs[-1]
-                speedup = "–" if r.speedup is None else f"{r.speedup:.2f}×"
-                print(f"[{len(sweep.runs)}/{sweep.total}] {r.label}: τ {r.tau:.2f}, {r.tok_per_s:.0f} tok/s, "
-                      f"{speedup} AR", file=sys.stderr)
-            elif sweep.ar is not None:
-                print(f"AR: {sweep.ar.tok_per_s:.0f} tok/s (decode phase)", file=sys.stderr)
+        sweep = _run_printing(lm, prompt_ids, base, spec, curve)
     except UnsupportedCacheError as exc:  # compat.UnsupportedModelError included
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -143,14 +120,65 @@ def main(argv: list[str] | None = None) -> int:
             "prompt": where, "prompt_tokens": len(prompt_ids), "max_new_tokens": base.max_new_tokens,
             "date": dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
             "command": _public_command(argv, lm.name, curve if args.cost_curve else None)}
-    text = markdown_table(sweep) + "\n" + summary(sweep) + "\n"
-    for index, d in divergences.items():
-        text += f"\n{sweep.runs[index].label}: {d.sentence(lm.tokenizer.decode)}.\n"
+    text = _report_text(sweep, divergences, lm.tokenizer.decode)
     print(text + f"\nsweep: AR and {len(sweep.runs)} runs in {sweep.seconds:.2f} s (wall; model load excluded)")
     out = args.out or Path("results") / dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     write_outputs(out, sweep, meta, text, divergences)
     print(f"wrote {out / 'sweep.md'}, sweep.json, sweep.html", file=sys.stderr)
     return 1 if any(d.kind in ("bug", "length") for d in divergences.values()) else 0
+
+
+def _prompt_text(args: argparse.Namespace) -> tuple[str, str]:
+    """The prompt (``--prompt``, or prompt ``--index`` of ``--dataset``) and where it came from, for the meta.
+
+    Raises:
+        ConfigError, BenchError: a negative or too large index, an empty prompt, a missing prompt file.
+    """
+    from .bench import DEFAULT_DATA, load_prompts
+
+    if args.dataset:
+        if args.index < 0:
+            raise ConfigError(f"--index must be 0 or more (got {args.index})")
+        texts = load_prompts(DEFAULT_DATA, args.dataset, args.index + 1)
+        if args.index >= len(texts):
+            raise ConfigError(f"{args.dataset} has {len(texts)} prompts: --index {args.index} is past its end")
+        return texts[args.index], f"{args.dataset} #{args.index}"
+    if not args.prompt.strip():
+        raise ConfigError("the prompt is empty")
+    return args.prompt, "--prompt"
+
+
+def _prompt_ids(lm, args: argparse.Namespace, prompt: str, max_new_tokens: int) -> list[int]:
+    """``prompt``'s token ids in ``--prompt-format`` (default: the dataset's own format; auto for ``--prompt``)."""
+    from .bench import DATASETS, encode
+
+    if args.dataset:
+        fmt = DATASETS[args.dataset][2] if args.prompt_format in (None, "auto") else args.prompt_format
+        return encode(lm, prompt, fmt, max_new_tokens)
+    return lm.encode_prompt(prompt, chat={None: None, "auto": None, "chat": True, "raw": False}[args.prompt_format])
+
+
+def _run_printing(lm, prompt_ids: list[int], base: DecodeConfig, spec: SweepSpec,
+                  curve: CostCurve | None) -> Sweep | None:
+    """``run_sweep`` to the end, each finished run (and AR) printed on stderr as it comes; the last state."""
+    sweep = None
+    for sweep in run_sweep(lm, prompt_ids, base, spec, curve):
+        if sweep.runs:
+            r = sweep.runs[-1]
+            speedup = "–" if r.speedup is None else f"{r.speedup:.2f}×"
+            print(f"[{len(sweep.runs)}/{sweep.total}] {r.label}: τ {r.tau:.2f}, {r.tok_per_s:.0f} tok/s, "
+                  f"{speedup} AR", file=sys.stderr)
+        elif sweep.ar is not None:
+            print(f"AR: {sweep.ar.tok_per_s:.0f} tok/s (decode phase)", file=sys.stderr)
+    return sweep
+
+
+def _report_text(sweep: Sweep, divergences: dict[int, Divergence], decode) -> str:
+    """The table, the sentence and one line per run that parted from AR (``sweep.md``'s body, also printed)."""
+    text = markdown_table(sweep) + "\n" + summary(sweep) + "\n"
+    for index, d in divergences.items():
+        text += f"\n{sweep.runs[index].label}: {d.sentence(decode)}.\n"
+    return text
 
 
 def write_outputs(out: Path, sweep: Sweep, meta: dict, text: str, divergences: dict[int, Divergence]) -> None:

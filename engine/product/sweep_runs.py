@@ -5,7 +5,7 @@ figure is engine/product/sweep_figure.py.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -261,8 +261,7 @@ class Sweep:
         return self.base.sampling
 
 
-def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_config: DecodeConfig,
-              spec: SweepSpec, cost_curve: CostCurve | None,
+def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepSpec, cost_curve: CostCurve | None,
               should_stop: Callable[[], bool] | None = None) -> Iterator[Sweep]:
     """Time AR once on the prompt, then decode it once per value; yield the ``Sweep`` after AR and after each run.
 
@@ -275,8 +274,7 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
     its text is the reference each greedy run is compared with, token for token.
 
     Args:
-        model: the transformers causal LM (``LoadedModel.model``).
-        eos_token_ids: ids that end a generation (``LoadedModel.eos_token_ids``).
+        lm: the model (a ``LoadedModel``: its ``model`` and ``eos_token_ids`` are read).
         prompt_ids: the prompt's token ids.
         base_config: the config each run starts from; the swept field is replaced per run.
         spec: the parameter and its values.
@@ -293,7 +291,7 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
     """
     configs = spec.configs(base_config)
     started = time.perf_counter()
-    ar_decoder = make_decoder(model, base_config.with_(method="ar"), eos_token_ids, cost_curve=cost_curve)
+    ar_decoder = make_decoder(lm.model, base_config.with_(method="ar"), lm.eos_token_ids, cost_curve=cost_curve)
     curve = cost_curve or ar_decoder.cost_curve
     ar_traces = list(ar_decoder.generate(prompt_ids, should_stop=should_stop))
     if not ar_traces or not ar_traces[-1].finished:  # stopped while AR was timed: nothing to compare with
@@ -304,10 +302,10 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
                   seconds=time.perf_counter() - started)
     yield sweep
     for index, (value, config) in enumerate(zip(spec.values, configs)):
-        decoder = make_decoder(model, config, eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
+        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
         curve = curve or decoder.cost_curve
         traces = list(decoder.generate(prompt_ids, should_stop=should_stop))
-        run = _measure(index, spec, value, decoder.config, traces, sweep.ar, ar_tokens)
+        run = _measure(sweep, index, value, decoder.config, traces)
         sweep = replace(sweep, runs=(*sweep.runs, run), stopped=not run.finished, cost_curve=curve,
                         seconds=time.perf_counter() - started)
         yield sweep
@@ -315,10 +313,10 @@ def run_sweep(model, eos_token_ids: Iterable[int], prompt_ids: list[int], base_c
             return
 
 
-def _measure(index: int, spec: SweepSpec, value: Any, config: DecodeConfig, traces: list[CycleTrace],
-             ar: ArTiming, ar_tokens: tuple[int, ...]) -> SweepRun:
-    """One run's record: its numbers (``metrics.summarize``, ``run.decode_phase``, ``run.Speedup``) and its
-    first difference from AR's tokens."""
+def _measure(sweep: Sweep, index: int, value: Any, config: DecodeConfig, traces: list[CycleTrace]) -> SweepRun:
+    """One run's record: its numbers (``metrics.summarize``, ``run.decode_phase``, ``run.Speedup`` over
+    ``sweep.ar``) and its first difference from AR's tokens (``sweep.ar_tokens``)."""
+    spec, ar, ar_tokens = sweep.spec, sweep.ar, sweep.ar_tokens
     summary = summarize(traces)
     tokens, seconds = decode_phase(traces)
     ids = tuple(t for tr in traces for t in tr.new_tokens)

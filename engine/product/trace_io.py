@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.tree import DraftTree, GhostNode, Source
@@ -45,21 +46,36 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6)}
 
 
-def export_run(*, model: str, prompt: str, config: dict, traces: list[CycleTrace], token_text: Callable[[int], str],
-               prompt_format: str | None = None, cost_curve: str | None = None) -> str:
+@dataclass(frozen=True)
+class RunHeader:
+    """What a trace file says of its run besides the cycles.
+
+    Attributes:
+        model: model id (never a machine path).  prompt: the prompt text.  config: ``DecodeConfig.to_dict()``
+        as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
+        cost_curve: the spec of the cost curve the run read (``CostCurve.spec``; optional, None: none).
+    """
+
+    model: str
+    prompt: str
+    config: dict
+    prompt_format: str | None = None
+    cost_curve: str | None = None
+
+
+def export_run(*, header: RunHeader, traces: list[CycleTrace], token_text: Callable[[int], str]) -> str:
     """The run as a JSON string (schema ``goose-lens-trace``, version ``VERSION``).
 
     Args:
-        model: model id (never a machine path).  prompt: the prompt text.  config: ``DecodeConfig.to_dict()``
-        as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
+        header: the run's model, prompt, config, prompt format and cost curve.
         traces: every cycle, prefill first.  token_text: token id -> its text (the tokenizer's decode).
-        cost_curve: the spec of the cost curve the run read (``CostCurve.spec``; optional, None: none).
     """
     ids: set[int] = set()
     for t in traces:
         ids.update(t.tree.tokens, t.greedy, t.new_tokens, (g.token for g in t.ghosts), (t.bonus,))
-    doc = {"schema": SCHEMA, "version": VERSION, "model": model, "prompt": prompt, "prompt_format": prompt_format,
-           "config": config, "cost_curve": cost_curve,
+    h = header
+    doc = {"schema": SCHEMA, "version": VERSION, "model": h.model, "prompt": h.prompt, "prompt_format": h.prompt_format,
+           "config": h.config, "cost_curve": h.cost_curve,
            "token_text": {str(i): token_text(i) for i in sorted(ids)},
            "cycles": [trace_to_dict(t) for t in traces]}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
