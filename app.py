@@ -23,7 +23,7 @@ except ImportError:  # not installed: the handlers run as they are
 
 import gradio as gr
 
-from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, load_model, tqdm_progress
+from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, add_model_options, load_model, tqdm_progress
 from engine.product.trace_io import MAX_BYTES
 from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
@@ -53,11 +53,7 @@ def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto"
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="goose-lens: visual debugger for training-free speculative decoding")
-    ap.add_argument("--model", default=None,
-                    help="smollm2 (default, fetched once), demo (embedded, offline), a hub id, a local folder or "
-                         ".gguf file; $GOOSE_LENS_MODEL sets the default")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto")
+    add_model_options(ap)
     ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1 (a Space sets it)")
     ap.add_argument("--port", type=int, default=None, help="default: $GRADIO_SERVER_PORT, else 7860")
     ap.add_argument("--share", action="store_true", help="create a public gradio.live link")

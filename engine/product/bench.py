@@ -47,7 +47,7 @@ from ..decoding.trace import TIMING_KEYS
 from ..sources import SourceMemory
 from .decoding import make_decoder
 from .generate import add_config_options, config_from_args
-from .loading import ModelLoadError, load_model
+from .loading import ModelLoadError, add_model_options, load_model
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
 from .report import report_html
@@ -511,11 +511,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.product.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="smollm2 (default; $GOOSE_LENS_MODEL overrides), demo, a hub id, "
-                    "a local folder or .gguf file")
+    add_model_options(ap, device="cpu")
     ap.add_argument("--draft-model", default=None, help="draft model for hf-assisted")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attn", default=None, choices=("sdpa", "eager", "tree_sdpa"),
                     help="attention kernel (default: the loader's; sdpa names transformers' own, tree_sdpa ours)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA,

