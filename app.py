@@ -7,9 +7,10 @@ The Space's entry point (``app_file: app.py``): this file parses the command lin
 launches the page.  The page is the package ``page/`` (its layout ``page.layout``, its handlers, the contract between
 the two ``page.contract``, the ZeroGPU glue ``page.zerogpu``, its CSS and JavaScript ``page/assets``); the figures
 and the words about a run are ``viz/``; the engine and its policies ``engine/``.  The handlers that run forward
-passes (Generate, Race, Sweep, Re-measure) are wired through ``gpu_handler``: under ``spaces.GPU`` where the
-``spaces`` package is installed, which on a ZeroGPU Space gives each call a GPU and elsewhere changes nothing
-(``ZERO_GPU``, ``place_models``; GPU allowances such as ``generate_gpu_seconds``).
+passes (Generate, Race, Sweep, Re-measure) are wired through ``gpu_handler``: on a ZeroGPU Space under
+``spaces.GPU``, which gives each call a GPU (``ZERO_GPU``, ``place_models``; GPU allowances such as
+``generate_gpu_seconds``); elsewhere on the page's one engine thread, which also loads the start model
+(``engine/product/engine_thread.py``: torch runs at full speed there, not on the web server's pool threads).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ except ImportError:  # not installed: the handlers run as they are
 
 import gradio as gr
 
+from engine.product.engine_thread import EngineThread
 from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, add_model_options, load_model, tqdm_progress
 from engine.product.trace_io import MAX_BYTES
 from page.layout import build_demo
@@ -64,15 +66,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     try:
-        lm, notice = load_start_model(args.model, device=args.device, dtype=args.dtype)
+        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=args.dtype)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if notice:
         print(notice, file=sys.stderr)
     options = PageOptions.from_env(args.public or args.share, notice)
-    demo = build_demo(place_models(lm, options), options)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
+    models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
+    demo = build_demo(models, options)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)
     return 0

@@ -110,7 +110,7 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
                                        ("model_status", "model_key", "header", "prompt_format"),
                                        {"models": models, "options": options}), page,
          api_name="load_model", concurrency_id="load", concurrency_limit=1)
-    # (its own queue: a slow load never delays another visitor's Generate)
+    # (its own queue; the load itself runs on the engine thread, between runs, since it times forwards)
     wire(page.remeasure.click, Endpoint(gpu_handler(remeasure_curve, models, REMEASURE_S), ("budget", "model_key"),
                                         ("curve", "cost_plot", "lesson")), page, api_visibility="private",
          concurrency_id="model", concurrency_limit=1)

@@ -3,9 +3,9 @@ line that name the model, and the cost curve the visitor's runs read (the model 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from dataclasses import dataclass
 
 import gradio as gr
@@ -80,23 +80,23 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     yield {"model_status": f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}."}
     t0, step, result = time.perf_counter(), [0.0, "starting"], {}
 
-    def report(fraction: float, message: str) -> None:  # called from the loading thread
+    def report(fraction: float, message: str) -> None:  # called from the engine thread
         step[:] = [fraction, message]
 
-    def work() -> None:
+    def work() -> None:  # on the engine thread: the load's measurements (precision, cost curve) time forwards
         try:
             result["lm"] = models.load(name, device=device, dtype=dtype, progress=report)
         except ModelLoadError as exc:
             result["error"] = exc
 
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
+    loading = models.engine.submit(work)
     shown = None
-    while worker.is_alive():
-        worker.join(0.5)
-        if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
+    while not loading.done():
+        futures.wait([loading], timeout=0.5)
+        if not loading.done() and step[0] > 0 and tuple(step) != shown:
             shown = tuple(step)
             yield {"model_status": f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
+    loading.result()  # anything but a ModelLoadError is raised here
     if "error" in result:
         gr.Warning(str(result["error"]))
         yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}

@@ -15,6 +15,7 @@ except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
 from engine.product.cost_cache import cached_cost_curve
+from engine.product.engine_thread import EngineThread
 from engine.product.loading import (
     LoadedModel,
     ModelLoadError,
@@ -100,9 +101,11 @@ def gpu_handler(handler, models: ModelRegistry, duration, zero_gpu: bool = ZERO_
     streaming handler's frames come back one by one.  What the worker changes in the visitor's state stays there;
     with ``zero_gpu`` a streaming handler gets ``_relayed`` for it (the visitor's memory and their Stop request).
 
-    Without ``zero_gpu`` nothing is added, and ``on_gpu`` returns the bound handler itself (``spaces.GPU`` is
-    effect-free off ZeroGPU): the handler runs as it is.  The result keeps ``handler``'s name and signature
-    (``wire`` reads them) and takes its arguments by keyword.
+    Without ``zero_gpu`` the handler runs on the registry's engine thread (``models.engine``, see
+    ``engine/product/engine_thread.py``: torch on a web server's pool threads runs at up to half speed), its frames
+    relayed to the server's thread as they come, the ones the page has not taken yet merged into the newest;
+    ``on_gpu`` returns the bound handler itself there (``spaces.GPU`` is effect-free off ZeroGPU).  The result keeps
+    ``handler``'s name and signature (``wire`` reads them) and takes its arguments by keyword.
 
     Args:
         handler: e.g. ``generate``, ``race``, ``remeasure_curve``.
@@ -115,7 +118,7 @@ def gpu_handler(handler, models: ModelRegistry, duration, zero_gpu: bool = ZERO_
         @wraps(handler)
         def call(*args, **kwargs):
             return handler(*args, **kwargs, models=models)
-        return decorate(call, duration)
+        return decorate(call, duration) if zero_gpu else models.engine.wrap(decorate(call, duration))
 
     @wraps(handler)
     def stream(*args, **kwargs):  # where the GPU is (on ZeroGPU: in the worker)
@@ -125,7 +128,12 @@ def gpu_handler(handler, models: ModelRegistry, duration, zero_gpu: bool = ZERO_
             yield {"memory": session.memory}  # the worker's copy, which the run updated
 
     on_device = decorate(stream, duration)
-    return _relayed(handler, on_device) if zero_gpu else on_device
+    return _relayed(handler, on_device) if zero_gpu else models.engine.wrap(on_device, merge=_newer_frame)
+
+
+def _newer_frame(older: dict, newer: dict) -> dict:
+    """Two frames the page has not taken yet, as one: the newer value of each component."""
+    return {**older, **newer}
 
 
 def _relayed(handler, on_device):
@@ -167,11 +175,13 @@ def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) 
             "dtype auto (run goose-lens yourself to load any other).")
 
 
-def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU) -> ModelRegistry:
+def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine: EngineThread | None = None
+                 ) -> ModelRegistry:
     """The page's models, ready to serve (``options``: the page's ``page.models.PageOptions``).
 
-    Elsewhere: ``first`` alone, warmed up (one small forward, so the first Generate does not pay for torch's lazy
-    initialisation); the model picker loads others when asked.
+    Elsewhere: ``first`` alone, warmed up on ``engine`` (the page's engine thread, which then runs every forward of
+    the page: ``gpu_handler``) with one small forward, so the first Generate does not pay for torch's lazy
+    initialisation, and its cost curve read or measured there; the model picker loads others when asked.
 
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
@@ -180,8 +190,10 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU) -> Mode
     which this process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
     """
     if not zero_gpu:
-        first.warm_up()
-        return ModelRegistry(first)
+        engine = engine or EngineThread()
+        engine.call(first.warm_up)
+        engine.call(cached_cost_curve, first.model)  # measured here when absent: a forward's cost is the engine's
+        return ModelRegistry(first, engine=engine)
     placed = [first]
     for name in options.allowed_models:
         if name != first.name:
@@ -189,7 +201,7 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU) -> Mode
                 placed.append(load_model(name, progress=tqdm_progress(name)))
             except ModelLoadError as exc:
                 print(f"warning: {sentence(str(exc))} It is left out.", file=sys.stderr)
-    models = ModelRegistry(first, capacity=max(2, len(placed)))
+    models = ModelRegistry(first, capacity=max(2, len(placed)), engine=engine)
     for lm in placed[1:]:
         models.put(lm)
 

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..core import attention, compat
 from . import precision
+from .engine_thread import EngineThread
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 from .precision import free_memory
 
@@ -388,11 +389,13 @@ class ModelRegistry:
     """Loaded models by (name, device, dtype), least recently used dropped beyond ``capacity``.
 
     The page keeps each user's choice in ``gr.State`` as a key; the registry only shares the weights
-    (read-only) between users who picked the same model.  Loading is serialised by a lock.
+    (read-only) between users who picked the same model.  Loading is serialised by a lock.  ``engine`` is the one
+    thread the page runs its torch work on (``engine_thread.EngineThread``; a new one when not given).
     """
 
-    def __init__(self, first: LoadedModel, capacity: int = 2) -> None:
+    def __init__(self, first: LoadedModel, capacity: int = 2, engine: EngineThread | None = None) -> None:
         self.capacity = capacity
+        self.engine = engine or EngineThread()  # where the page runs these models' forwards (engine_thread.py)
         self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self.default_key = self.key_of(first)
