@@ -23,25 +23,29 @@ from viz.lesson import what_is_it
 
 GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
                 "ar_clock", "lesson", "prompt_format")
-LIGHT_EVERY_S = 0.2  # the output text, numbers and scrubber redraw at most this often while decoding ...
-HEAVY_EVERY_S = 0.5  # ... the tree, speed chart, explanation and theory panel at most this often (and always at
-# the first cycles and the end) ...
+LIGHT_EVERY_S = 1.0  # the output text, numbers and scrubber redraw at most this often while decoding ...
+HEAVY_EVERY_S = 2.0  # ... the tree, speed chart, explanation and theory panel at most this often (always at the end,
+# and at every cycle in slow motion) ...
 DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
-# it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time
+# it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time.
+# A browser on the server's own CPU draws at the engine's expense.  On 2 cores, SmolLM2 q4, default preset
+# (scripts/page_speed.py, page / engine alone, end to end): redraws every 0.2 / 0.5 s and the first two cycles' trees
+# took Chromium ~1.1 s of CPU in a 2.7-s run, 0.55-0.66x; every 0.5 / 2 s, 0.86x; every 1 / 2 s, 0.90x (kept).
 
 
 class Throttle:
     """When the next frame is drawn while decoding: light frames (text, numbers, scrubber) at most every
-    ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` and always at
-    the first cycles and the last; each kind's gap grows so that it takes at most ``DRAW_SHARE`` of wall time."""
+    ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` from the run's
+    start and always at the last cycle (and every cycle in slow motion); each kind's gap grows so that it takes at
+    most ``DRAW_SHARE`` of wall time."""
 
     def __init__(self) -> None:
-        self.last_light = self.last_heavy = 0.0  # when each kind of frame was last drawn ...
+        self.last_light = self.last_heavy = time.perf_counter()  # when each kind of frame was last drawn ...
         self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
 
     def due(self, trace, now: float, paced: bool) -> bool | None:
         """True: draw a heavy frame; False: a light one; None: none now."""
-        if trace.index <= 1 or trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
+        if trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
             return True
         return False if now - self.last_light >= self.light_gap else None
 
