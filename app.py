@@ -15,6 +15,7 @@ passes (Generate, Race, Sweep, Re-measure) are wired through ``gpu_handler``: on
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU asks
@@ -66,6 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    logging.basicConfig(format="%(message)s")  # the start-up steps (precision, cost curve) on the console
+    logging.getLogger("engine").setLevel(logging.INFO)
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     try:
         lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=args.dtype)
@@ -77,6 +80,7 @@ def main(argv=None) -> int:
     options = PageOptions.from_env(args.public or args.share, notice)
     models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
     demo = build_demo(models, options)
+    print("starting the page …", file=sys.stderr)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import statistics
@@ -27,6 +28,8 @@ from ..core.verify import forward_tree, read_back
 from ..decoding.cost import CostCurve
 from ..sources.tr import AdjacencyTable, TrSource
 from .paths import cache_root
+
+log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
 # 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
@@ -113,7 +116,11 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
                 return curve
         except (ValueError, OSError):
             pass  # unreadable or older format: measure again
+    log.info("cost curve: timing verification forwards of 1-128 rows (once per machine and model, ~10 s on 2 cores)")
+    start = time.perf_counter()
     curve = _loaded[path] = measure_cost_curve(model)
+    log.info("cost curve: T(1) = %.1f ms, T(16) = %.1f ms (measured in %.0f s)", curve.ms[0],
+             curve.ms[curve.nodes.index(16)], time.perf_counter() - start)
     write_cost_curve(curve, path)
     return curve
 
