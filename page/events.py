@@ -12,7 +12,7 @@ from page.contract import Drawing, Endpoint, Page, wire
 from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step_through
 from page.frames import keep_in_range, or_skip
 from page.generate import GENERATE_OUT, generate
-from page.models import PageOptions, cost_plot_for, load_other_model, remeasure_curve
+from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model, remeasure_curve
 from page.presets import preset_fields
 from page.race import RACE_OUT, race
 from page.static import FULLSCREEN, TOGGLE_DARK
@@ -44,8 +44,8 @@ class RunBoard:
     def waiting_words(self) -> str:
         """What a visitor who just pressed Generate or Race is waiting for."""
         if not self.running:
-            return "⏳ Starting …"
-        return ("⏳ Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "
+            return "Starting …"
+        return ("Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "
                 "Yours starts as soon as it ends; runs are capped, so this is a short wait.")
 
 
@@ -112,6 +112,9 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
                                        {"models": models, "options": options}), page,
          api_name="load_model", concurrency_id="load", concurrency_limit=1)
     # (its own queue; the load itself runs on the engine thread, between runs, since it times forwards)
+    wire(page.exact_btn.click, Endpoint(exact_mode, ("model_key",), ("model_status", "model_key", "header",
+                                        "prompt_format", "race_board"), {"models": models, "options": options}),
+         page, api_visibility="private", concurrency_id="load", concurrency_limit=1)
     wire(page.remeasure.click, Endpoint(gpu_handler(remeasure_curve, models, REMEASURE_S), ("budget", "model_key"),
                                         ("curve", "cost_plot", "lesson")), page, api_visibility="private",
          concurrency_id="model", concurrency_limit=1)

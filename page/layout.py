@@ -180,6 +180,13 @@ def _run_views(page: Page) -> None:
         page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.max_depth), elem_id="theory")
 
 
+#: Said before a race: why its lanes may part, and the mode in which they cannot.
+RACE_TIES = ("**Same text?** In fp32 (the exact mode) both lanes write the same tokens.  In q4, bf16 or fp16 the "
+             "method's forward over many rows rounds differently from AR's one-token step, so where two next tokens "
+             "are almost equally likely the lanes may pick different ones: a *precision tie*, not a bug; the board "
+             "names it where it happens.")
+
+
 def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
     with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
         with gr.Row():
@@ -187,6 +194,9 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
             page.race_seconds = gr.Slider(0, 60, value=RACE_SECONDS, step=1, label="Race length on screen: about N s "
                                           "(engine time scaled, proportions kept; 0 = real time)",
                                           elem_id="race-seconds")
+        with gr.Row():
+            page.race_note = gr.Markdown(RACE_TIES, elem_id="race-note")
+            page.exact_btn = gr.Button("Exact mode (fp32)", scale=0, min_width=150, elem_id="exact-mode")
         page.race_board = gr.HTML(elem_id="race-board")
         with gr.Row():
             page.race_ar = gr.Textbox(label="AR", lines=8, interactive=False, elem_id="race-ar")

@@ -77,7 +77,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         yield {"model_status": f"⚠️ {refusal} Still using {current.describe()}."}
         return
     waiting = f"the current model {current.describe()} stays in use meanwhile"
-    yield {"model_status": f"⏳ Loading `{name}` on {device} ({dtype}) … {waiting}."}
+    yield {"model_status": f"Loading `{name}` on {device} ({dtype}) … {waiting}."}
     t0, step, result = time.perf_counter(), [0.0, "starting"], {}
 
     def report(fraction: float, message: str) -> None:  # called from the engine thread
@@ -95,16 +95,25 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         futures.wait([loading], timeout=0.5)
         if not loading.done() and step[0] > 0 and tuple(step) != shown:
             shown = tuple(step)
-            yield {"model_status": f"⏳ `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
+            yield {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
     loading.result()  # anything but a ModelLoadError is raised here
     if "error" in result:
         gr.Warning(str(result["error"]))
         yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}
         return
     lm = result["lm"]
-    yield {"model_status": f"✅ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
+    yield {"model_status": f"✓ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
            "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
            **({} if lm.has_chat_template else {"prompt_format": "raw"})}
+
+
+def exact_mode(model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> Iterator[dict]:
+    """The race's "exact mode" button: the visitor's model again in fp32 (``load_other_model``), whose greedy output
+    is AR's token for token, so both lanes write the same text; its lines show on the race board too."""
+    lm = models.get(model_key)
+    device = "auto" if lm.device.startswith("auto") else lm.device
+    for frame in load_other_model(lm.name, device, "fp32", model_key, models=models, options=options):
+        yield {**frame, "race_board": frame["model_status"]} if "model_status" in frame else frame
 
 
 def using_words(lm: LoadedModel) -> str:

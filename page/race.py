@@ -15,11 +15,12 @@ from engine.product.race import Pacer, Race
 from engine.product.run import ArTiming
 from page.contract import Session
 from page.frames import ar_key, paused, problem, session_curve
-from page.generate import LIGHT_EVERY_S
 from viz.explain import race_board
 from viz.frame_text import METHOD_LABELS
 
 RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
+RACE_EVERY_S = 0.2  # the board redraws at most this often in real time: its clock is engine time, which drawing
+# does not enter (a browser on the same CPU still slows both lanes alike)
 
 
 def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
@@ -62,7 +63,7 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
     if base.finished and not stop():
         final["ar_clock"] = session.with_ar_timing(key, ArTiming(base.decode_tokens, base.decode_s, "race"))
     if base.finished and other.finished and not stop() and base.tokens != other.tokens:
-        yield _race_frame(contest, lm, config.max_new_tokens, False, "⏳ the outputs differ: finding where …")
+        yield _race_frame(contest, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
         verdict = race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)
         final.update(_race_frame(contest, lm, config.max_new_tokens, False, verdict))
     yield final
@@ -71,13 +72,13 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
 def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, race_seconds,
           control: dict) -> Iterator[dict]:
     """``race``'s frames while both lanes run, paced to about ``race_seconds`` of wall time (``pacer``; 0 = real
-    time): a frame at most every 0.05 s when paced, else every ``LIGHT_EVERY_S``; none at the end."""
+    time): a frame at most every 0.05 s when paced, else every ``RACE_EVERY_S``; none at the end."""
     started, last_draw = time.perf_counter(), 0.0
     for lane in contest.steps():
         if lane is contest.lanes[0]:
             pacer.refine(lane, max_new_tokens)
         paused(pacer.wait_s(contest.clock_s, time.perf_counter() - started), control)
-        if not contest.over and time.perf_counter() - last_draw >= (0.05 if race_seconds else LIGHT_EVERY_S):
+        if not contest.over and time.perf_counter() - last_draw >= (0.05 if race_seconds else RACE_EVERY_S):
             last_draw = time.perf_counter()
             yield _race_frame(contest, lm, max_new_tokens, stopped=False)
 
@@ -102,9 +103,11 @@ def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bo
     """Both texts and the board of ``race`` (``viz.explain.race_board``); speeds in engine time."""
     status = ""
     if stopped:
-        status = "⏹ stopped: both outputs as of the same engine time."
+        status = "■ stopped: both outputs as of the same engine time."
     elif contest.over:
-        status = "Both done ✓ — the speedup is AR's engine time over the method's (same tokens), prefill included."
+        same = contest.lanes[0].tokens == contest.lanes[1].tokens
+        status = ("Both done ✓ — the speedup is AR's engine time over the method's, prefill included"
+                  + (", for the same tokens." if same else "; the outputs part: see below."))
     started = all(lane.forwards for lane in contest.lanes)
     ar, spec = contest.lanes
     return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),

@@ -377,7 +377,7 @@ def test_race_and_model_picker(demo_lm):
     assert all("model_key" not in s for s in steps) and models.get(None) is demo_lm
     steps = frames_of(load_other_model, model_name="", device="cpu", dtype="fp32", model_key=None,
                       models=models)  # the embedded model: reused
-    assert steps[-1]["model_status"].startswith("✅") and models.get(steps[-1]["model_key"]) is demo_lm
+    assert steps[-1]["model_status"].startswith("✓") and models.get(steps[-1]["model_key"]) is demo_lm
 
 
 def test_race_runs_the_lane_with_less_engine_time():
@@ -598,7 +598,7 @@ def test_header_says_the_dtype_and_why(demo_lm):
     assert "fp32: the exact mode" in header_text(demo_lm)  # fp32 chosen by hand
     steps = frames_of(load_other_model, model_name="demo", device="cpu", dtype="auto", model_key=None,
                       models=ModelRegistry(measured))  # reused: an auto model of that name is loaded
-    assert steps[-1]["model_status"].startswith("✅ Using") and why in steps[-1]["model_status"]
+    assert steps[-1]["model_status"].startswith("✓ Using") and why in steps[-1]["model_status"]
     assert ("fp32 (exact: token for token AR's output)", "fp32") in DTYPE_CHOICES
     assert DTYPE_CHOICES[0][1] == "auto" and "measured" in DTYPE_CHOICES[0][0]
 

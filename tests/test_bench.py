@@ -88,3 +88,43 @@ def test_repeats_run_every_method_again_and_keep_its_fastest_run(tmp_path, demo_
 def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, args, message):
     assert bench.main([*args, "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_llamacpp_methods_say_how_to_install_or_what_model_they_need(tmp_path, capsys, monkeypatch):
+    """Without llama-cpp-python, one sentence on how to install it, never a traceback; on a model with no GGUF
+    file, one sentence naming what they need."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_llama_cpp(name, *args, **kwargs):
+        if name.startswith("llama_cpp"):
+            raise ImportError("No module named 'llama_cpp'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_llama_cpp)
+    monkeypatch.setattr(bench, "ensure_gguf", lambda spec: tmp_path / "model.gguf")  # no download
+    args = ["--datasets", "humaneval", "--limit", "1", "--methods", "ar,llamacpp-ar", "--out", str(tmp_path)]
+    assert bench.main(["--model", "smollm2", *args]) == 2
+    err = capsys.readouterr().err
+    assert "pip install llama-cpp-python" in err and "Traceback" not in err
+    assert bench.main(["--model", "demo", *args]) == 2
+    assert "need a GGUF model" in capsys.readouterr().err
+
+
+@pytest.mark.full  # builds llama.cpp's context and decodes: seconds
+def test_llamacpp_runs_greedy_on_the_same_gguf_file(smollm2_lm):
+    """llama.cpp's greedy text on SmolLM2's own GGUF file agrees with ours on a prompt without near-ties (the same
+    Q4_1 weights, other kernels), and its prompt lookup writes the same text as its AR."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is an optional extra (docs/command-line.md)")
+    from engine.product.llamacpp import LlamaCpp
+    from engine.product.models import SMOLLM2, ensure_gguf
+
+    peer = LlamaCpp(ensure_gguf(SMOLLM2), 2, 512)
+    ids = smollm2_lm.encode_prompt("def fibonacci(n):\n", chat=False)
+    ar = peer.run("llamacpp-ar", ids, 24, smollm2_lm.eos_token_ids)
+    lookup = peer.run("llamacpp-lookup", ids, 24, smollm2_lm.eos_token_ids)
+    assert len(ar["tokens"]) == 24 and 0 < ar["prefill_s"] <= ar["seconds"]
+    assert lookup["tokens"] == ar["tokens"]
+    text = smollm2_lm.tokenizer.decode(ar["tokens"])
+    assert "return" in text or "fibonacci" in text or "if" in text, text

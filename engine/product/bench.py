@@ -47,9 +47,12 @@ from ..decoding.trace import TIMING_KEYS
 from ..sources import SourceMemory
 from .decoding import make_decoder
 from .generate import add_config_options, config_from_args
-from .loading import ModelLoadError, add_model_options, load_model
+from .llamacpp import METHODS as LLAMACPP_METHODS
+from .llamacpp import LlamaCpp, LlamaCppMissing, check_installed
+from .loading import ModelLoadError, add_model_options, load_model, resolve
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
+from .models import ensure_gguf
 from .report import report_html
 
 #: the prompt sets shipped with the project (whole files, each with its LICENSE and SOURCE.md); ``--data DIR``
@@ -92,7 +95,7 @@ def load_prompts(data_dir: Path, dataset: str, limit: int) -> list[str]:
 def parse_methods(text: str, draft_model: str | None) -> list[str]:
     methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     for m in methods:
-        if m not in HF_METHODS:
+        if m not in HF_METHODS and m not in LLAMACPP_METHODS:
             method_config(m)  # raises BenchError on an unknown method or variant
     if "hf-assisted" in methods and not draft_model:
         raise BenchError("method 'hf-assisted' needs --draft-model (a small model sharing the target's tokenizer)")
@@ -146,12 +149,15 @@ class Runner:
         self.fp32 = fp32  # the model in fp32, for the "ar-fp32" row (the exact mode's AR), or None
         self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
         self.sessions: dict[str, SourceMemory] = {}  # --same-session: each method's memory across a dataset
+        self.peer: LlamaCpp | None = None  # llama.cpp on the same GGUF file, for the llamacpp-* methods
 
     def new_session(self) -> None:
         """Forget what sources kept across requests (a new dataset starts a new session)."""
         self.sessions = {}
 
     def __call__(self, method: str, prompt_ids: list[int]) -> dict:
+        if method in LLAMACPP_METHODS:
+            return self.peer.run(method, prompt_ids, self.args.max_new_tokens, self.lm.eos_token_ids)
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
@@ -265,6 +271,8 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
            "decode_speedup": None if None in decode else statistics.median(decode), "decode_speedups": decode,
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
+           "median_decode_tok_per_s": statistics.median(_decode_rate(r) for r in runs),
+           "same_text_as_ar": sum(r["tokens"] == a["tokens"] for r, a in zip(runs, ar_runs)),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r]}
@@ -370,7 +378,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     """``results.md``: the header, the speedup and τ table, the limits, head to head, the details, the stages."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    out = _md_header(meta) + _md_speedups(rows, datasets, methods) + _md_limits(rows)
+    out = _md_header(meta) + _md_speedups(rows, datasets, methods) + _md_first_token(rows) + _md_limits(rows)
     out += _md_head_to_head(rows, datasets) + _md_details(rows) + _md_stages(rows, methods)
     return "\n".join(out) + "\n"
 
@@ -408,6 +416,20 @@ def _md_speedups(rows: list[dict], datasets: list[str], methods: list[str]) -> l
                    + f" | {_fmt(_mean([c.get('decode_speedup') for c in cells]))}"
                    + f" | {_fmt(_mean([c.get('eta') for c in cells]))}"
                    + f" | {_fmt(_mean([c.get('vs_fp32_ar') for c in cells]))} |")
+    return out
+
+
+def _md_first_token(rows: list[dict]) -> list[str]:
+    out = ["", "## Time to first token and speed (medians over prompts)", "",
+           "TTFT: from the call to the first new token (the prefill, and what a method adds to it); decode: tokens "
+           "after the first over the time after it; end to end: all tokens over all the time; same text: prompts "
+           "whose output equals our AR's token for token.", "",
+           "| method | dataset | TTFT ms | decode tok/s | end-to-end tok/s | same text as AR |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['method']} | {r['dataset']} | {r['median_prefill_ms']:.0f} | "
+                   f"{r['median_decode_tok_per_s']:.1f} | {r['median_tok_per_s']:.1f} | "
+                   f"{r['same_text_as_ar']}/{r['n_prompts']} |")
     return out
 
 
@@ -495,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     if setup.fp32 is not None:
         methods.append(FP32_AR)
     run = Runner(lm, args, setup.base, setup.draft, setup.curve, setup.fp32)
+    run.peer = setup.peer
     print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
@@ -547,6 +570,7 @@ class _Setup(NamedTuple):
     lm: Any
     draft: Any
     fp32: Any
+    peer: LlamaCpp | None  # llama.cpp on the model's GGUF file (llamacpp-* methods), else None
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -564,11 +588,32 @@ def _setup(args: argparse.Namespace) -> _Setup:
                          "earlier output of the same prompt: choose one")
     prompts = {d: load_prompts(args.data, d, args.limit) for d in args.datasets.split(",") if d}
     curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
+    peer = _llamacpp(args.model) if any(m in LLAMACPP_METHODS for m in methods) else None  # before the loads
     attn = {"attn_implementation": args.attn}
     lm = load_model(args.model, device=args.device, dtype=args.dtype, **attn)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
     fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
-    return _Setup(methods, base, prompts, curve, lm, draft, fp32)
+    return _Setup(methods, base, prompts, curve, lm, draft, fp32, peer)
+
+
+def _llamacpp(model: str | None) -> LlamaCpp:
+    """llama.cpp on the GGUF file of the bench's model, with torch's thread count and an 8,192-token context.
+
+    Raises:
+        BenchError: llama-cpp-python is missing (how to install it), or the model has no GGUF file.
+    """
+    src = resolve(model)
+    if not src.fetch and not str(src.path).endswith(".gguf"):
+        raise BenchError(f"llama.cpp methods need a GGUF model (smollm2, or a .gguf file); {src.name!r} is not one")
+    try:
+        check_installed()
+    except LlamaCppMissing as exc:
+        raise BenchError(str(exc)) from None
+    gguf = ensure_gguf(src.fetch) if src.fetch else Path(src.path)
+    try:
+        return LlamaCpp(gguf, torch.get_num_threads(), 8192)
+    except ValueError as exc:  # llama-cpp-python could not load the file
+        raise BenchError(f"llama.cpp could not load {src.name!r}: {exc}") from None
 
 
 def _run_dataset(run: Runner, methods: list[str], dataset: str, texts: list[str], profile: list[dict]) -> dict:
@@ -604,8 +649,8 @@ def _check_lossless(lm, ids: list[int], runs: dict[str, list[dict]], dataset: st
     it is a bug); the engine's AR steps are replayed for their logits once, when a method parts from AR."""
     reference = None
     for m in runs:
-        if m == FP32_AR or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
-            continue
+        if m in (FP32_AR, *LLAMACPP_METHODS) or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
+            continue  # llama.cpp's own kernels: its text is compared (same_text_as_ar), not held to ours
         reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])[1] if reference is None \
             else reference
         d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)

