@@ -111,7 +111,8 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
                                        ("model_status", "model_key", "header", "prompt_format"),
                                        {"models": models, "options": options}), page,
          api_name="load_model", concurrency_id="load", concurrency_limit=1)
-    # (its own queue; the load itself runs on the engine thread, between runs, since it times forwards)
+    # (its own queue and thread: a slow fetch never delays another visitor's Generate; only the load's timed steps
+    # run on the engine thread, between runs)
     wire(page.exact_btn.click, Endpoint(exact_mode, ("model_key",), ("model_status", "model_key", "header",
                                         "prompt_format", "race_board"), {"models": models, "options": options}),
          page, api_visibility="private", concurrency_id="load", concurrency_limit=1)

@@ -26,6 +26,7 @@ GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber",
 LIGHT_EVERY_S = 1.0  # the output text, numbers and scrubber redraw at most this often while decoding ...
 HEAVY_EVERY_S = 2.0  # ... the tree, speed chart, explanation and theory panel at most this often (always at the end,
 # and at every cycle in slow motion) ...
+LONG_PROMPT = 256  # prompt tokens from which the page says that it is prefilling (seconds on a CPU)
 DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time.
 # A browser on the server's own CPU draws at the engine's expense.  On 2 cores, SmolLM2 q4, default preset
@@ -109,6 +110,9 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
+        if len(ids) >= LONG_PROMPT:  # one forward over the whole prompt comes before the first frame
+            yield {"stats": f"Prefilling the prompt: {len(ids):,} tokens in one forward; the first new token and the "
+                            f"tree follow it …"}
         trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
         if trace is None:
             return

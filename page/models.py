@@ -80,23 +80,25 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     yield {"model_status": f"Loading `{name}` on {device} ({dtype}) … {waiting}."}
     t0, step, result = time.perf_counter(), [0.0, "starting"], {}
 
-    def report(fraction: float, message: str) -> None:  # called from the engine thread
+    def report(fraction: float, message: str) -> None:  # called from the loading thread
         step[:] = [fraction, message]
 
-    def work() -> None:  # on the engine thread: the load's measurements (precision, cost curve) time forwards
+    def work() -> None:  # a thread of its own: a slow fetch holds no run; the load's timed steps go to the engine
         try:
             result["lm"] = models.load(name, device=device, dtype=dtype, progress=report)
         except ModelLoadError as exc:
             result["error"] = exc
 
-    loading = models.engine.submit(work)
+    loading = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="goose-lens-load")
+    job = loading.submit(work)
+    loading.shutdown(wait=False)  # the thread ends with the load
     shown = None
-    while not loading.done():
-        futures.wait([loading], timeout=0.5)
-        if not loading.done() and step[0] > 0 and tuple(step) != shown:
+    while not job.done():
+        futures.wait([job], timeout=0.5)
+        if not job.done() and step[0] > 0 and tuple(step) != shown:
             shown = tuple(step)
             yield {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
-    loading.result()  # anything but a ModelLoadError is raised here
+    job.result()  # anything but a ModelLoadError is raised here
     if "error" in result:
         gr.Warning(str(result["error"]))
         yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}

@@ -197,6 +197,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         assert [d["name"] for d in json.loads(speed["plot"])["data"]] == [
             "tok/s this cycle", "tok/s running mean", "τ this cycle", "τ running mean"]
         assert "τ" in stats and "cycles" in stats and "GT: auto" in stats  # the default: speedup-optimal size
+        assert "tok/s** end to end · first token " in stats and "end to end" in big  # which tokens/s, and TTFT
         bad = client.predict("", api_name="/generate")  # bad input: a message, and the app keeps serving
         assert "prompt is empty" in bad[3]
         with pytest.raises(Exception, match="less than minimum value 1"):  # gradio's own range check on B
@@ -654,3 +655,18 @@ def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build(
         wire(None, Endpoint(export_trace, inputs=("model_key", "run"), fixed={"models": None}), Page())
     with pytest.raises(TypeError, match="wired with"):
         wire(None, Endpoint(export_trace, inputs=("run", "key"), fixed={"models": None}), Page())
+
+
+def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
+    """A long prompt's prefill is one forward of seconds on a CPU: the page says so before it, with the tokens."""
+    from engine.product.loading import ModelRegistry
+    from engine.product.page_settings import PageSettings
+    from page.generate import LONG_PROMPT, generate
+
+    prompt = "def f(x):\n    return x\n\n" * 60
+    assert len(demo_lm.encode_prompt(prompt, chat=False)) >= LONG_PROMPT
+    frames = list(generate(PageSettings(prompt=prompt, max_new_tokens=2, prompt_format="raw"),
+                           models=ModelRegistry(demo_lm)))
+    said = [f["stats"] for f in frames if "stats" in f]
+    assert said[0].startswith("Prefilling the prompt: ") and " tokens in one forward" in said[0], said[0]
+    assert "Run totals" in said[-1]

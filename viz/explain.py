@@ -154,7 +154,7 @@ def big_numbers(summary, speedup=None) -> str:
     label = f"speedup over AR<br><small>{short}</small>"
     return (_CELL.format("", "", tau, "τ — tokens per forward")
             + _CELL.format(";max-width:11em" + grey, f' id="speedup" title="{note}"', shown, label)
-            + _CELL.format("", "", speed, "tokens / s"))
+            + _CELL.format("", "", speed, "tokens / s<br><small>end to end</small>"))
 
 
 def cost_sentence(tau: float, steps: float | None, measured: float | None = None) -> str:

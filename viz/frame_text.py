@@ -30,13 +30,15 @@ def gt_words(gt_threshold, trace) -> str:
 
 
 def stats_line(summary, run, cost: str = "") -> str:
-    """The line above the tree: the run's totals so far (tokens by source, from ``REGISTRY``), labelled as such,
+    """The line above the tree: the run's totals so far (tokens/s end to end, prefill included; the time to the first
+    new token, the prefill's; tokens by source, from ``REGISTRY``), labelled as such,
     then ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own.  The cycle on
     screen is described under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
-    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** · "
+    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** end to end · "
+            f"first token {1000 * summary.prefill_s:.0f} ms · "
             f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "
             f"{count_words(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
             f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))

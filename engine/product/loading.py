@@ -260,7 +260,8 @@ def check_source(src: ModelSource) -> bool:
 
 
 def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str = "auto",
-               attn_implementation: str | None = None, progress: Progress | None = None) -> LoadedModel:
+               attn_implementation: str | None = None, progress: Progress | None = None,
+               engine: EngineThread | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
     Args:
@@ -274,6 +275,8 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         attn_implementation: None (transformers' default, sdpa: served as ``tree_sdpa`` where the model groups
             query heads, ``engine/core/attention.py``), 'eager', 'sdpa' (transformers' own) or 'tree_sdpa'.
         progress: called with (fraction, message) while a named model is fetched and converted.
+        engine: the thread that times forwards (the auto precision's measurement), e.g. the page's engine thread
+            (``engine_thread.py``: forwards timed elsewhere can read twice as slow); None: the calling thread.
 
     Raises:
         ModelLoadError: the model cannot be had or loaded (missing, offline, checksum, not a causal LM,
@@ -295,8 +298,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         model = model.to(dev)
     model.eval()
     params = sum(p.numel() for p in model.parameters())
-    torch_dtype, reason, auto = _set_precision(model, src.name, dev, _DtypeAsked(dtype, want, note, torch_dtype),
-                                               attn_implementation)
+    asked = _DtypeAsked(dtype, want, note, torch_dtype)
+    torch_dtype, reason, auto = (engine.call if engine else _call)(_set_precision, model, src.name, dev, asked,
+                                                                   attn_implementation)
     if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
         attention.use_tree_sdpa(model)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
@@ -330,6 +334,11 @@ def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_
         reason = str(exc).strip().splitlines()[0].rstrip(" :.") if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"could not load model {src.name!r}: {reason}") from exc
     return model, tokenizer
+
+
+def _call(fn, /, *args):
+    """``fn(*args)`` here (``load_model`` without an engine thread)."""
+    return fn(*args)
 
 
 class _DtypeAsked(NamedTuple):
@@ -449,7 +458,7 @@ class ModelRegistry:
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             self._check_memory(want_name, want_device, want_dtype)
-            lm = load_model(name, device=device, dtype=dtype, progress=progress)
-            lm.warm_up()
+            lm = load_model(name, device=device, dtype=dtype, progress=progress, engine=self.engine)
+            self.engine.call(lm.warm_up)
             self.put(lm)
             return lm
