@@ -30,6 +30,7 @@ from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, add_
 from engine.product.trace_io import MAX_BYTES
 from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
+from page.startup import provisional_dtype, settle
 from page.static import CSS
 from page.zerogpu import ZERO_GPU, generate_gpu_seconds, gpu_handler, place_models
 
@@ -70,8 +71,9 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(message)s")  # the start-up steps (precision, cost curve) on the console
     logging.getLogger("engine").setLevel(logging.INFO)
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
+    dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
-        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=args.dtype)
+        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     options = PageOptions.from_env(args.public or args.share, notice)
     models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
     demo = build_demo(models, options)
+    if not ZERO_GPU:  # queued first on the engine thread: the cost curve, and a cold start's precision before it
+        engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype)
     print("starting the page …", file=sys.stderr)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)

@@ -23,10 +23,10 @@ from page.zerogpu import REMEASURE_S, ZERO_GPU, generate_gpu_seconds, gpu_handle
 
 class RunBoard:
     """Server-wide count of runs holding the model (no user data): lets a waiting visitor read, in words,
-    why their Generate has not started."""
+    why their Generate has not started (``models.busy``: a cold start's measurement)."""
 
-    def __init__(self) -> None:
-        self._lock, self.running = threading.Lock(), 0
+    def __init__(self, models: ModelRegistry) -> None:
+        self._lock, self.running, self.models = threading.Lock(), 0, models
 
     def wrap(self, fn):
         """``fn`` (a generator function) counted as running while it runs (its signature kept for the API)."""
@@ -43,6 +43,8 @@ class RunBoard:
 
     def waiting_words(self) -> str:
         """What a visitor who just pressed Generate or Race is waiting for."""
+        if self.models.busy:
+            return self.models.busy
         if not self.running:
             return "Starting …"
         return ("Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "
@@ -54,7 +56,7 @@ def wire_runs(page: Page, models: ModelRegistry) -> None:
     run waits in line, the words saying so stay readable: the queue's progress shows on the race's text boxes (Race),
     not over them; Generate shows none (the stats line says it waits or starts; the outputs stream): its timer's
     redraws cost a browser on the server's CPU engine time (docs/results.md, "The page's engine thread")."""
-    board = RunBoard()
+    board = RunBoard(models)
     waiting = lambda: board.waiting_words()  # noqa: E731
     model_bound = dict(concurrency_limit=1, concurrency_id="model")
     back = ("memory",) if ZERO_GPU else ()  # ZeroGPU: the worker's copy of the visitor's memory comes back

@@ -101,8 +101,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(),
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
-        text = token_text(run, lm)
-        command = run_command(run)
+        text, command = token_text(run, lm), run_command(run)
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}
         curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
@@ -110,9 +109,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
-        if len(ids) >= LONG_PROMPT:  # one forward over the whole prompt comes before the first frame
-            yield {"stats": f"Prefilling the prompt: {len(ids):,} tokens in one forward; the first new token and the "
-                            f"tree follow it …"}
+        yield from _prefill_note(len(ids))
         trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
         if trace is None:
             return
@@ -126,6 +123,13 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
                "lesson": what_is_it(curve)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
+
+
+def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
+    """A long prompt's prefill is one forward of seconds on a CPU, before the first frame: a frame says so."""
+    if prompt_tokens >= LONG_PROMPT:
+        yield {"stats": f"Prefilling the prompt: {prompt_tokens:,} tokens in one forward; the first new token and "
+                        f"the tree follow it …"}
 
 
 def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: ArTiming | None):

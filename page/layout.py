@@ -6,20 +6,20 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from engine.decoding.config import METHODS
-from engine.product.cost_cache import cached_cost_curve
+from engine.product.cost_cache import known_cost_curve
 from engine.product.loading import LoadedModel, ModelRegistry
 from engine.product.page_settings import RANGES
 from engine.product.policy import RACE_SECONDS
 from engine.sources import REGISTRY, SourceMemory
-from page.contract import Drawing, Page
+from page.contract import Drawing, Endpoint, Page, wire
 from page.events import wire_events
 from page.frames import INITIAL
 from page.help import HOW_TO_READ
-from page.models import PageOptions, header_text, using_words
+from page.models import PageOptions, header_text, on_visit, using_words
 from page.presets import PRESETS, start_preset
 from page.static import SWEEP_POINT_CLICKS
 from page.sweep import SWEEP_CHOICES
-from viz.charts import cost_figure
+from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
 from viz.frame_text import COLOR_MAP, METHOD_LABELS
 from viz.lesson import what_is_it
@@ -61,7 +61,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 with gr.Column(elem_id="prompt-block"):
                     _prompt_inputs(page, preset)
                 with gr.Column(elem_id="settings-block"):
-                    _lesson_and_presets(page, preset, cached_cost_curve(first.model))
+                    _lesson_and_presets(page, preset, known_cost_curve(first.model))
                     _settings_inputs(page, options)
                     _model_and_trace_files(page, first, options)
             with gr.Column(scale=3, elem_id="right-column"):
@@ -71,6 +71,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     _race_and_cost_views(page, first)
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
+        wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "model_status", "lesson", "cost_plot"),
+                                 {"models": models, "options": options}), page, api_visibility="private")
     return demo
 
 
@@ -215,8 +217,9 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
         page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
                                   elem_id="sweep-open")
     with gr.Accordion("Verification cost curve and the GT principle", open=False):
-        page.cost_plot = gr.Plot(cost_figure(cached_cost_curve(first.model), INITIAL.budget), show_label=False,
-                                 elem_id="cost-curve")
+        curve = known_cost_curve(first.model)  # a cold start measures it once the page is up (page.startup)
+        page.cost_plot = gr.Plot(cost_figure(curve, INITIAL.budget) if curve else cost_figure_pending(),
+                                 show_label=False, elem_id="cost-curve")
         page.remeasure = gr.Button("Re-measure on this device (for your session only)")
 
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import gradio as gr
 import torch
 
-from engine.product.cost_cache import cached_cost_curve, measure_cost_curve
+from engine.product.cost_cache import known_cost_curve, measure_cost_curve
 from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
 from engine.product.models import DEMO_NAMES, NAMED, SMOLLM2
 from engine.product.page_settings import RANGES
 from page.frames import session_curve
 from page.zerogpu import ZERO_GPU, zero_gpu_refusal
-from viz.charts import cost_figure
+from viz.charts import cost_figure, cost_figure_pending
 from viz.lesson import what_is_it
 
 ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
@@ -152,5 +152,16 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
     lm = models.get(model_key)
     low, high, _ = RANGES["budget"]
-    return {"cost_plot": cost_figure(session_curve(curve, lm) or cached_cost_curve(lm.model),
-                                     int(min(max(float(budget or low), low), high)))}
+    shown = session_curve(curve, lm) or known_cost_curve(lm.model)  # never measured here: not the engine thread
+    if shown is None:
+        return {"cost_plot": cost_figure_pending()}
+    return {"cost_plot": cost_figure(shown, int(min(max(float(budget or low), low), high)))}
+
+
+def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> dict:
+    """A page opened: the header, the model line, the lesson and the cost curve of the visitor's model as they are
+    now (after a cold start the default model and its curve change once measured: ``page.startup``)."""
+    lm = models.get(model_key)
+    curve = known_cost_curve(lm.model)
+    return {"header": header_text(lm, options.notice), "model_status": using_words(lm), "lesson": what_is_it(curve),
+            **cost_plot_for(budget, model_key, None, models=models)}

@@ -181,7 +181,8 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
 
     Elsewhere: ``first`` alone, warmed up on ``engine`` (the page's engine thread, which then runs every forward of
     the page: ``gpu_handler``) with one small forward, so the first Generate does not pay for torch's lazy
-    initialisation, and its cost curve read or measured there; the model picker loads others when asked.
+    initialisation (its cost curve is measured there once the page is up: ``page.startup.settle``); the model
+    picker loads others when asked.
 
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
@@ -192,7 +193,6 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
     if not zero_gpu:
         engine = engine or EngineThread()
         engine.call(first.warm_up)
-        engine.call(cached_cost_curve, first.model)  # measured here when absent: a forward's cost is the engine's
         return ModelRegistry(first, engine=engine)
     placed = [first]
     for name in options.allowed_models:

@@ -68,3 +68,15 @@ def cost_figure(curve, budget: int | None = None) -> go.Figure:
     fig.update_yaxes(title_text="ms per forward", secondary_y=False)
     fig.update_yaxes(title_text="c = marginal node cost / AR step", secondary_y=True)
     return fig
+
+
+def cost_figure_pending() -> go.Figure:
+    """The cost-curve panel before this machine's curve is measured (a cold start measures it once the page is
+    up): says so, in the panel's size."""
+    fig = go.Figure()
+    fig.add_annotation(text="The cost curve is being measured on this machine (once, ~10 s).<br>"
+                            "Open the page again, or press Re-measure, to see it.",
+                       showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(height=300, margin=dict(l=40, r=40, t=40, b=30), title="Verification cost curve",
+                      xaxis=dict(visible=False), yaxis=dict(visible=False))
+    return fig

@@ -104,18 +104,9 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
     sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
     sizes other than ``SIZES`` or by an older ``MEASUREMENT``."""
     path = _cache_path(model, cache_dir)
-    key = curve_key(model)
-    if not refresh and path in _loaded:
-        return _loaded[path]
-    if not refresh and path.exists():
-        try:
-            data = json.loads(path.read_text())
-            curve = CostCurve.from_dict(data)
-            if curve.key == key and curve.nodes == SIZES and data.get("measurement") == MEASUREMENT:
-                _loaded[path] = curve
-                return curve
-        except (ValueError, OSError):
-            pass  # unreadable or older format: measure again
+    known = None if refresh else known_cost_curve(model, cache_dir)
+    if known is not None:
+        return known
     log.info("cost curve: timing verification forwards of 1-128 rows (once per machine and model, ~10 s on 2 cores)")
     start = time.perf_counter()
     curve = _loaded[path] = measure_cost_curve(model)
@@ -123,6 +114,23 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
              curve.ms[curve.nodes.index(16)], time.perf_counter() - start)
     write_cost_curve(curve, path)
     return curve
+
+
+def known_cost_curve(model, cache_dir: str | Path | None = None) -> CostCurve | None:
+    """The model's shared cost curve when it is measured already (in memory or the disk cache, as
+    ``cached_cost_curve`` reads it), else None: never measures (for a thread that must not time forwards)."""
+    path = _cache_path(model, cache_dir)
+    if path in _loaded:
+        return _loaded[path]
+    try:
+        data = json.loads(path.read_text())
+        curve = CostCurve.from_dict(data)
+    except (ValueError, OSError):
+        return None  # absent, unreadable or older format: measured when first needed
+    if curve.key == curve_key(model) and curve.nodes == SIZES and data.get("measurement") == MEASUREMENT:
+        _loaded[path] = curve
+        return curve
+    return None
 
 
 def write_cost_curve(curve: CostCurve, path: str | Path) -> bool:

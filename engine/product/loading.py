@@ -405,6 +405,7 @@ class ModelRegistry:
     def __init__(self, first: LoadedModel, capacity: int = 2, engine: EngineThread | None = None) -> None:
         self.capacity = capacity
         self.engine = engine or EngineThread()  # where the page runs these models' forwards (engine_thread.py)
+        self.busy: str | None = None  # what the engine thread measures before any run (a cold start), for people
         self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self.default_key = self.key_of(first)
@@ -424,6 +425,10 @@ class ModelRegistry:
             if old != self.default_key and old != key:
                 del self._models[old]
         return key
+
+    def make_default(self, lm: LoadedModel) -> None:
+        """``lm`` becomes the model of every visitor who has not picked one (a cold start's measured precision)."""
+        self.default_key = self.put(lm)
 
     def get(self, key) -> LoadedModel:
         """The model for ``key`` (a list or tuple), or the default model when it was dropped."""

@@ -360,22 +360,32 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
+def cached_choice(model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice | None:
+    """The CPU precision for ``model_name`` without measuring: fp32 where the CPU has no native bf16, else the
+    cached choice of this machine (``machine_key``), else None (``cpu_choice`` would measure)."""
+    if not cpu_has_native_bf16():
+        return PrecisionChoice("fp32", "fp32: this CPU has no native bf16", {})
+    key = machine_key(model_name)
+    try:
+        data = json.loads(_cache_file(key, cache_dir).read_text(encoding="utf-8"))
+        if data.get("format") == FORMAT and data.get("key") == key:
+            return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice:
     """The CPU precision for ``model`` (loaded in fp32): cached, else measured (a few seconds) and cached.
 
     fp32 without measuring where the CPU has no native bf16.  A cache folder that is not writable only
     costs a re-measurement next time.
     """
-    if not cpu_has_native_bf16():
-        return PrecisionChoice("fp32", "fp32: this CPU has no native bf16", {})
+    known = cached_choice(model_name, cache_dir)
+    if known is not None:
+        return known
     key = machine_key(model_name)
     path = _cache_file(key, cache_dir)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("key") == key:
-            return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", ""))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     need = 4 * sum(p.numel() for p in model.parameters()) * 4  # the copies measure() holds at once (bytes)
     free = free_memory("cpu")
     if free is not None and need > 0.7 * free:

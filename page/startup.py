@@ -1,0 +1,56 @@
+"""A cold start: the page answers first, and measures this machine once it is up.
+
+On a CPU, dtype "auto" measures which precision verifies trees fastest (``engine.product.precision``, ~10 s on 2
+cores) and the cost curve the GT principle sizes trees by (``engine.product.cost_cache``, ~7 s); both are cached
+per machine and model.  On a machine that has neither yet (a fresh clone, a restarted Space), the start model loads
+in fp32, the exact mode (``provisional_dtype``), the page goes up, and ``settle`` then measures on the engine
+thread: the measured precision's model becomes every visitor's default (unless fp32 won), then its cost curve is
+measured.  Meanwhile a visitor's Generate waits for it and says why (``ModelRegistry.busy``); the header and the
+model line of a page opened afterwards name the new model (``page.models.on_visit``).
+"""
+from __future__ import annotations
+
+import logging
+
+from engine.product import precision
+from engine.product.cost_cache import cached_cost_curve
+from engine.product.loading import ModelLoadError, ModelRegistry, load_model, resolve, resolve_device
+
+log = logging.getLogger("engine.product.startup")  # shown on the console with the engine's start-up steps
+PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode
+MEASURING = ("This machine is being measured once, right after a cold start (which precision verifies fastest, "
+             "then the cost curve; about 20 s on 2 cores). Your run starts when that is done.")
+
+
+def provisional_dtype(name: str | None, device: str, dtype: str) -> str:
+    """The dtype to load the start model in now: ``dtype`` itself, except a CPU's "auto" whose choice this machine
+    has not measured yet: then ``PROVISIONAL`` until ``settle`` has measured it."""
+    try:
+        if dtype != "auto" or resolve_device(device) != "cpu":
+            return dtype
+        return dtype if precision.cached_choice(resolve(name).name) is not None else PROVISIONAL
+    except ModelLoadError:  # the load says what is wrong
+        return dtype
+
+
+def settle(models: ModelRegistry, name: str | None, device: str, measure_precision: bool) -> None:
+    """What a cold start left for after the page is up, run on the engine thread (``models.engine``): with
+    ``measure_precision``, the auto precision of ``name`` measured and, where it is not fp32, the model loaded in it
+    as every visitor's default; then the default model's cost curve.  ``models.busy`` says so meanwhile; a load
+    that fails keeps the fp32 model, with a line on the console."""
+    models.busy = MEASURING
+    try:
+        if measure_precision:
+            log.info("measuring this machine now; the page serves meanwhile and runs wait for it")
+            try:
+                lm = load_model(name, device=device, dtype="auto")  # measures, and caches the choice
+            except ModelLoadError as exc:
+                log.warning("keeping the fp32 model: %s", exc)
+            else:
+                if models.key_of(lm) != models.default_key:
+                    lm.warm_up()
+                    models.make_default(lm)
+                log.info("every visitor's default is now %s", lm.describe())
+        cached_cost_curve(models.get(None).model)
+    finally:
+        models.busy = None
