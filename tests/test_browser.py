@@ -339,6 +339,27 @@ def test_step_through_plays_one_cycle_in_stages(page_url, browser):
 
 
 @pytest.mark.full
+def test_a_race_says_before_it_starts_why_its_lanes_may_part(page_url, browser):
+    """The board said "(same tokens)" one line above "The outputs part at token 58" (a q4 precision tie), and the
+    page said nothing before the race; "⏳" was a box without an emoji font."""
+    page = open_page(browser, page_url)
+    open_accordion(page, "Race: AR and the chosen method on one device, one clock")
+    note = page.locator("#race-note")
+    expect(note).to_contain_text("precision tie")
+    expect(note).to_contain_text("In fp32 (the exact mode) both lanes write the same tokens")
+    expect(page.get_by_role("button", name="Exact mode (fp32)")).to_be_visible()
+    set_number(page, "Race length on screen: about N s (engine time scaled, proportions kept; 0 = real time)", 0)
+    page.get_by_role("button", name="Race", exact=True).click()
+    page.wait_for_function("() => (document.querySelector('#race-board')?.innerText || '').includes('Both done')",
+                           timeout=120_000)
+    board = page.locator("#race-board").inner_text()
+    same = page.locator("#race-ar textarea").input_value() == page.locator("#race-spec textarea").input_value()
+    assert ("for the same tokens" in board) == same and ("the outputs part" in board) == (not same), board
+    assert "⏳" not in board + page.locator("#stats").inner_text() and no_error_badges(page)
+    page.close()
+
+
+@pytest.mark.full
 def test_stop_in_a_race_keeps_both_outputs(page_url, browser):
     page = open_page(browser, page_url)
     open_accordion(page, "Race: AR and the chosen method on one device, one clock")
