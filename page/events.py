@@ -53,9 +53,8 @@ class RunBoard:
 
 def wire_runs(page: Page, models: ModelRegistry) -> None:
     """Generate, Race and Stop: the runs that hold the model (one at a time, counted by a ``RunBoard``).  While a
-    run waits in line, the words saying so stay readable: the queue's progress shows on the race's text boxes (Race),
-    not over them; Generate shows none (the stats line says it waits or starts; the outputs stream): its timer's
-    redraws cost a browser on the server's CPU engine time (docs/results.md, "The page's engine thread")."""
+    run waits in line, the words saying so stay readable: the queue's progress shows on the tree (Generate) and
+    the race's text boxes (Race), not over them."""
     board = RunBoard(models)
     waiting = lambda: board.waiting_words()  # noqa: E731
     model_bound = dict(concurrency_limit=1, concurrency_id="model")
@@ -63,7 +62,9 @@ def wire_runs(page: Page, models: ModelRegistry) -> None:
     page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
     wire(page.go_btn.click, Endpoint(gpu_handler(generate, models, generate_gpu_seconds), ("settings", "drawing",
          "pace", "session"), GENERATE_OUT + back, around=board.wrap), page, api_name="generate",
-         show_progress="hidden", **model_bound)  # its first frame replaces the waiting words
+         show_progress="minimal", show_progress_on=[page.tree_plot], **model_bound)  # its first frame replaces the
+    # waiting words; "minimal": the queue position and a timer on the tree, no spinner over it (a browser on the
+    # server's CPU draws at the engine's expense: docs/results.md, "The page's engine thread")
     page.race_btn.click(waiting, None, page.race_board, queue=False, api_visibility="private")
     wire(page.race_btn.click, Endpoint(gpu_handler(race, models, race_gpu_seconds), ("settings", "race_seconds",
          "session"), RACE_OUT + back, around=board.wrap), page, api_name="race",

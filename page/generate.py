@@ -31,7 +31,7 @@ DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the 
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time.
 # A browser on the server's own CPU draws at the engine's expense.  On 2 cores, SmolLM2 q4, default preset
 # (scripts/page_speed.py, page / engine alone, end to end): redraws every 0.2 / 0.5 s and the first two cycles' trees
-# took Chromium ~1.1 s of CPU in a 2.7-s run, 0.55-0.66x; every 0.5 / 2 s, 0.86x; every 1 / 2 s, 0.90x (kept).
+# took Chromium ~1.1 s of CPU in a 2.7-s run, 0.55-0.66x; every 0.5 / 2 s, 0.86x; every 1 / 2 s, 0.89-0.90x (kept).
 
 
 class Throttle:

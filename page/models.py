@@ -3,9 +3,9 @@ line that name the model, and the cost curve the visitor's runs read (the model 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from dataclasses import dataclass
 
 import gradio as gr
@@ -89,16 +89,14 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         except ModelLoadError as exc:
             result["error"] = exc
 
-    loading = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="goose-lens-load")
-    job = loading.submit(work)
-    loading.shutdown(wait=False)  # the thread ends with the load
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
     shown = None
-    while not job.done():
-        futures.wait([job], timeout=0.5)
-        if not job.done() and step[0] > 0 and tuple(step) != shown:
+    while worker.is_alive():
+        worker.join(0.5)
+        if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
             shown = tuple(step)
             yield {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
-    job.result()  # anything but a ModelLoadError is raised here
     if "error" in result:
         gr.Warning(str(result["error"]))
         yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}
