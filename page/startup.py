@@ -37,7 +37,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
     """What a cold start left for after the page is up, run on the engine thread (``models.engine``): with
     ``measure_precision``, the auto precision of ``name`` measured and, where it is not fp32, the model loaded in it
     as every visitor's default; then the default model's cost curve.  ``models.busy`` says so meanwhile; a load
-    that fails keeps the fp32 model, with a line on the console."""
+    that fails keeps the fp32 model, and anything else that fails stops the measurement, each with a line on the
+    console."""
     models.busy = MEASURING
     try:
         if measure_precision:
@@ -52,5 +53,7 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
         cached_cost_curve(models.get(None).model)
+    except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
+        log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:
         models.busy = None
