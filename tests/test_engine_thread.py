@@ -121,3 +121,38 @@ def test_every_forward_of_the_page_runs_on_the_engine_thread(demo_lm):
         hook.remove()
     assert len(threads) > 20  # the run, AR's timing, the race's lanes, the sweep's runs and the re-measure
     assert set(threads) == {engine.ident}
+
+
+def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_lm, monkeypatch):
+    """page.startup: a CPU's "auto" that this machine has not measured loads fp32 first; once the page is up the
+    measured model becomes every visitor's default, and a waiting Generate says why meanwhile."""
+    import dataclasses
+
+    from engine.product import precision
+    from engine.product.loading import ModelRegistry
+    from page import startup
+    from page.events import RunBoard
+
+    monkeypatch.setattr(precision, "cached_choice", lambda name, cache_dir=None: None)
+    assert startup.provisional_dtype("demo", "cpu", "auto") == "fp32"
+    assert startup.provisional_dtype("demo", "cpu", "bf16") == "bf16"
+    monkeypatch.setattr(precision, "cached_choice", lambda name, cache_dir=None: precision.PrecisionChoice(
+        "bf16", "measured", {}))
+    assert startup.provisional_dtype("demo", "cpu", "auto") == "auto"
+
+    models = ModelRegistry(demo_lm)
+    measured = dataclasses.replace(demo_lm, name="demo-measured")  # stands in for the auto load (another key)
+    seen = {}
+
+    def load(name, device, dtype):
+        seen["busy"] = RunBoard(models).waiting_words()
+        return measured
+
+    monkeypatch.setattr(startup, "load_model", load)
+    monkeypatch.setattr(startup, "cached_cost_curve", lambda model: seen.setdefault("curve_of", model))
+    monkeypatch.setattr(type(measured), "warm_up", lambda self: None)
+    models.engine.call(startup.settle, models, "demo", "cpu", True)
+    assert seen["busy"] == startup.MEASURING and models.busy is None
+    assert models.get(None) is measured and models.get(models.key_of(demo_lm)) is demo_lm
+    assert seen["curve_of"] is measured.model
+    assert RunBoard(models).waiting_words() == "Starting …"
