@@ -71,8 +71,10 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     _race_and_cost_views(page, first)
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
+        built = (models.key_of(first), known_cost_curve(first.model) is not None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "model_status", "lesson", "cost_plot"),
-                                 {"models": models, "options": options}), page, api_visibility="private")
+                                 {"models": models, "options": options, "built": built}), page,
+             api_visibility="private", show_progress="hidden")
     return demo
 
 

@@ -156,10 +156,15 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     return {"cost_plot": cost_figure(shown, int(min(max(float(budget or low), low), high)))}
 
 
-def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> dict:
+def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions(),
+             built: tuple = ()) -> dict:
     """A page opened: the header, the model line, the lesson and the cost curve of the visitor's model as they are
-    now (after a cold start the default model and its curve change once measured: ``page.startup``)."""
+    now, when they differ from the page as built (``built``: its model's key and whether its curve was known); after
+    a cold start the default model and its curve change once measured (``page.startup``).  Nothing otherwise: an
+    update would re-draw the model box a visitor may be typing in."""
     lm = models.get(model_key)
     curve = known_cost_curve(lm.model)
+    if (models.key_of(lm), curve is not None) == tuple(built):
+        return {}
     return {"header": header_text(lm, options.notice), "model_status": using_words(lm), "lesson": what_is_it(curve),
             **cost_plot_for(budget, model_key, None, models=models)}

@@ -156,3 +156,8 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     assert models.get(None) is measured and models.get(models.key_of(demo_lm)) is demo_lm
     assert seen["curve_of"] is measured.model
     assert RunBoard(models).waiting_words() == "Starting …"
+    from page.models import on_visit  # a page opened now names the new model; one built with it gets no update
+
+    update = on_visit(None, 8, models=models, built=(models.key_of(demo_lm), True))
+    assert set(update) == {"header", "model_status", "lesson", "cost_plot"}
+    assert on_visit(None, 8, models=models, built=(models.key_of(measured), True)) == {}
