@@ -30,7 +30,7 @@ from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, add_
 from engine.product.trace_io import MAX_BYTES
 from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
-from page.startup import provisional_dtype, settle
+from page.startup import MEASURING, provisional_dtype, settle
 from page.static import CSS
 from page.zerogpu import ZERO_GPU, generate_gpu_seconds, gpu_handler, place_models
 
@@ -81,6 +81,7 @@ def main(argv=None) -> int:
         print(notice, file=sys.stderr)
     options = PageOptions.from_env(args.public or args.share, notice)
     models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
+    models.busy = MEASURING if dtype != args.dtype else None  # until settle has measured
     demo = build_demo(models, options)
     if not ZERO_GPU:  # queued first on the engine thread: the cost curve, and a cold start's precision before it
         engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype)

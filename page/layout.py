@@ -15,7 +15,7 @@ from page.contract import Drawing, Endpoint, Page, wire
 from page.events import wire_events
 from page.frames import INITIAL
 from page.help import HOW_TO_READ
-from page.models import PageOptions, header_text, on_visit, using_words
+from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, using_words
 from page.presets import PRESETS, start_preset
 from page.static import SWEEP_POINT_CLICKS
 from page.sweep import SWEEP_CHOICES
@@ -63,7 +63,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 with gr.Column(elem_id="settings-block"):
                     _lesson_and_presets(page, preset, known_cost_curve(first.model))
                     _settings_inputs(page, options)
-                    _model_and_trace_files(page, first, options)
+                    _model_and_trace_files(page, models, options)
             with gr.Column(scale=3, elem_id="right-column"):
                 with gr.Column(elem_id="run-block"):
                     _run_views(page)
@@ -72,7 +72,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
         built = (models.key_of(first), known_cost_curve(first.model) is not None)  # the page as built, below
-        wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "model_status", "lesson", "cost_plot"),
+        wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")
     return demo
@@ -141,7 +141,8 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
                               "the same trees anywhere.")
 
 
-def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions) -> None:
+def _model_and_trace_files(page: Page, models: ModelRegistry, options: PageOptions) -> None:
+    first = models.get(None)
     with gr.Accordion("Model", open=False):
         page.model_name = gr.Textbox(first.name, label=f"Model: one of {', '.join(options.allowed_models)}"
                                      if options.public else "Model: smollm2, demo, a hub id, a local folder or "
@@ -150,7 +151,8 @@ def _model_and_trace_files(page: Page, first: LoadedModel, options: PageOptions)
             page.device = gr.Dropdown(["auto", "cpu", "cuda"], value="auto", label="Device")
             page.dtype = gr.Dropdown(DTYPE_CHOICES, value="auto", label="Dtype (fp32 is exact; auto measures)")
         page.load_btn = gr.Button("Load model")
-        page.model_status = gr.Markdown(using_words(first), elem_id="model-status")
+        page.model_status = gr.Markdown(using_words(first) + (f" {PROVISIONAL_WORDS}" if models.busy else ""),
+                                        elem_id="model-status")  # never updated on page load: see on_visit
     with gr.Accordion("Trace file: export the last run, or replay one", open=False):
         page.export_btn = gr.Button("Export trace (JSON)")
         page.export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")

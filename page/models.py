@@ -20,6 +20,9 @@ from page.zerogpu import ZERO_GPU, zero_gpu_refusal
 from viz.charts import cost_figure, cost_figure_pending
 from viz.lesson import what_is_it
 
+#: The model line of a page built while a cold start measures (``page.startup``): the header names the model in use
+PROVISIONAL_WORDS = ("For now: this machine's fastest precision is being measured (once, right after a cold start); "
+                     "the header above names the model in use.")
 ALLOWED_ENV = "GOOSE_LENS_ALLOWED_MODELS"  # public mode: comma-separated model names / hub ids a visitor may load
 
 
@@ -158,13 +161,14 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
 
 def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions(),
              built: tuple = ()) -> dict:
-    """A page opened: the header, the model line, the lesson and the cost curve of the visitor's model as they are
-    now, when they differ from the page as built (``built``: its model's key and whether its curve was known); after
-    a cold start the default model and its curve change once measured (``page.startup``).  Nothing otherwise: an
-    update would re-draw the model box a visitor may be typing in."""
+    """A page opened: the header, the lesson and the cost curve of the visitor's model as they are now, when they
+    differ from the page as built (``built``: its model's key and whether its curve was known); after a cold start
+    the default model and its curve change once measured (``page.startup``).  Nothing otherwise, and never the model
+    line: an update on page load re-drew the Model accordion, and a name a visitor was typing there was lost (a
+    browser test, 1 run in 3); that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
     lm = models.get(model_key)
     curve = known_cost_curve(lm.model)
     if (models.key_of(lm), curve is not None) == tuple(built):
         return {}
-    return {"header": header_text(lm, options.notice), "model_status": using_words(lm), "lesson": what_is_it(curve),
+    return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve),
             **cost_plot_for(budget, model_key, None, models=models)}

@@ -159,5 +159,5 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     from page.models import on_visit  # a page opened now names the new model; one built with it gets no update
 
     update = on_visit(None, 8, models=models, built=(models.key_of(demo_lm), True))
-    assert set(update) == {"header", "model_status", "lesson", "cost_plot"}
+    assert set(update) == {"header", "lesson", "cost_plot"}
     assert on_visit(None, 8, models=models, built=(models.key_of(measured), True)) == {}
