@@ -69,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(format="%(message)s")  # the start-up steps (precision, cost curve) on the console
-    logging.getLogger("engine").setLevel(logging.INFO)
+    for layer in ("engine", "page"):
+        logging.getLogger(layer).setLevel(logging.INFO)
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:

@@ -16,7 +16,7 @@ from engine.product import precision
 from engine.product.cost_cache import cached_cost_curve
 from engine.product.loading import ModelLoadError, ModelRegistry, load_model, resolve, resolve_device
 
-log = logging.getLogger("engine.product.startup")  # shown on the console with the engine's start-up steps
+log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode
 MEASURING = ("This machine is being measured once, right after a cold start (which precision verifies fastest, "
              "then the cost curve; about 20 s on 2 cores). Your run starts when that is done.")
