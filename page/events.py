@@ -59,7 +59,7 @@ def wire_runs(page: Page, models: ModelRegistry) -> None:
     waiting = lambda: board.waiting_words()  # noqa: E731
     model_bound = dict(concurrency_limit=1, concurrency_id="model")
     back = ("memory",) if ZERO_GPU else ()  # ZeroGPU: the worker's copy of the visitor's memory comes back
-    page.go_btn.click(waiting, None, page.stats, queue=False, api_visibility="private")  # at once, beside the run:
+    page.go_btn.click(waiting, None, page.notice, queue=False, api_visibility="private")  # at once, beside the run:
     wire(page.go_btn.click, Endpoint(gpu_handler(generate, models, generate_gpu_seconds), ("settings", "drawing",
          "pace", "session"), GENERATE_OUT + back, around=board.wrap), page, api_name="generate",
          show_progress="minimal", show_progress_on=[page.tree_plot], **model_bound)  # its first frame replaces the

@@ -38,7 +38,7 @@ def numbers(run: Run, curve=None, speedup: Speedup | None = None) -> dict:
     to ``curve`` (the cost curve the run read; None: no sentence)."""
     summary = summarize(run.traces)
     steps = ar_steps_per_forward(run.traces, curve)
-    cost = cost_sentence(summary.tau, steps, speedup.value if speedup is not None else None)
+    cost = cost_sentence(summary.tau, steps, speedup.words() if speedup is not None else None)
     return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, run, cost)}
 
 
@@ -48,9 +48,15 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
     text = token_text(run, lm)
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
-            "explain": f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}",
+            "explain": cycle_words(run, trace, text),
             "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
                                    int(run.config.get("max_depth", INITIAL.max_depth)))}
+
+
+def cycle_words(run: Run, trace, text) -> str:
+    """The line and sentence under the tree for cycle ``trace`` of ``run`` ("Cycle k of N": N the run's cycles so
+    far); ``text``: token id -> text."""
+    return f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}"
 
 
 def session_curve(curve, lm: LoadedModel):
@@ -65,8 +71,9 @@ def paused(seconds: float, control: dict) -> None:
         time.sleep(min(0.05, max(0.0, end - time.perf_counter())))
 
 
-def problem(message: str, where: str = "stats") -> dict:
-    """A frame that tells the visitor what is wrong (and a toast); nothing else changes."""
+def problem(message: str, where: str = "notice") -> dict:
+    """A frame that tells the visitor what is wrong (and a toast) in ``where``, a place of its own (by default the
+    notice under Generate): nothing else changes, so the run on screen keeps its totals."""
     message = message[:1].upper() + message[1:]  # DecodeConfig's messages start in lower case
     gr.Warning(message)
     return {where: f"⚠️ {message}"}

@@ -16,13 +16,23 @@ from engine.product.page_settings import PageSettings
 from engine.product.policy import ar_timing_due, run_speedup, time_ar
 from engine.product.run import MEASURING, ArTiming, Run, Speedup
 from page.contract import Drawing, Session
-from page.frames import ar_key, cycle_views, numbers, paused, problem, run_command, session_curve, token_text
+from page.frames import (
+    ar_key,
+    cycle_views,
+    cycle_words,
+    numbers,
+    paused,
+    problem,
+    run_command,
+    session_curve,
+    token_text,
+)
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.lesson import what_is_it
 
 GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
-                "ar_clock", "lesson", "prompt_format")
+                "ar_clock", "lesson", "prompt_format", "notice")
 LIGHT_EVERY_S = 1.0  # the output text, numbers and scrubber redraw at most this often while decoding ...
 HEAVY_EVERY_S = 2.0  # ... the tree, speed chart, explanation and theory panel at most this often (always at the end,
 # and at every cycle in slow motion) ...
@@ -44,9 +54,10 @@ class Throttle:
         self.last_light = self.last_heavy = time.perf_counter()  # when each kind of frame was last drawn ...
         self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
 
-    def due(self, trace, now: float, paced: bool) -> bool | None:
-        """True: draw a heavy frame; False: a light one; None: none now."""
-        if trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
+    def due(self, trace, now: float, paced: bool, drawn) -> bool | None:
+        """True: draw a heavy frame (always the first cycle's, so the tree on screen is the run's from the start);
+        False: a light one; None: none now."""
+        if drawn is None or trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
             return True
         return False if now - self.last_light >= self.light_gap else None
 
@@ -80,8 +91,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     ``pace`` pauses that many seconds after each cycle (slow motion); Stop (``session.control``) ends the
     run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
     Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
-    message in ``stats``.  When the model has no chat template, the prompt format shown is set to what the
-    prompt really went through.
+    message in ``notice`` (the run on screen keeps its totals).  When the model has no chat template, the prompt
+    format shown is set to what the prompt really went through.
 
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
@@ -105,30 +116,34 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}
         curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
+        run.shown_curve = curve.spec() if curve is not None else None  # the cost sentence's, exported with the run
         live = LiveRun(run, lm, drawing, command, text, curve)
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
         yield from _prefill_note(len(ids))
         trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
-        if trace is None:
+        if trace is None:  # stopped before the first token
+            yield {"notice": ""}
             return
         stopped = stop()
         if ar_timing_due(config.method, known, stopped):
             yield numbers(run, curve, MEASURING)
             known = time_ar(lm, ids, config, curve, stop)
         known, speedup = run_speedup(run.traces, config.method, known, stopped)
+        run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
         yield {**numbers(run, curve, speedup), "run": run, "command": command, "ar_clock": clock,
                "lesson": what_is_it(curve)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
-        yield {"stats": f"⚠️ generation stopped: {type(exc).__name__}: {exc}"}
+        yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
 
 
 def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
-    """A long prompt's prefill is one forward of seconds on a CPU, before the first frame: a frame says so."""
+    """A long prompt's prefill is one forward of seconds on a CPU, before the first frame: the notice says so (the
+    first frame clears it)."""
     if prompt_tokens >= LONG_PROMPT:
-        yield {"stats": f"Prefilling the prompt: {prompt_tokens:,} tokens in one forward; the first new token and "
+        yield {"notice": f"Prefilling the prompt: {prompt_tokens:,} tokens in one forward; the first new token and "
                         f"the tree follow it …"}
 
 
@@ -141,25 +156,27 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
     for trace in traces:
         live.run.record(trace, cycle_segments(trace, live.text))
         started = time.perf_counter()
-        heavy = throttle.due(trace, started, bool(pace))
+        heavy = throttle.due(trace, started, bool(pace), drawn)
         if heavy is None:
             continue
-        yield _frame(live, trace, heavy, live_speedup or Speedup.of(live.run.traces, known))
-        throttle.drawn(heavy, started)
         drawn = trace if heavy else drawn
+        yield _frame(live, trace, drawn, heavy, live_speedup or Speedup.of(live.run.traces, known))
+        throttle.drawn(heavy, started)
         if pace:
             paused(float(pace), control)
     if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
-        yield _frame(live, trace, True, live_speedup or Speedup.of(live.run.traces, known))
+        yield _frame(live, trace, trace, True, live_speedup or Speedup.of(live.run.traces, known))
     return trace
 
 
-def _frame(live: LiveRun, trace, heavy: bool, speedup: Speedup | None = None) -> dict:
-    """One streamed frame of ``generate``; the tree, speed chart, explanation and theory only when ``heavy``."""
+def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = None) -> dict:
+    """One streamed frame of ``generate`` at cycle ``trace``: the run's totals so far, and the cycle on screen,
+    ``drawn`` (the tree, speed chart and theory only when ``heavy``, where ``drawn`` is ``trace``).  The scrubber
+    and the line under the tree always name the cycle whose tree is on screen, out of the cycles so far, so no
+    view runs ahead of the tree between heavy frames."""
     run = live.run
-    frame = {"output": list(run.segments), "run": run, "command": live.command,
-             "scrubber": gr.Slider(maximum=max(1, trace.index), value=trace.index)}
+    frame = {"output": list(run.segments), "run": run, "command": live.command, "notice": "",
+             "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index), **numbers(run, live.curve, speedup)}
     if heavy:
-        return {**frame, **cycle_views(run, trace, live.lm, live.drawing), **numbers(run, live.curve, speedup),
-                "speed_plot": speed_figure(run.traces)}
-    return {**frame, **numbers(run, live.curve, speedup)}
+        return {**frame, **cycle_views(run, drawn, live.lm, live.drawing), "speed_plot": speed_figure(run.traces)}
+    return {**frame, "explain": cycle_words(run, drawn, live.text)}

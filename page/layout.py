@@ -91,6 +91,8 @@ def _prompt_inputs(page: Page, preset: dict) -> None:
     with gr.Row():
         page.go_btn = gr.Button("Generate", variant="primary", scale=2, min_width=100)
         page.stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=60)
+    page.notice = gr.Markdown("", elem_id="notice")  # what a run waits for, and why one could not start or a trace
+    # not be read: its own place, so no message replaces a result still on screen
 
 
 def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None) -> None:

@@ -56,7 +56,7 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
     try:
         yield from _play(contest, pacer, lm, config.max_new_tokens, race_seconds, control)
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the race stopped
-        yield {"race_board": f"⚠️ the race stopped: {type(exc).__name__}: {exc}"}
+        yield problem(f"The race stopped: {exc}. Both outputs so far stay on screen.", "race_board")
         return
     base, other = contest.lanes
     final = _race_frame(contest, lm, config.max_new_tokens, stopped=stop())

@@ -58,7 +58,7 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
                    "sweep_state": state,
                    "sweep_open": gr.Radio(choices=[(r.label, r.index) for r in snap.runs], value=None)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the sweep stopped
-        yield {"sweep_status": f"⚠️ the sweep stopped: {type(exc).__name__}: {exc}"}
+        yield problem(f"The sweep stopped: {exc}. The runs so far stay in the table.", "sweep_status")
 
 
 def sweep_board(snap: Sweep | None, total: int) -> str:
@@ -83,7 +83,8 @@ def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing
     swept, lm = found[0], models.get(model_key)
     curve = sweep_state.sweep.cost_curve
     run = Run(model=lm.name, prompt=sweep_state.prompt, prompt_format=sweep_state.prompt_format,
-              config=swept.config.to_dict(), cost_curve=curve.spec() if curve is not None else None)
+              config=swept.config.to_dict(), cost_curve=curve.spec() if curve is not None else None,
+              ar_timing=sweep_state.sweep.ar, shown_curve=curve.spec() if curve is not None else None)
     text = token_text(run, lm)
     for trace in swept.traces:
         run.record(trace, cycle_segments(trace, text))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from engine.decoding.cost import CostCurveError, load_cost_curve
 from engine.product.loading import ModelRegistry
 from engine.product.run import Run, Speedup
 from engine.product.trace_io import MAX_BYTES, TraceFormatError
@@ -34,28 +35,45 @@ def export_trace(run: Run | None, model_key=None, *, models: ModelRegistry) -> d
 
 
 def import_trace(import_file, drawing: Drawing = Drawing(), model_key=None, *, models: ModelRegistry) -> dict:
-    """Replay an exported trace with no model run (``IMPORT_OUT``); a bad file leaves the current run as it is.
+    """Replay an exported trace with no model run (``IMPORT_OUT``); a bad file gets one sentence in the notice and
+    leaves the run on screen as it is.
 
-    Shows the run's own numbers (every cycle summarised), its last cycle, its prompt, prompt format and the
-    command that reproduces it (with the cost curve it read, when the file says); the header says an imported
-    run of which model is on screen; clears the import box."""
+    Shows everything the page showed of the run when it was exported: its own numbers (every cycle summarised),
+    the speedup over AR it was measured with (the file's ``ar_timing``) and τ tied to the cost curve it read (the
+    file's ``cost_curve``), its last cycle, its prompt, prompt format and the command that reproduces it; the
+    header says an imported run of which model is on screen; clears the import box."""
     if not import_file:
         return {}
+    name = Path(import_file).name  # the visitor's own file name (never the server's folder)
     try:
         if os.path.getsize(import_file) > MAX_BYTES:
             raise TraceFormatError(f"the file is larger than {MAX_BYTES // 2**20} MB")
         run = Run.from_trace_file(Path(import_file).read_bytes())
-    except (OSError, TraceFormatError) as exc:
-        return {**problem(f"Could not import the trace: {exc}"), "import_file": None}
+    except OSError:
+        return {**problem(f"Could not read {name}: try the upload again. The run on screen stays."),
+                "import_file": None}
+    except TraceFormatError as exc:
+        return {**problem(f"Could not import {name}: {exc}. The run on screen stays."), "import_file": None}
     text = token_text(run, None)
     run.segments = [seg for t in run.traces for seg in cycle_segments(t, text)]
     last = run.traces[-1]
-    frame = {**cycle_views(run, last, None, drawing),
-             **numbers(run, speedup=Speedup(None, "an imported run: AR not timed here"))}
+    speedup = (Speedup.of(run.traces, run.ar_timing) if run.ar_timing is not None else
+               Speedup(None, "not measured when the run was exported"))
+    frame = {**cycle_views(run, last, None, drawing), **numbers(run, stored_curve(run), speedup)}
     frame["stats"] = f"Imported trace of `{run.model}`, replayed with no model. " + frame["stats"]
     frame["command"] = run_command(run)
     if run.prompt_format in FORMAT_NAMES:
         frame["prompt_format"] = run.prompt_format
     return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index), "import_file": None,
-            "prompt": run.prompt, "header": header_text(models.get(model_key), shown=run.model)}
+            "prompt": run.prompt, "header": header_text(models.get(model_key), shown=run.model), "notice": ""}
+
+
+def stored_curve(run: Run):
+    """The cost curve the page's cost sentence read for ``run`` (``Run.shown_curve``, else ``Run.cost_curve``), from
+    its spec; None without one or when it does not load here."""
+    spec = run.shown_curve or run.cost_curve
+    try:
+        return load_cost_curve(spec) if spec else None
+    except (CostCurveError, ValueError):
+        return None

@@ -41,7 +41,7 @@ def test_round_trip_keeps_every_cycle(exported):
     (lambda d: d["cycles"][1].update(confidence=1.5), "confidence"),
     (lambda d: d["cycles"][1].update(budget=-1), "budget"),
     (lambda d: d["cycles"][1].update(chain_tokens="long"), "chain_tokens"),
-    (lambda d: d.update(cycles=[]), "no cycles"),
+    (lambda d: d.update(cycles=[]), "records no cycle"),
     (lambda d: d["cycles"][1]["tree"].update(parents=[None, 5]), "cycle 1"),
     (lambda d: d["cycles"][1].update(index="x"), "not its position"),
     (lambda d: d["cycles"][1].update(p_s_ema="high"), "cycle 1"),
@@ -81,8 +81,10 @@ def test_version_1_files_still_load(exported):
 
 
 def test_not_json_and_too_large_are_refused():
-    with pytest.raises(TraceFormatError, match="not a JSON file"):
+    with pytest.raises(TraceFormatError, match="^it is not a text file, and a trace is the .json file"):
         load_run(b"\x80\x04\x95 pickle bytes")
+    with pytest.raises(TraceFormatError, match=r"^it is not JSON \(line 1, column 2\)"):
+        load_run(b"{oops")
     with pytest.raises(TraceFormatError, match="MB"):
         load_run(b" " * (MAX_BYTES + 1))
 

@@ -218,11 +218,13 @@ def test_explain_cycle_says_why_gt_auto_chose_the_size():
     from viz.explain import explain_cycle
 
     sized = replace(make_trace(), gt_nodes=7, gt_candidates=31, gt_expected=1.9, gt_cost_ms=5.3)
-    assert "GT kept 7 of 31 nodes: 2.9 tokens expected for 5.3 ms on the cost curve" in explain_cycle(sized, TEXT.get)
+    said = explain_cycle(sized, TEXT.get)  # counted on the tree drawn (7 nodes, 1 ghost), not the size choice's 31
+    assert ("GT kept 7 nodes and pruned 1 (1 candidate, drawn as a ghost, never verified): 2.9 tokens expected for "
+            "5.3 ms on the cost curve") in said
     pruned = replace(make_trace(), mode="ar", tree=DraftTree.root_only(0), ghosts=(), accepted=(), new_tokens=(9,),
                      gt_nodes=1, gt_candidates=12, gt_expected=0.0, gt_cost_ms=2.5)
     text = explain_cycle(pruned, TEXT.get)
-    assert text.startswith("GT kept none of the 11 drafted nodes") and "plain AR step" in text
+    assert text.startswith("GT pruned every draft: none was expected") and "plain AR step" in text
     assert "GT" not in explain_cycle(make_trace(), TEXT.get)  # a fixed c, or a trace without the fields
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from engine.decoding.trace import CycleTrace
 from engine.sources import REGISTRY, info
-from viz.tree_figure import visible_token
+from viz.tree_figure import count_words, visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -34,15 +34,21 @@ def confidence_note(trace: CycleTrace) -> str | None:
 
 
 def gt_note(trace: CycleTrace) -> str | None:
-    """Why GT "auto" gave the cycle its size, e.g. "GT kept 9 of 61 nodes: 2.4 tokens expected for 5.1 ms on the
-    cost curve" (the bonus token counted); None when GT "auto" did not size it (a fixed c, or a trace without
-    the fields)."""
+    """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes and pruned 52 (52
+    candidates, drawn as ghosts, never verified): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token
+    counted).  Kept = the verified tree's nodes (anchor included), pruned = ``trace.ghosts``, so the sentence, the
+    title and the dotted ghosts read one list (both the chord floor the builders prune at and the size choice
+    make ghosts: GT §3, engine/decoding/gt.py).  None when GT "auto" did not size the cycle (a fixed c, or a trace
+    without the fields)."""
     if trace.gt_nodes is None or trace.gt_candidates is None:
         return None
-    if trace.gt_nodes == 1:
-        return f"GT kept none of the {trace.gt_candidates - 1} drafted nodes (none was expected to pay for its time)"
-    return (f"GT kept {trace.gt_nodes} of {trace.gt_candidates} nodes: {1 + trace.gt_expected:.1f} tokens expected "
-            f"for {trace.gt_cost_ms:.1f} ms on the cost curve")
+    pruned = len(trace.ghosts)
+    ghosts = "a ghost" if pruned == 1 else "ghosts"
+    drawn = f" ({count_words(pruned, 'candidate')}, drawn as {ghosts}, never verified)" if pruned else ""
+    if len(trace.tree) == 1:
+        return f"GT pruned every draft{drawn}: none was expected to pay for its time"
+    return (f"GT kept {count_words(len(trace.tree), 'node')} and pruned {pruned}{drawn}: "
+            f"{1 + trace.gt_expected:.1f} tokens expected for {trace.gt_cost_ms:.1f} ms on the cost curve")
 
 
 def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
@@ -136,15 +142,20 @@ def big_numbers(summary, speedup=None) -> str:
 
     Args:
         summary: ``engine.product.metrics.RunSummary`` of the run so far (None: nothing yet).
-        speedup: ``engine.product.run.Speedup`` (None: not measured); greyed, with "measuring…" or "–", until it has a
-            value; its note (where AR's speed comes from) is the cell's tooltip and small print.
+        speedup: ``engine.product.run.Speedup`` (None: not measured); its value with its 95 % margin ("1.52× ± 0.06"),
+            "no speedup" where the run could have none (τ ≈ 1), else greyed with "measuring…" or "–"; its note
+            (where AR's speed comes from, what the ± covers) is the cell's tooltip and small print.
     """
     if summary is None or summary.cycles == 0:
         tau, speed = "–", "–"
     else:
         tau, speed = f"{summary.tau:.2f}", f"{summary.tok_per_s:.0f}"
-    if speedup is not None and speedup.value is not None:
-        shown, grey = f"{speedup.value:.2f}×", ""
+    if speedup is not None and speedup.none:  # τ ≈ 1: nothing to gain, whatever the clocks read
+        shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
+    elif speedup is not None and speedup.value is not None:
+        margin = (f'<span style="font-size:.4em;font-weight:400"> ± {speedup.margin:.2f}</span>'
+                  if speedup.margin is not None else "")
+        shown, grey = f"{speedup.value:.2f}×{margin}", ""
     elif speedup is not None and speedup.pending:
         shown, grey = '<span style="font-size:.5em">measuring…</span>', ";opacity:.45"
     else:
@@ -157,15 +168,15 @@ def big_numbers(summary, speedup=None) -> str:
             + _CELL.format("", "", speed, "tokens / s<br><small>end to end</small>"))
 
 
-def cost_sentence(tau: float, steps: float | None, measured: float | None = None) -> str:
+def cost_sentence(tau: float, steps: float | None, measured: str | None = None) -> str:
     """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured
-    1.52×)": a forward of many rows costs ``steps`` one-token forwards (``engine.product.run.ar_steps_per_forward``), so
-    τ / steps is the speedup the curve predicts; drafting and bookkeeping make the measured one lower.
-    "" without a curve."""
+    1.52× ± 0.06)": a forward of many rows costs ``steps`` one-token forwards
+    (``engine.product.run.ar_steps_per_forward``), so τ / steps is the speedup the curve predicts; drafting and
+    bookkeeping make the measured one (``measured``: ``Speedup.words``) lower.  "" without a curve."""
     if steps is None or steps <= 0:
         return ""
     out = f"τ {tau:.2f} at {steps:.2f} AR steps per forward → {tau / steps:.2f}× by the cost curve"
-    return out + (f" (measured {measured:.2f}×)" if measured is not None else "")
+    return out + (f" (measured: {measured})" if measured is not None else "")
 
 
 def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = "", verdict: str = "") -> str:

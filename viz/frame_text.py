@@ -18,15 +18,17 @@ COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart 
 
 
 def gt_words(gt_threshold, trace) -> str:
-    """What the GT principle did, e.g. "GT: auto, n* = 12 of 60 nodes" or "c = 0.100" (c = 0: pruning off)."""
+    """What the GT principle did, counted on the tree drawn: e.g. "GT: auto, 12 nodes kept, 48 pruned" or
+    "c = 0.100, 3 pruned" (pruned: the cycle's ghosts; c = 0: pruning off); without a cycle, the rule alone."""
+    pruned = f", {len(trace.ghosts)} pruned" if trace is not None and trace.ghosts else ""
     if gt_threshold == "auto":
         if trace is not None and trace.gt_nodes is not None:
-            return f"GT: auto, n* = {trace.gt_nodes} of {trace.gt_candidates} nodes"
-        return "GT: auto"
+            return f"GT: auto, {count_words(len(trace.tree), 'node')} kept{pruned or ', none pruned'}"
+        return "GT: auto" + pruned
     try:
-        return f"c = {float(gt_threshold):.3f}"
+        return f"c = {float(gt_threshold):.3f}{pruned}"
     except (TypeError, ValueError):
-        return f"GT: {gt_threshold}"
+        return f"GT: {gt_threshold}{pruned}"
 
 
 def stats_line(summary, run, cost: str = "") -> str:
@@ -45,7 +47,7 @@ def stats_line(summary, run, cost: str = "") -> str:
 
 
 def cycle_line(trace, run) -> str:
-    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto, n* = 12 of 60 nodes"
+    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto, 12 nodes kept, 48 pruned"
     (cycle 0 is the prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people)."""
     rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
     ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""

@@ -9,6 +9,7 @@ over many rows costs several one-token forwards (a CPU).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,10 @@ class Run:
         token_cycles: the cycle that committed each output token.
         cost_curve: the spec of the cost curve the run's GT rule read (``CostCurve.spec``), so its command
             reproduces its trees; None when it read none (or an older trace file did not say).
+        ar_timing: AR's speed on the same prompt that the run's speedup was measured against (``ArTiming``), kept
+            so that an imported run shows the speedup it showed; None: not measured.
+        shown_curve: the spec of the cost curve the page's cost sentence read ("τ … at … AR steps per forward"):
+            ``cost_curve``, or the device's cached curve where the run's GT rule read none; None: no sentence.
     """
 
     model: str
@@ -45,6 +50,8 @@ class Run:
     segments: list[tuple[str, str]] = field(default_factory=list)
     token_cycles: list[int] = field(default_factory=list)
     cost_curve: str | None = None
+    ar_timing: ArTiming | None = None
+    shown_curve: str | None = None
 
     def record(self, trace: CycleTrace, segments: list[tuple[str, str]]) -> None:
         """Append one cycle and the (text, label) segments of the tokens it committed."""
@@ -72,7 +79,8 @@ class Run:
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
         """The run as a trace file's JSON text (``trace_io.export_run``); ``token_text`` decodes its ids."""
         header = RunHeader(model=self.model, prompt=self.prompt, config=self.config, prompt_format=self.prompt_format,
-                           cost_curve=self.cost_curve)
+                           cost_curve=self.cost_curve, shown_curve=self.shown_curve,
+                           ar_timing=self.ar_timing.to_dict() if self.ar_timing is not None else None)
         return export_run(header=header, traces=self.traces, token_text=token_text)
 
     @classmethod
@@ -83,8 +91,10 @@ class Run:
             TraceFormatError: too large, not JSON, another schema or version, or a malformed field.
         """
         doc = load_run(data)
+        ar = doc["ar_timing"]
         run = cls(model=doc["model"], prompt=doc["prompt"], prompt_format=doc["prompt_format"], config=doc["config"],
-                  token_text=doc["token_text"], cost_curve=doc["cost_curve"])
+                  token_text=doc["token_text"], cost_curve=doc["cost_curve"], shown_curve=doc["shown_curve"],
+                  ar_timing=ArTiming.from_dict(ar) if ar is not None else None)
         for trace in doc["traces"]:
             run.record(trace, [])
         return run
@@ -100,6 +110,23 @@ def decode_phase(traces: Sequence[CycleTrace]) -> tuple[int, float]:
     return tokens, max(0.0, traces[-1].elapsed_s - traces[0].elapsed_s)
 
 
+def decode_rel_err(traces: Sequence[CycleTrace]) -> float | None:
+    """The relative standard error of a run's decode-phase tokens/s, from the spread of its cycles: tokens/s is
+    the ratio R = Σ n_i / Σ d_i over the decode cycles (n_i tokens in d_i engine seconds), whose standard error
+    over k cycles is sqrt(Σ (n_i - R d_i)² / (k - 1) / k) / mean(d) (the ratio estimator's).  It measures the
+    forwards' jitter within the run, not drift between two runs.  None with fewer than 3 decode cycles."""
+    cycles = list(traces[1:])
+    if len(cycles) < 3:
+        return None
+    times = [t.elapsed_s - prev.elapsed_s for prev, t in zip(traces, cycles)]  # (k,) s per decode cycle
+    tokens = [len(t.new_tokens) for t in cycles]
+    if sum(times) <= 0 or not sum(tokens):
+        return None
+    k, ratio = len(cycles), sum(tokens) / sum(times)
+    spread = sum((n - ratio * d) ** 2 for n, d in zip(tokens, times)) / (k - 1)
+    return math.sqrt(spread / k) / (sum(times) / k) / ratio
+
+
 @dataclass(frozen=True)
 class ArTiming:
     """AR's decode-phase speed on one prompt, model, dtype and max new tokens, in engine time.
@@ -109,11 +136,13 @@ class ArTiming:
         seconds: their engine seconds (s).
         source: where it was timed: "ar" (an AR run on this device, right after the run) or "race" (the
             race's AR lane, on the race's shared clock).
+        rel_err: the relative standard error of its tokens/s (``decode_rel_err``); None: unknown.
     """
 
     tokens: int
     seconds: float
     source: str = "ar"
+    rel_err: float | None = None
 
     @property
     def tok_per_s(self) -> float:
@@ -122,12 +151,33 @@ class ArTiming:
 
     @classmethod
     def of(cls, traces: Sequence[CycleTrace], source: str = "ar") -> ArTiming:
-        """The decode phase of an AR run's cycles (``decode_phase``)."""
-        return cls(*decode_phase(traces), source)
+        """The decode phase of an AR run's cycles (``decode_phase``, ``decode_rel_err``)."""
+        return cls(*decode_phase(traces), source, decode_rel_err(traces))
+
+    def to_dict(self) -> dict:
+        """JSON-ready (a trace file's ``ar_timing``)."""
+        return {"tokens": self.tokens, "seconds": self.seconds, "source": self.source, "rel_err": self.rel_err}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ArTiming:
+        """The inverse of ``to_dict``.
+
+        Raises:
+            KeyError / TypeError / ValueError: not an ``ArTiming``'s fields."""
+        rel = d.get("rel_err")
+        return cls(int(d["tokens"]), float(d["seconds"]), str(d.get("source", "ar")),
+                   None if rel is None else float(rel))
 
 
 SOURCE_WORDS = {"ar": "AR timed on this device", "race": "AR's lane of the race, on its clock"}
 SHORT_WORDS = {"ar": "AR timed here", "race": "race's AR lane"}
+
+
+#: decode-phase τ (tokens per verification forward after the prefill) below which a run can have no speedup: each
+#: forward wrote about one token, as an AR step does, and costs at least one AR step, so any measured gain is the
+#: clock's noise (at most 1 %, below what two runs of a few seconds resolve).
+NO_GAIN_TAU = 1.01
+Z95 = 1.96  # a 95 % interval: ± 1.96 standard errors
 
 
 @dataclass(frozen=True)
@@ -135,26 +185,53 @@ class Speedup:
     """A run's speed over AR's (decode phase, engine time), and where AR's speed comes from.
 
     Attributes:
-        value: the run's decode-phase tokens/s ÷ AR's (``ArTiming.tok_per_s``); None = not measured.
-        note: for people: where AR's speed comes from, or why there is no value ("measuring…", "stopped").
+        value: the run's decode-phase tokens/s ÷ AR's (``ArTiming.tok_per_s``); None = not measured, or no
+            speedup possible (``none``).
+        note: for people: where AR's speed comes from and what the ± covers, or why there is no value
+            ("measuring…", "stopped", "τ 1.00: no draft token accepted").
         pending: AR is being timed now.
         short: ``note`` in a few words, for small print (default: ``note``).
+        margin: half the 95 % interval of ``value`` (×), from the spread of both runs' forwards
+            (``decode_rel_err``); None: unknown.
+        none: the run could have no speedup (decode-phase τ below ``NO_GAIN_TAU``): shown as "no speedup",
+            never as the clock's noise.
     """
 
     value: float | None = None
     note: str = "not measured"
     pending: bool = False
     short: str = ""
+    margin: float | None = None
+    none: bool = False
 
     @classmethod
     def of(cls, traces: Sequence[CycleTrace], ar: ArTiming | None) -> Speedup:
-        """The speedup of a run's cycles over ``ar``; no value when either decoded nothing."""
+        """The speedup of a run's cycles over ``ar``, with its 95 % margin; no value when either decoded nothing,
+        "no speedup" when the run's decode-phase τ is below ``NO_GAIN_TAU``."""
         tokens, seconds = decode_phase(traces)
         if ar is None or not ar.tok_per_s or not tokens or seconds <= 0:
             return cls(None, "not measured" if ar is None else "nothing decoded to compare")
-        return cls(tokens / seconds / ar.tok_per_s,
-                   f"decode phase; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s over "
-                   f"{ar.tokens} tokens", short=f"decode phase · {SHORT_WORDS.get(ar.source, ar.source)}")
+        value, tau = tokens / seconds / ar.tok_per_s, tokens / (len(traces) - 1)
+        if tau < NO_GAIN_TAU:
+            return cls(None, f"no speedup: τ {tau:.2f} after the prefill, so each forward wrote one token as an AR "
+                             f"step does and cost at least as much; the clocks read {value:.2f}×, which is timing "
+                             f"noise", short=f"τ {tau:.2f}: nothing to gain", none=True)
+        errs = [e for e in (decode_rel_err(traces), ar.rel_err) if e is not None]
+        margin = Z95 * value * math.sqrt(sum(e * e for e in errs)) if errs else None
+        spread = (f"; ± {margin:.2f}: 95 % interval from the spread of the forwards' times in "
+                  f"{'both runs' if len(errs) == 2 else 'the run'} (drift between the two runs not included)"
+                  if margin is not None else "")
+        return cls(value, f"decode phase; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s over "
+                          f"{ar.tokens} tokens{spread}",
+                   short=f"decode phase · {SHORT_WORDS.get(ar.source, ar.source)}", margin=margin)
+
+    def words(self) -> str | None:
+        """The value as people read it: "1.52× ± 0.06", "1.52×", "no speedup"; None when not measured."""
+        if self.none:
+            return "no speedup"
+        if self.value is None:
+            return None
+        return f"{self.value:.2f}×" + (f" ± {self.margin:.2f}" if self.margin is not None else "")
 
 
 MEASURING = Speedup(None, "measuring AR on this device …", pending=True, short="timing AR here …")

@@ -54,6 +54,11 @@ class RunHeader:
         model: model id (never a machine path).  prompt: the prompt text.  config: ``DecodeConfig.to_dict()``
         as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
         cost_curve: the spec of the cost curve the run read (``CostCurve.spec``; optional, None: none).
+        ar_timing: AR's decode-phase timing on the same prompt that the run's speedup was measured against
+            ({"tokens", "seconds", "source", "rel_err"}: ``engine.product.run.ArTiming.to_dict``; optional, None:
+            not measured).
+        shown_curve: the spec of the cost curve the page's cost sentence read (``cost_curve``, or the device's
+            cached curve where the run read none; optional, None: no sentence).
     """
 
     model: str
@@ -61,6 +66,8 @@ class RunHeader:
     config: dict
     prompt_format: str | None = None
     cost_curve: str | None = None
+    ar_timing: dict | None = None
+    shown_curve: str | None = None
 
 
 def export_run(*, header: RunHeader, traces: list[CycleTrace], token_text: Callable[[int], str]) -> str:
@@ -75,15 +82,22 @@ def export_run(*, header: RunHeader, traces: list[CycleTrace], token_text: Calla
         ids.update(t.tree.tokens, t.greedy, t.new_tokens, (g.token for g in t.ghosts), (t.bonus,))
     h = header
     doc = {"schema": SCHEMA, "version": VERSION, "model": h.model, "prompt": h.prompt, "prompt_format": h.prompt_format,
-           "config": h.config, "cost_curve": h.cost_curve,
+           "config": h.config, "cost_curve": h.cost_curve, "ar_timing": h.ar_timing,
+           "shown_curve": h.shown_curve,
            "token_text": {str(i): token_text(i) for i in sorted(ids)},
            "cycles": [trace_to_dict(t) for t in traces]}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
 def _need(cond: bool, where: str, what: str) -> None:
+    """Raise ``TraceFormatError`` "where: what" unless ``cond`` (``where`` "file": the file as a whole, "what"
+    alone)."""
     if not cond:
-        raise TraceFormatError(f"{where}: {what}")
+        raise TraceFormatError(what if where == "file" else f"{where}: {what}")
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _ints(x: Any, where: str, allow_none_first: bool = False) -> list:
@@ -168,11 +182,20 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
                       gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"))
 
 
+def _not_json(exc: Exception) -> str:
+    """Why a file is not JSON, in words: "it is not a text file", "it is not JSON (line 1, column 5)"."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not a text file"
+    return f"it is not JSON (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) \
+        else f"it is not JSON ({exc})"
+
+
 def load_run(data: bytes | str) -> dict:
     """Parse and validate an exported run.
 
     Returns:
         {"model", "prompt", "prompt_format" ("chat", "raw" or None), "config", "cost_curve" (a spec or None),
+        "ar_timing" (a dict or None), "shown_curve" (a spec or None),
         "token_text": {id: text}, "traces": [CycleTrace, ...]}.
 
     Raises:
@@ -184,14 +207,16 @@ def load_run(data: bytes | str) -> dict:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceFormatError(f"not a JSON file ({exc})") from None
+        raise TraceFormatError(f"{_not_json(exc)}, and a trace is the .json file that goose-lens's Export trace "
+                               f"writes") from None
     _need(isinstance(doc, dict) and doc.get("schema") == SCHEMA, "file",
-          f"not a goose-lens trace (expected \"schema\": \"{SCHEMA}\")")
+          f"it is JSON but not a goose-lens trace (a trace says \"schema\": \"{SCHEMA}\"; it is the .json file "
+          f"that goose-lens's Export trace writes)")
     _need(doc.get("version") in READABLE_VERSIONS, "file",
-          f"trace schema version {doc.get('version')!r}; this goose-lens reads versions "
+          f"it is a trace of schema version {doc.get('version')!r}, and this goose-lens reads versions "
           f"{', '.join(map(str, READABLE_VERSIONS))}")
     cycles = doc.get("cycles")
-    _need(isinstance(cycles, list) and cycles, "file", "no cycles recorded")
+    _need(isinstance(cycles, list) and cycles, "file", "it records no cycle")
     texts = doc.get("token_text", {})
     _need(isinstance(texts, dict) and all(isinstance(v, str) for v in texts.values()), "token_text",
           "expected an object of strings")
@@ -199,8 +224,15 @@ def load_run(data: bytes | str) -> dict:
     prompt_format = doc.get("prompt_format")
     curve = doc.get("cost_curve")
     _need(curve is None or isinstance(curve, str), "cost_curve", "expected a cost-curve spec (a string) or null")
+    shown = doc.get("shown_curve")
+    _need(shown is None or isinstance(shown, str), "shown_curve", "expected a cost-curve spec (a string) or null")
+    ar = doc.get("ar_timing")
+    _need(ar is None or (isinstance(ar, dict) and _finite(ar.get("tokens")) and _finite(ar.get("seconds"))
+                         and (ar.get("rel_err") is None or _finite(ar.get("rel_err")))), "ar_timing",
+          "expected AR's timing ({\"tokens\", \"seconds\", \"source\", \"rel_err\"}) or null")
     return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")),
             "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None, "cost_curve": curve,
+            "ar_timing": ar, "shown_curve": shown,
             "config": doc.get("config", {}),
             "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
             "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}
