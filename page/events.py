@@ -111,14 +111,16 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
     page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
     page.auto_c.input(lambda a: gr.Slider(interactive=not a), page.auto_c, page.gt_threshold, api_visibility="private")
     wire(page.load_btn.click, Endpoint(load_other_model, ("model_name", "device", "dtype", "model_key"),
-                                       ("model_status", "model_key", "header", "prompt_format"),
+                                       ("model_status", "model_key", "header", "prompt_format", "lesson"),
                                        {"models": models, "options": options}), page,
          api_name="load_model", concurrency_id="load", concurrency_limit=1)
     # (its own queue and thread: a slow fetch never delays another visitor's Generate; only the load's timed steps
     # run on the engine thread, between runs)
-    wire(page.exact_btn.click, Endpoint(exact_mode, ("model_key",), ("model_status", "model_key", "header",
-                                        "prompt_format", "race_board"), {"models": models, "options": options}),
-         page, api_visibility="private", concurrency_id="load", concurrency_limit=1)
+    for button in (page.exact_btn, page.lesson_exact_btn):  # the race's, and the lesson's one click to exact
+        wire(button.click, Endpoint(exact_mode, ("model_key",), ("model_status", "model_key", "header", "prompt_format",
+                                                               "race_board", "lesson"),
+                                    {"models": models, "options": options}),
+             page, api_visibility="private", concurrency_id="load", concurrency_limit=1)
     wire(page.remeasure.click, Endpoint(gpu_handler(remeasure_curve, models, REMEASURE_S), ("budget", "model_key"),
                                         ("curve", "cost_plot", "lesson")), page, api_visibility="private",
          concurrency_id="model", concurrency_limit=1)

@@ -134,7 +134,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
         yield {**numbers(run, curve, speedup), "run": run, "command": command, "ar_clock": clock,
-               "lesson": what_is_it(curve)}
+               "lesson": what_is_it(curve, lm.precision)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
 

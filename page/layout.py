@@ -61,7 +61,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 with gr.Column(elem_id="prompt-block"):
                     _prompt_inputs(page, preset)
                 with gr.Column(elem_id="settings-block"):
-                    _lesson_and_presets(page, preset, known_cost_curve(first.model))
+                    _lesson_and_presets(page, preset, known_cost_curve(first.model), first.precision)
                     _settings_inputs(page, options)
                     _model_and_trace_files(page, models, options)
             with gr.Column(scale=3, elem_id="right-column"):
@@ -81,7 +81,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
 def _header(page: Page, first: LoadedModel, notice: str | None) -> None:
     with gr.Row(equal_height=True):
         page.header = gr.Markdown(header_text(first, notice), elem_id="page-header")
-        page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm")
+        page.dark_btn = gr.Button("☾ light / dark", scale=0, min_width=110, size="sm", elem_id="dark-toggle")
 
 
 def _prompt_inputs(page: Page, preset: dict) -> None:
@@ -95,14 +95,16 @@ def _prompt_inputs(page: Page, preset: dict) -> None:
     # not be read: its own place, so no message replaces a result still on screen
 
 
-def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None) -> None:
-    """The preset picker (the prompt box starts with ``preset``), the prompt format and the first lesson."""
+def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None, precision: str | None = None) -> None:
+    """The preset picker (the prompt box starts with ``preset``), the prompt format and the first lesson (its promise
+    true of the model's ``precision``, with the one click to the exact mode)."""
     page.preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset["label"])
     page.prompt_format = gr.Radio(PROMPT_FORMATS, value=preset["format"], elem_id="prompt-format",
                                   label="Prompt format (code presets are raw completions; chat presets go through "
                                         "the chat template)")
     with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
-        page.lesson = gr.Markdown(what_is_it(lesson_curve))
+        page.lesson = gr.Markdown(what_is_it(lesson_curve, precision))
+        page.lesson_exact_btn = gr.Button("Exact mode (fp32)", size="sm", elem_id="lesson-exact")
 
 
 def _settings_inputs(page: Page, options: PageOptions) -> None:

@@ -107,12 +107,14 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     lm = result["lm"]
     yield {"model_status": f"✓ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
            "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
+           "lesson": what_is_it(known_cost_curve(lm.model), lm.precision),
            **({} if lm.has_chat_template else {"prompt_format": "raw"})}
 
 
 def exact_mode(model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> Iterator[dict]:
-    """The race's "exact mode" button: the visitor's model again in fp32 (``load_other_model``), whose greedy output
-    is AR's token for token, so both lanes write the same text; its lines show on the race board too."""
+    """The race's and the lesson's "exact mode" button: the visitor's model again in fp32 (``load_other_model``),
+    whose greedy output is AR's token for token, so both lanes write the same text; its lines show on the race board
+    too, and the lesson's promise becomes fp32's."""
     lm = models.get(model_key)
     device = "auto" if lm.device.startswith("auto") else lm.device
     for frame in load_other_model(lm.name, device, "fp32", model_key, models=models, options=options):
@@ -146,7 +148,8 @@ def header_text(lm: LoadedModel, notice: str | None = None, shown: str | None = 
 def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
     """Re-measure the cost curve for this visitor only (``curve``): nobody else's runs change."""
     fresh = measure_cost_curve(models.get(model_key).model)
-    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)), "lesson": what_is_it(fresh)}
+    return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)),
+            "lesson": what_is_it(fresh, models.get(model_key).precision)}
 
 
 def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
@@ -170,5 +173,5 @@ def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions =
     curve = known_cost_curve(lm.model)
     if (models.key_of(lm), curve is not None) == tuple(built):
         return {}
-    return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve),
+    return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve, lm.precision),
             **cost_plot_for(budget, model_key, None, models=models)}

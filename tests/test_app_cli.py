@@ -197,7 +197,8 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         assert [d["name"] for d in json.loads(speed["plot"])["data"]] == [
             "tok/s this cycle", "tok/s running mean", "τ this cycle", "τ running mean"]
         assert "τ" in stats and "cycles" in stats and "GT: auto" in stats  # the default: speedup-optimal size
-        assert "tok/s** end to end · first token " in stats and "end to end" in big  # which tokens/s, and TTFT
+        assert "tok/s** end to end (" in stats and " in the decode phase) · first token " in stats  # which, and TTFT
+        assert "end to end" in big
         bad = client.predict("", api_name="/generate")  # bad input: a message in the notice, the app keeps serving
         assert "prompt is empty" in bad[-1]
         with pytest.raises(Exception, match="less than minimum value 1"):  # gradio's own range check on B
@@ -596,19 +597,21 @@ def test_a_speedup_carries_its_margin_and_tau_one_is_no_speedup():
     carries its 95 % margin from the spread of both runs' forwards."""
     from engine.product.run import ArTiming, Speedup, decode_rel_err
 
-    def run(per_cycle_s, tokens):
-        elapsed, out = 1.0, [SimpleTrace(mode="prefill", elapsed_s=1.0, new_tokens=(0,))]
+    def run(per_cycle_s, tokens, rows=1):
+        elapsed, out = 1.0, [SimpleTrace(mode="prefill", elapsed_s=1.0, new_tokens=(0,), tree=(0,) * 9, ptd_rows=0)]
         for d, n in zip(per_cycle_s, tokens):
             elapsed += d
-            out.append(SimpleTrace(mode="tree", elapsed_s=elapsed, new_tokens=(0,) * n))
+            out.append(SimpleTrace(mode="tree", elapsed_s=elapsed, new_tokens=(0,) * n, tree=(0,) * rows, ptd_rows=0))
         return out
 
     ar_traces = run([0.010, 0.012, 0.011, 0.009, 0.010, 0.012], [1] * 6)
     ar = ArTiming.of(ar_traces)
     assert ar.rel_err == pytest.approx(decode_rel_err(ar_traces)) and 0 < ar.rel_err < 0.1
-    flat = Speedup.of(run([0.009] * 6, [1] * 6), ar)  # τ 1.00, faster clocks: 1.2× read, none possible
+    steady = run([0.010] * 6, [3, 1, 4, 1, 5, 2], rows=8)  # tokens vary with the text, the clock does not: no error
+    assert decode_rel_err(steady) == 0 and decode_rel_err(run([0.01, 0.02], [1, 1], rows=8)[:2]) is None
+    flat = Speedup.of(run([0.009] * 6, [1] * 6), ar)  # τ 1.00, faster clocks: 1.19× read, none possible
     assert flat.none and flat.value is None and flat.words() == "no speedup" and f"{0.064 / 0.054:.2f}×" in flat.note
-    gain = Speedup.of(run([0.012, 0.011, 0.013, 0.012], [3, 2, 3, 2]), ar)
+    gain = Speedup.of(run([0.012, 0.011, 0.013, 0.012], [3, 2, 3, 2], rows=8), ar)
     assert gain.value == pytest.approx(10 / 0.048 / ar.tok_per_s) and gain.margin > 0
     assert gain.words() == f"{gain.value:.2f}× ± {gain.margin:.2f}" and "95 % interval" in gain.note
     assert ArTiming.from_dict(ar.to_dict()) == ar  # as a trace file keeps it

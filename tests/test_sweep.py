@@ -161,7 +161,7 @@ def test_sentence_says_which_run_parted_from_ar_and_where():
                                                          "B = 128 at token 37.")
     assert summary(_hand_sweep({}, temperature=0.7)) == ("Sampling (temperature 0.7): each run draws its own text by "
                                                          "design, so no text is compared with AR's.")
-    assert "| B = 128 | 2.00 | 100 | 1.50× | 1.0 | no: token 37 |" in sw.markdown_table(_hand_sweep({5: 37}))
+    assert "| B = 128 | 2.00 | 100.0 | 1.50× | 1.0 | no: token 37 |" in sw.markdown_table(_hand_sweep({5: 37}))
     assert "not compared (sampling)" in sw.markdown_table(_hand_sweep({}, temperature=0.7))
 
 
@@ -193,7 +193,7 @@ def test_cli_writes_table_json_and_figure(tmp_path, capsys):
                   "--max-new-tokens", "32", "--cost-curve", CURVE.spec(), "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0
-    assert "| node budget B | τ | tok/s | speedup over AR | mean nodes | same text as AR |" in printed
+    assert "| node budget B | τ | tok/s (decode phase) | speedup over AR | mean nodes | same text as AR |" in printed
     assert "All 2 runs produced AR's text token for token." in printed and "sweep: AR and 2 runs in " in printed
     result = json.loads((out / "sweep.json").read_text())
     assert result["parameter"] == "budget" and result["values"] == ["4", "16"]

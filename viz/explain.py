@@ -34,8 +34,8 @@ def confidence_note(trace: CycleTrace) -> str | None:
 
 
 def gt_note(trace: CycleTrace) -> str | None:
-    """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes and pruned 52 (52
-    candidates, drawn as ghosts, never verified): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token
+    """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes, pruned 52 (the 52
+    ghosts): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token
     counted).  Kept = the verified tree's nodes (anchor included), pruned = ``trace.ghosts``, so the sentence, the
     title and the dotted ghosts read one list (both the chord floor the builders prune at and the size choice
     make ghosts: GT §3, engine/decoding/gt.py).  None when GT "auto" did not size the cycle (a fixed c, or a trace
@@ -43,11 +43,10 @@ def gt_note(trace: CycleTrace) -> str | None:
     if trace.gt_nodes is None or trace.gt_candidates is None:
         return None
     pruned = len(trace.ghosts)
-    ghosts = "a ghost" if pruned == 1 else "ghosts"
-    drawn = f" ({count_words(pruned, 'candidate')}, drawn as {ghosts}, never verified)" if pruned else ""
+    drawn = f" ({'the ghost' if pruned == 1 else f'the {pruned} ghosts'})" if pruned else ""
     if len(trace.tree) == 1:
         return f"GT pruned every draft{drawn}: none was expected to pay for its time"
-    return (f"GT kept {count_words(len(trace.tree), 'node')} and pruned {pruned}{drawn}: "
+    return (f"GT kept {count_words(len(trace.tree), 'node')}, pruned {pruned}{drawn}: "
             f"{1 + trace.gt_expected:.1f} tokens expected for {trace.gt_cost_ms:.1f} ms on the cost curve")
 
 
@@ -133,8 +132,9 @@ def theory_panel(summary, trace: CycleTrace | None, budget: int, max_depth: int)
     return "\n".join(lines)
 
 
-_CELL = ('<div style="display:inline-block;margin-right:1.2em;vertical-align:top{}"{}><div style="font-size:2.8em;'
-         'font-weight:700;line-height:1">{}</div><div style="opacity:.7;font-size:.9em">{}</div></div>')
+_CELL = ('<div style="flex:none;margin-right:1em{}"{}><div style="font-size:2.2em;font-weight:700;line-height:1">{}'
+         '</div><div style="opacity:.7;font-size:.85em;line-height:1.25">{}</div></div>')  # one row: the tree stays
+# on the first screen at 1280×800
 
 
 def big_numbers(summary, speedup=None) -> str:
@@ -163,9 +163,9 @@ def big_numbers(summary, speedup=None) -> str:
     note = html.escape(speedup.note if speedup is not None else "not measured yet")
     short = html.escape((speedup.short or speedup.note) if speedup is not None else "not measured yet")
     label = f"speedup over AR<br><small>{short}</small>"
-    return (_CELL.format("", "", tau, "τ — tokens per forward")
-            + _CELL.format(";max-width:11em" + grey, f' id="speedup" title="{note}"', shown, label)
-            + _CELL.format("", "", speed, "tokens / s<br><small>end to end</small>"))
+    return ('<div style="display:flex;align-items:flex-start">' + _CELL.format("", "", tau, "τ — tokens<br>per forward")
+            + _CELL.format(";max-width:12em" + grey, f' id="speedup" title="{note}"', shown, label)
+            + _CELL.format("", "", speed, "tokens / s<br><small>end to end</small>") + "</div>")
 
 
 def cost_sentence(tau: float, steps: float | None, measured: str | None = None) -> str:

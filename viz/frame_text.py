@@ -6,6 +6,7 @@ A run here is ``engine.product.run.Run`` (or anything with its ``config``, ``pro
 """
 from __future__ import annotations
 
+from engine.product.run import decode_phase
 from engine.sources import REGISTRY
 from viz.explain import TOKEN_COLORS
 from viz.tree_figure import count_words
@@ -18,13 +19,11 @@ COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart 
 
 
 def gt_words(gt_threshold, trace) -> str:
-    """What the GT principle did, counted on the tree drawn: e.g. "GT: auto, 12 nodes kept, 48 pruned" or
+    """The GT rule, e.g. "GT: auto" (its counts are in the cycle's sentence, ``viz.explain.gt_note``) or
     "c = 0.100, 3 pruned" (pruned: the cycle's ghosts; c = 0: pruning off); without a cycle, the rule alone."""
     pruned = f", {len(trace.ghosts)} pruned" if trace is not None and trace.ghosts else ""
     if gt_threshold == "auto":
-        if trace is not None and trace.gt_nodes is not None:
-            return f"GT: auto, {count_words(len(trace.tree), 'node')} kept{pruned or ', none pruned'}"
-        return "GT: auto" + pruned
+        return "GT: auto" if trace is not None and trace.gt_nodes is not None else "GT: auto" + pruned
     try:
         return f"c = {float(gt_threshold):.3f}{pruned}"
     except (TypeError, ValueError):
@@ -32,14 +31,16 @@ def gt_words(gt_threshold, trace) -> str:
 
 
 def stats_line(summary, run, cost: str = "") -> str:
-    """The line above the tree: the run's totals so far (tokens/s end to end, prefill included; the time to the first
-    new token, the prefill's; tokens by source, from ``REGISTRY``), labelled as such,
-    then ``cost`` (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own.  The cycle on
-    screen is described under the tree (``cycle_line``)."""
+    """The line above the tree: the run's totals so far (tokens/s end to end, prefill included, and over the decode
+    phase, the figure a sweep's table and the speedup read; the time to the first new token, the prefill's; tokens
+    by source, from ``REGISTRY``), labelled as such, then ``cost`` (``viz.explain.cost_sentence``: τ tied to the
+    cost curve) on a line of its own.  The cycle on screen is described under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
-    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** end to end · "
+    tokens, seconds = decode_phase(run.traces)
+    decode = f" ({tokens / seconds:.1f} in the decode phase)" if tokens and seconds > 0 else ""
+    return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** end to end{decode} · "
             f"first token {1000 * summary.prefill_s:.0f} ms · "
             f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "
             f"{count_words(summary.cycles, 'cycle')}) — by source: {by_source} · bonus {src.get('bonus', 0)} · "
@@ -47,7 +48,7 @@ def stats_line(summary, run, cost: str = "") -> str:
 
 
 def cycle_line(trace, run) -> str:
-    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto, 12 nodes kept, 48 pruned"
+    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto"
     (cycle 0 is the prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people)."""
     rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
     ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""

@@ -21,8 +21,8 @@ A language model writes one token per forward pass, and {cost}
 2. **checks every guess in one forward** of the model over the whole tree;
 3. **keeps the longest path of correct guesses**, plus **one token the model adds itself** (the bonus ★).
 
-The output is exactly what plain decoding would write, in **τ** tokens per forward; it is faster by τ divided
-by what a forward over the tree costs in one-token passes (the speedup beside τ is measured).
+{promise} It writes **τ** tokens per forward; it is faster by τ divided by what a forward over the tree costs in
+one-token passes (the speedup beside τ is measured).
 Press **Generate**, then **Step through** to watch one cycle in four stages.
 """
 FLAT = 1.1  # T(16) / T(1) below this reads "about as much" (a GPU's flat curve)
@@ -44,9 +44,23 @@ def pass_cost(curve, rows: int = 16) -> str:
             f"far less than {rows} passes: the weights are read once either way.")
 
 
-def what_is_it(curve=None) -> str:
-    """The first lesson (Markdown), its cost sentence read off the page's cost curve (``pass_cost``)."""
-    return _LESSON.format(cost=pass_cost(curve))
+def promise(precision: str | None) -> str:
+    """What the lesson promises of the output, true of the model's ``precision`` ("fp32", "bf16", "fp16", "q4"; None:
+    not known): exactly plain decoding's output in fp32; in half precision or q4 the same except at a precision tie,
+    named as such, with where a run shows it and the one click that makes it exact (the Exact mode button)."""
+    if precision == "fp32":
+        return "The output is exactly what plain decoding would write (this model runs in fp32, the exact mode)."
+    here = f"this model runs in **{precision}**" if precision else "in half precision or q4"
+    return (f"In fp32 the output is exactly what plain decoding would write; {here}, where a forward over the tree "
+            f"rounds differently from a one-token forward, so where two next tokens are almost equally likely the "
+            f"output may take the other one: a *precision tie*, not a bug (the **Race** below names where). "
+            f"**Exact mode (fp32)** makes it token for token plain decoding's output.")
+
+
+def what_is_it(curve=None, precision: str | None = None) -> str:
+    """The first lesson (Markdown): its cost sentence read off the page's cost curve (``pass_cost``), its promise
+    of the output true of the model's ``precision`` (``promise``)."""
+    return _LESSON.format(cost=pass_cost(curve), promise=promise(precision))
 
 
 WHAT_IS_IT = what_is_it()  # the lesson with no curve (generic cost sentence)

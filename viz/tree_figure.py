@@ -440,13 +440,26 @@ def _add_edges(fig: go.Figure, drawn: _Drawn, label_ends: tuple[dict, dict], px_
                                  showlegend=False, name=f"{kind} edges"))
 
 
+#: faded markers: a rejected node's opacity, a ghost's (the page's dark mode raises both in CSS, page/assets/page.css,
+#: so that they keep 3:1 contrast on a near-black page)
+REJECTED_OPACITY, GHOST_OPACITY = 0.45, 0.25
+
+
 def _add_legend_marks(fig: go.Figure) -> None:
-    """Legend-only entries for what a node's look means (colour says the source)."""
+    """Legend-only entries: each source's colour at full strength (a node trace's own legend mark would take the mean
+    of its nodes' opacities, so a source with many rejected nodes read as a faded dot), the folded nodes and the
+    bonus token, each in its node trace's legend group (a click hides the group); then what a node's look means."""
+    marks = [(color, label, "circle") for color, label in SOURCE_STYLE.values()]
+    for color, label, symbol in (*marks, (GROUP_COLOR, "folded rejected nodes (+N)", "square"),
+                                 (BONUS_COLOR, "bonus token", "star")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, legendgroup=label, hoverinfo="skip",
+                                 marker=dict(color=color, size=MARKER_PX, symbol=symbol)))
     for name, marker, line in (
             ("accepted path", dict(color="#6b7280", size=MARKER_PX, line=dict(color=ACCEPT_COLOR, width=3)),
              dict(color=ACCEPT_COLOR, width=5)),
-            ("rejected (faded)", dict(color="#6b7280", size=MARKER_PX, opacity=0.4), dict(color=EDGE_COLOR, width=1.5)),
-            ("ghost: pruned by GT, never verified", dict(color="#6b7280", size=MARKER_PX, opacity=0.2),
+            ("rejected (faded)", dict(color="#6b7280", size=MARKER_PX, opacity=REJECTED_OPACITY),
+             dict(color=EDGE_COLOR, width=1.5)),
+            ("ghost: pruned by GT, never verified", dict(color="#6b7280", size=MARKER_PX, opacity=GHOST_OPACITY),
              dict(color=EDGE_COLOR, width=1.5, dash="dot"))):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=name, marker=marker, line=line,
                                  hoverinfo="skip", legendgroup=name))
@@ -464,11 +477,12 @@ def _add_nodes(fig: go.Figure, drawn: _Drawn, keep, color: str, label: str, symb
         texts.append(labels[v])
         hovers.append(_hover(d, token_text, walked))
         ghost = d["kind"] == "ghost" or d.get("ghost")
-        opacity.append(1.0 if d["accepted"] or not walked else (0.25 if ghost else 0.45))
+        opacity.append(1.0 if d["accepted"] or not walked else (GHOST_OPACITY if ghost else REJECTED_OPACITY))
         lines.append(3 if walked and d["accepted"] and d["kind"] in ("node", "run") else 0)
         symbols.append("square" if d["kind"] in ("group", "run") else symbol)
     fig.add_trace(go.Scatter(
-        x=xs or [None], y=ys or [None], mode="markers+text", name=label, text=texts, textposition="middle right",
+        x=xs or [None], y=ys or [None], mode="markers+text", name=label, legendgroup=label, showlegend=False,
+        text=texts, textposition="middle right",
         textfont=dict(size=LABEL_PX, family="DejaVu Sans Mono, Menlo, Consolas, monospace"),
         hovertext=hovers, hoverinfo="text",
         marker=dict(color=color, size=MARKER_PX, symbol=symbols or symbol, opacity=opacity or 1.0,

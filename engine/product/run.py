@@ -10,6 +10,7 @@ over many rows costs several one-token forwards (a CPU).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -111,20 +112,22 @@ def decode_phase(traces: Sequence[CycleTrace]) -> tuple[int, float]:
 
 
 def decode_rel_err(traces: Sequence[CycleTrace]) -> float | None:
-    """The relative standard error of a run's decode-phase tokens/s, from the spread of its cycles: tokens/s is
-    the ratio R = Σ n_i / Σ d_i over the decode cycles (n_i tokens in d_i engine seconds), whose standard error
-    over k cycles is sqrt(Σ (n_i - R d_i)² / (k - 1) / k) / mean(d) (the ratio estimator's).  It measures the
-    forwards' jitter within the run, not drift between two runs.  None with fewer than 3 decode cycles."""
+    """The relative standard error of a run's decode-phase tokens/s from the clock's jitter.  A greedy run's tokens
+    are fixed by its text, so only the forwards' times vary: each cycle's time d_i is compared with the median time
+    of the cycles that verified as many rows (groups of two or more), their pooled relative spread σ taken as every
+    forward's, and the error of Σ d_i is σ sqrt(Σ d_i²) / Σ d_i.  It covers jitter within the run, not drift
+    between two runs (another process, the CPU's clock).  None when no two decode cycles verified as many rows."""
     cycles = list(traces[1:])
-    if len(cycles) < 3:
-        return None
     times = [t.elapsed_s - prev.elapsed_s for prev, t in zip(traces, cycles)]  # (k,) s per decode cycle
-    tokens = [len(t.new_tokens) for t in cycles]
-    if sum(times) <= 0 or not sum(tokens):
+    groups: dict[int, list[float]] = {}
+    for t, d in zip(cycles, times):
+        groups.setdefault(len(t.tree) + t.ptd_rows, []).append(d)
+    deviations = [d / statistics.median(ds) - 1.0 for ds in groups.values() if len(ds) > 1 and statistics.median(ds) > 0
+                  for d in ds]
+    if not deviations or sum(times) <= 0:
         return None
-    k, ratio = len(cycles), sum(tokens) / sum(times)
-    spread = sum((n - ratio * d) ** 2 for n, d in zip(tokens, times)) / (k - 1)
-    return math.sqrt(spread / k) / (sum(times) / k) / ratio
+    sigma = math.sqrt(sum(x * x for x in deviations) / len(deviations))
+    return sigma * math.sqrt(sum(d * d for d in times)) / sum(times)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .sweep_runs import Sweep, SweepRun, markdown_table, same_text_cell, summary
+from .sweep_runs import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
 
 LINE = "#1d4ed8"  # the runs
 PARTED = "#dc2626"  # a run whose text parted from AR's
@@ -20,8 +20,8 @@ PANELS = ("τ (tokens per verification forward)", "tokens/s (decode phase)", "sp
 
 
 def _hover(run: SweepRun, sampling: bool) -> str:
-    speedup = "–" if run.speedup is None else f"{run.speedup:.2f}×"
-    return (f"<b>{html.escape(run.label)}</b><br>τ {run.tau:.2f} · {run.tok_per_s:.0f} tok/s · {speedup} AR<br>"
+    return (f"<b>{html.escape(run.label)}</b><br>τ {run.tau:.2f} · {run.tok_per_s:.1f} tok/s (decode phase) · "
+            f"{speedup_cell(run)} over AR<br>"
             f"{run.mean_nodes:.1f} nodes per forward · {run.cycles} forwards<br>"
             f"same text as AR: {html.escape(same_text_cell(run, sampling))}")
 

@@ -16,7 +16,7 @@ from ..sources import REGISTRY
 from .decoding import make_decoder
 from .lossless import Divergence, attribute, engine_ar_logits, first_difference
 from .metrics import summarize
-from .run import ArTiming, Speedup, decode_phase
+from .run import NO_GAIN_TAU, ArTiming, Speedup, decode_phase
 
 #: Most values one sweep runs: each is a whole generation, so a long list is a long wait on a page.
 MAX_VALUES = 12
@@ -396,16 +396,23 @@ def same_text_cell(run: SweepRun, sampling: bool = False) -> str:
     return cell if run.finished else f"{cell} (stopped)"
 
 
+def speedup_cell(run: SweepRun) -> str:
+    """A run's speedup over AR as the table and the figure's hover say it: "1.52×", "no speedup" where its τ could
+    give none (``run.NO_GAIN_TAU``: the clocks' reading is noise there), "–" when not measured."""
+    if run.speedup is not None:
+        return f"{run.speedup:.2f}×"
+    return "no speedup" if run.cycles > 1 and run.tau < NO_GAIN_TAU else "–"
+
+
 def markdown_table(sweep: Sweep) -> str:
-    """The sweep as a markdown table: AR's row first, then one row per run (value, τ, tok/s, speedup, nodes,
-    same text as AR)."""
-    rows = [f"| {sweep.spec.info.what} | τ | tok/s | speedup over AR | mean nodes | same text as AR |",
+    """The sweep as a markdown table: AR's row first, then one row per run (value, τ, decode-phase tok/s, speedup,
+    nodes, same text as AR)."""
+    rows = [f"| {sweep.spec.info.what} | τ | tok/s (decode phase) | speedup over AR | mean nodes | same text as AR |",
             "|---|---|---|---|---|---|"]
     if sweep.ar is not None:
-        rows.append(f"| AR (reference) | 1.00 | {sweep.ar.tok_per_s:.0f} | 1.00× | 1.0 | – |")
+        rows.append(f"| AR (reference) | 1.00 | {sweep.ar.tok_per_s:.1f} | 1.00× | 1.0 | – |")
     for r in sweep.runs:
-        speedup = "–" if r.speedup is None else f"{r.speedup:.2f}×"
-        rows.append(f"| {r.label} | {r.tau:.2f} | {r.tok_per_s:.0f} | {speedup} | {r.mean_nodes:.1f} | "
+        rows.append(f"| {r.label} | {r.tau:.2f} | {r.tok_per_s:.1f} | {speedup_cell(r)} | {r.mean_nodes:.1f} | "
                     f"{same_text_cell(r, sweep.sampling)} |")
     return "\n".join(rows) + "\n"
 
