@@ -51,7 +51,7 @@ def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto"
         if name is not None:
             raise
         lm = load_model(DEMO_MODEL, device=device, dtype=dtype)
-        return lm, (f"⚠️ The default model could not be had, so this page runs the small embedded demo model "
+        return lm, (f"⚠ The default model could not be had, so this page runs the small embedded demo model "
                     f"({lm.describe()}) instead: {exc}")
 
 

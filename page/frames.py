@@ -76,7 +76,7 @@ def problem(message: str, where: str = "notice") -> dict:
     notice under Generate): nothing else changes, so the run on screen keeps its totals."""
     message = message[:1].upper() + message[1:]  # DecodeConfig's messages start in lower case
     gr.Warning(message)
-    return {where: f"⚠️ {message}"}
+    return {where: f"⚠ {message}"}
 
 
 def keep_in_range(value, *, name: str, cap: int | None = None) -> float | None:

@@ -160,8 +160,9 @@ def _model_and_trace_files(page: Page, models: ModelRegistry, options: PageOptio
     with gr.Accordion("Trace file: export the last run, or replay one", open=False):
         page.export_btn = gr.Button("Export trace (JSON)")
         page.export_file = gr.File(label="Exported trace", interactive=False, elem_id="export-trace")
-        page.import_file = gr.File(label="Import a trace (.json) to replay it", file_types=[".json"],
-                                   type="filepath", elem_id="import-trace")
+        page.import_file = gr.UploadButton("Import a trace (.json) to replay it", file_types=[".json"], type="filepath",
+                                           elem_id="import-trace")  # a button, not gr.File: gr.File's upload
+        # progress logged "Method not implemented." twice per file on the browser console (gradio's, #12002)
     with gr.Accordion("How to read this", open=False):
         gr.Markdown(HOW_TO_READ)
     gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS), elem_classes=["small"])

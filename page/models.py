@@ -77,7 +77,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     refusal = options.refusal(name) or (zero_gpu_refusal(models, name, device, dtype) if options.zero_gpu else None)
     if refusal:
         gr.Warning(refusal)
-        yield {"model_status": f"⚠️ {refusal} Still using {current.describe()}."}
+        yield {"model_status": f"⚠ {refusal} Still using {current.describe()}."}
         return
     waiting = f"the current model {current.describe()} stays in use meanwhile"
     yield {"model_status": f"Loading `{name}` on {device} ({dtype}) … {waiting}."}
@@ -102,7 +102,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
             yield {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
     if "error" in result:
         gr.Warning(str(result["error"]))
-        yield {"model_status": f"⚠️ {sentence(str(result['error']))} Still using {current.describe()}."}
+        yield {"model_status": f"⚠ {sentence(str(result['error']))} Still using {current.describe()}."}
         return
     lm = result["lm"]
     yield {"model_status": f"✓ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",

@@ -148,7 +148,7 @@ def test_page_says_a_failed_load_in_one_sentence(demo_lm, tmp_path):
     models = ModelRegistry(demo_lm)
     frames = list(load_other_model(str(tmp_path / "empty-folder"), "cpu", "fp32", None, models=models))
     status = frames[-1]["model_status"]
-    assert status.startswith("⚠️ Could not load model 'empty-folder': the folder is not a model"), status
+    assert status.startswith("⚠ Could not load model 'empty-folder': the folder is not a model"), status
     assert ".." not in status and "Still using" in status and str(tmp_path) not in status
 
 

@@ -131,4 +131,4 @@ def test_zero_gpu_places_its_models_at_start_up_and_offers_only_those(demo_lm):
     refused = zero_gpu_refusal(models, "demo", "cpu", "bf16")  # another copy: not in the GPU worker
     assert refused and "places its models on the GPU when it starts" in refused
     frames = list(load_other_model("demo", "cpu", "bf16", None, models=models, options=options))
-    assert "⚠️" in frames[-1]["model_status"] and "model_key" not in frames[-1]
+    assert "⚠" in frames[-1]["model_status"] and "model_key" not in frames[-1]
