@@ -90,9 +90,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
 
     ``pace`` pauses that many seconds after each cycle (slow motion); Stop (``session.control``) ends the
     run after the current cycle and keeps its output; ``session.curve`` is the visitor's own cost curve.
-    Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one frame with the
-    message in ``notice`` (the run on screen keeps its totals).  When the model has no chat template, the prompt
-    format shown is set to what the prompt really went through.
+    Drawing is throttled (``Throttle``) and never counted as engine time.  Bad input: one sentence in ``notice``
+    (the run on screen keeps its totals).  The prompt format shown is the one the prompt really went through.
 
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
@@ -109,22 +108,20 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     try:
         decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
                                memory=session.memory)
+        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
-                  config=decoder.config.to_dict(),
+                  config=decoder.config.to_dict(), shown_curve=curve.spec() if curve is not None else None,
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
         text, command = token_text(run, lm), run_command(run)
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}
-        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
-        run.shown_curve = curve.spec() if curve is not None else None  # the cost sentence's, exported with the run
         live = LiveRun(run, lm, drawing, command, text, curve)
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
         yield from _prefill_note(len(ids))
         trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
-        if trace is None:  # stopped before the first token
-            yield {"notice": ""}
+        if trace is None:  # stopped before the first token (``_stream`` cleared the notice)
             return
         stopped = stop()
         if ar_timing_due(config.method, known, stopped):
@@ -166,6 +163,8 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
             paused(float(pace), control)
     if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
         yield _frame(live, trace, trace, True, live_speedup or Speedup.of(live.run.traces, known))
+    if trace is None:  # stopped before the first token: nothing to wait for any more
+        yield {"notice": ""}
     return trace
 
 

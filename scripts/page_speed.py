@@ -31,7 +31,7 @@ from page.frames import INITIAL  # noqa: E402
 from page.presets import start_preset  # noqa: E402
 
 RUN_TOTALS = re.compile(r"Run totals: τ ([\d.]+) · ([\d.]+) tok/s")
-ENDED = re.compile(r"\(measured [\d.]+×\)")  # the stats line's last words once the run and AR's timing ended
+ENDED = re.compile(r"\(measured: [^)]+\)")  # the stats line's last words once the run and AR's timing ended
 
 
 def engine_alone(lm, engine: EngineThread) -> tuple[float, float, int]:
