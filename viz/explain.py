@@ -35,11 +35,10 @@ def confidence_note(trace: CycleTrace) -> str | None:
 
 def gt_note(trace: CycleTrace) -> str | None:
     """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes, pruned 52 (the 52
-    ghosts): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token
-    counted).  Kept = the verified tree's nodes (anchor included), pruned = ``trace.ghosts``, so the sentence, the
-    title and the dotted ghosts read one list (both the chord floor the builders prune at and the size choice
-    make ghosts: GT §3, engine/decoding/gt.py).  None when GT "auto" did not size the cycle (a fixed c, or a trace
-    without the fields)."""
+    ghosts): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token counted).  Kept = the verified
+    tree's nodes (anchor included), pruned = ``trace.ghosts``, so the sentence, the title and the dotted ghosts read
+    one list (both the chord floor the builders prune at and the size choice make ghosts: GT §3,
+    engine/decoding/gt.py).  None when GT "auto" did not size the cycle (a fixed c, or a trace without the fields)."""
     if trace.gt_nodes is None or trace.gt_candidates is None:
         return None
     pruned = len(trace.ghosts)

@@ -122,8 +122,8 @@ def decode_rel_err(traces: Sequence[CycleTrace]) -> float | None:
     groups: dict[int, list[float]] = {}
     for t, d in zip(cycles, times):
         groups.setdefault(len(t.tree) + t.ptd_rows, []).append(d)
-    deviations = [d / statistics.median(ds) - 1.0 for ds in groups.values() if len(ds) > 1 and statistics.median(ds) > 0
-                  for d in ds]
+    medians = {rows: statistics.median(ds) for rows, ds in groups.items() if len(ds) > 1}
+    deviations = [d / medians[rows] - 1.0 for rows, ds in groups.items() if medians.get(rows, 0) > 0 for d in ds]
     if not deviations or sum(times) <= 0:
         return None
     sigma = math.sqrt(sum(x * x for x in deviations) / len(deviations))
