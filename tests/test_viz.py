@@ -48,7 +48,8 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     """Each node is drawn once, in its source's trace and colour, with a hover that says what the walk made of it."""
     fig = tree_figure(make_trace(), TEXT.get)
     names = {tr.name for tr in fig.data}
-    assert {"PLD spine", "TR branch", "PTD perturbation", "accepted path", "bonus token"} <= names
+    assert {"PLD spine", "TR branch", "accepted path", "bonus token"} <= names
+    assert "PTD perturbation" not in names and "vLLM ngram" not in names  # the legend names the sources drawn
     hovers = " ".join(h for tr in fig.data if tr.hovertext for h in tr.hovertext)
     assert "↵" in hovers and "ghost" not in hovers
     by_token = {h.split("</b>")[0][3:]: h for tr in fig.data if tr.hovertext for h in tr.hovertext}
@@ -65,8 +66,7 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     assert {name: (tr.marker.color, [t for t, x in zip(tr.text, tr.x) if x is not None])
             for name, tr in labels.items()} == {
         "anchor": ("#4b5563", ["def"]), "PLD spine": ("#0072B2", ["␣f", "(", "x"]),
-        "TR branch": ("#E69F00", ["↵", ")", "y", ":"]), "PTD perturbation": ("#009E73", []),
-        "Suffix tree": ("#CC79A7", []), "folded rejected nodes (+N)": ("#4b5563", []),
+        "TR branch": ("#E69F00", ["↵", ")", "y", ":"]), "folded rejected nodes (+N)": ("#4b5563", []),
         "bonus token": ("#D55E00", [":"])}
     assert labels["bonus token"].marker.symbol == ("star",)
     assert {tr.textfont.size for tr in labels.values()} == {16}  # legible from the back row

@@ -31,9 +31,10 @@ from engine.decoding.config import WALK_PRIORITY
 from engine.decoding.trace import CycleTrace
 from engine.sources import REGISTRY, tags
 
-#: Node colours by source (``engine.sources.REGISTRY``); the legend always names every draft source.  The
-#: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set (tests/test_viz.py checks every
-#: pair stays apart under protanopia, deuteranopia and tritanopia).
+#: Node colours by source (``engine.sources.REGISTRY``); a figure's legend names the sources drawn in it.  goose-lens's
+#: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set; the engines' drafters took four
+#: colours searched to stay apart from them (tests/test_viz.py checks every pair stays ``MIN_DELTA_E`` apart in normal
+#: vision and under protanopia, deuteranopia and tritanopia).
 ANCHOR_COLOR = "#4b5563"
 SOURCE_STYLE = {Source.ROOT: (ANCHOR_COLOR, "anchor"), **{i.source: (i.colour, i.label) for i in REGISTRY}}
 BONUS_COLOR = "#D55E00"  # vermillion
@@ -350,12 +351,15 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     drawn = _Drawn(g, pos, visible, labels, token_text, walked=stage in (None, "walk", "bonus"))
     fig = go.Figure()
     _add_edges(fig, drawn, _label_ends(drawn, px_per_col), px_per_col)
-    for src, (color, label) in SOURCE_STYLE.items():  # a folded chain ("⋯N") keeps its source's colour
+    drawn_sources = {Source.ROOT} | {d.get("source") for _, d in g.nodes(data=True)}  # the legend names these: 8
+    # sources and 6 marks would not fit beside a tree
+    styles = {src: style for src, style in SOURCE_STYLE.items() if src in drawn_sources}
+    for src, (color, label) in styles.items():  # a folded chain ("⋯N") keeps its source's colour
         _add_nodes(fig, drawn, lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color,
                    label)
     _add_nodes(fig, drawn, lambda d: d["kind"] == "group", GROUP_COLOR, "folded rejected nodes (+N)")
     _add_nodes(fig, drawn, lambda d: d["kind"] == "bonus", BONUS_COLOR, "bonus token", symbol="star")
-    _add_legend_marks(fig)
+    _add_legend_marks(fig, styles)
     _lay_out(fig, title or default_title(trace), n_rows, span)
     return fig
 
@@ -445,11 +449,11 @@ def _add_edges(fig: go.Figure, drawn: _Drawn, label_ends: tuple[dict, dict], px_
 REJECTED_OPACITY, GHOST_OPACITY = 0.45, 0.25
 
 
-def _add_legend_marks(fig: go.Figure) -> None:
-    """Legend-only entries: each source's colour at full strength (a node trace's own legend mark would take the mean
+def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
+    """Legend-only entries: each drawn source's colour (``styles``: source -> (colour, label)) at full strength (a node trace's own legend mark would take the mean
     of its nodes' opacities, so a source with many rejected nodes read as a faded dot), the folded nodes and the
     bonus token, each in its node trace's legend group (a click hides the group); then what a node's look means."""
-    marks = [(color, label, "circle") for color, label in SOURCE_STYLE.values()]
+    marks = [(color, label, "circle") for color, label in styles.values()]
     for color, label, symbol in (*marks, (GROUP_COLOR, "folded rejected nodes (+N)", "square"),
                                  (BONUS_COLOR, "bonus token", "star")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, legendgroup=label, hoverinfo="skip",

@@ -31,6 +31,7 @@ from ..core.kv_cache import UnsupportedCacheError
 from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, ConfigError, DecodeConfig, Setting
 from ..decoding.cost import load_cost_curve
 from .decoding import make_decoder
+from .deploy import serving_dict
 from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress
 from .lossless import attribute
 from .metrics import summarize
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
               "method": args.method, "prompt_tokens": len(prompt_ids),
               "gt_threshold": decoder.config.gt.threshold, "config": decoder.config.to_dict(),
               "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
+              "serve": serving_dict(config),
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
         ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)

@@ -10,14 +10,19 @@ them, so adding a source is its module plus one line in ``SOURCE_TYPES`` here.
 from __future__ import annotations
 
 from ..core.tree import Source
-from .base import Candidates, DraftSource, Request, Role, Rows, SourceInfo, SourceMemory, Verified
+from .base import Candidates, DraftSource, Request, Role, Rows, Serve, SourceInfo, SourceMemory, Verified
 from .pld import PldSource
+from .llamacpp_ngram import LlamacppNgramSource
 from .ptd import PtdSource
+from .sglang_ngram import SglangNgramSource
 from .suffix import SuffixSource
 from .tr import TrSource
+from .vllm_ngram import VllmNgramSource
+from .vllm_suffix import VllmSuffixSource
 
 #: Every draft source's class, in the order the page, the legend and the tables list them.
-SOURCE_TYPES = (PldSource, TrSource, PtdSource, SuffixSource)
+SOURCE_TYPES = (PldSource, TrSource, PtdSource, SuffixSource,
+                VllmNgramSource, VllmSuffixSource, SglangNgramSource, LlamacppNgramSource)  # the engines' drafters
 #: What the page, figures and tables know of each (``SourceInfo``), same order.
 REGISTRY: tuple[SourceInfo, ...] = tuple(t.info for t in SOURCE_TYPES)
 
@@ -47,5 +52,5 @@ def make_sources(cfg, stats, memory: SourceMemory) -> tuple[DraftSource, ...]:
     return tuple(t(cfg, stats, memory) for t in SOURCE_TYPES if t.info.name in cfg.active_sources)
 
 
-__all__ = ["REGISTRY", "SOURCE_TYPES", "Candidates", "DraftSource", "Request", "Role", "Rows", "SourceInfo",
+__all__ = ["REGISTRY", "SOURCE_TYPES", "Candidates", "DraftSource", "Request", "Role", "Rows", "Serve", "SourceInfo",
            "SourceMemory", "Verified", "info", "make_sources", "tags"]

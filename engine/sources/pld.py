@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 #: Which earlier occurrence of the suffix n-gram the match copies.
 OCCURRENCES = ("earliest", "latest")
@@ -56,6 +56,14 @@ class PldConfig:
                (self.chain_tokens >= 1, f"PLD chain tokens must be >= 1 (got {self.chain_tokens})"),
                one_of(self.match_occurrence, ("auto", *OCCURRENCES), "match occurrence")])
         object.__setattr__(self, "ngram_sizes", tuple(sorted(self.ngram_sizes, reverse=True)))
+
+    def serve(self) -> Serve:
+        """The nearest engine drafter: vLLM's ngram over the same n range and chain length."""
+        return Serve("vLLM", {"method": "ngram", "num_speculative_tokens": self.chain_tokens,
+                              "prompt_lookup_max": max(self.ngram_sizes), "prompt_lookup_min": min(self.ngram_sizes)},
+                     differs="vLLM's ngram copies after the earliest occurrence of the longest suffix match in the "
+                             "whole n range; PLD alone does the same over its listed sizes, and in a Goose tree it "
+                             "takes the latest occurrence and grows confident chains.")
 
 
 @dataclass(frozen=True)

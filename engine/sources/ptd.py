@@ -38,7 +38,7 @@ from typing import ClassVar
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
-from .base import Candidates, Request, Role, Rows, RunConfig, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, Rows, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 #: The tag of PTD's drafting rows: they ride along in the forward and are never verified (PTD §3.2).
 ROW_TAG = Source.declare("ptd-row", verified=False)
@@ -58,6 +58,12 @@ class PtdConfig:
     def __post_init__(self) -> None:
         check([(self.rows >= 2 and self.width >= 1 and self.depth >= 1,
                 "PTD rows must be >= 2, PTD width and depth >= 1")])
+
+    def serve(self) -> Serve:
+        """The nearest engine drafter: SGLang's NGRAM, the production drafter that verifies a tree."""
+        return Serve("SGLang", {"speculative-algorithm": "NGRAM"},
+                     differs="No serving engine rides PTD's drafting rows along the verification forward; SGLang's "
+                             "NGRAM is the nearest training-free tree drafter, from a trie of earlier outputs.")
 
     @property
     def extra_rows(self) -> int:

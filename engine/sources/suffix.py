@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,15 @@ class SuffixConfig:
         check([(self.max_depth >= 1 and self.spec_factor > 0 and 0.0 <= self.min_prob < 1.0
                 and self.memory_tokens >= 0, "suffix depth must be >= 1, spec factor > 0, min probability in "
                 "[0, 1), memory >= 0 tokens")])
+
+    def serve(self) -> Serve:
+        """The nearest engine drafter: vLLM's suffix method with the same depth, factor and probability floor."""
+        return Serve("vLLM", {"method": "suffix", "num_speculative_tokens": self.max_depth,
+                              "suffix_decoding_max_tree_depth": self.max_depth,
+                              "suffix_decoding_max_spec_factor": self.spec_factor,
+                              "suffix_decoding_min_token_prob": self.min_prob},
+                     differs="vLLM verifies one path, the best-scoring over every match length; this suffix method "
+                             "verifies a best-first tree below the longest match (the vllm-suffix method is vLLM's).")
 
 
 class SuffixTrie:

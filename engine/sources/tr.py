@@ -26,7 +26,7 @@ import torch
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
 from ..core.verify import top_successors
-from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 #: TR score definitions (``TrConfig.adjacency_scores``): "softmax" = probability under the full softmax;
 #: "top-k" = softmax over the top-K logits only (the authors' code; a row's K scores sum to 1).
@@ -51,6 +51,12 @@ class TrConfig:
     def __post_init__(self) -> None:
         check([one_of(self.adjacency_scores, ADJACENCY_SCORES, "adjacency scores"),
                (self.bigram_capacity >= 0, f"bigram capacity must be >= 0 (got {self.bigram_capacity})")])
+
+    def serve(self) -> Serve:
+        """The nearest engine drafter: SGLang's NGRAM, the production drafter that verifies a tree."""
+        return Serve("SGLang", {"speculative-algorithm": "NGRAM"},
+                     differs="No serving engine drafts from the model's own logits (Token Recycling's adjacency "
+                             "table); SGLang's NGRAM is the nearest tree drafter, from a trie of earlier outputs.")
 
 #: One table row: successor token ids and their scores, best first.
 Row = tuple[tuple[int, ...], tuple[float, ...]]

@@ -1,0 +1,240 @@
+"""SGLang's NGRAM drafter (``--speculative-algorithm NGRAM``), as a draft source: the one production drafter that
+verifies a tree.
+
+Source: SGLang 0.5.23 (PyPI wheel), ``sglang/kernels/jit/csrc/ngram_corpus/trie.cpp`` (``Trie::insert``,
+``Trie::match``, ``buildRecency``, ``buildFrequency``), ``sglang/srt/speculative/ngram_worker.py`` and the flags of
+``sglang/srt/arg_groups/fields/spec.py``; our own code.
+
+- One trie, kept across requests (a server's is shared by all; here it is one visitor's, ``SourceMemory``).  After
+  every verification step the last ``max_trie_depth`` tokens of prompt and output are inserted, every suffix of
+  them as a path from the root: a node's ``freq`` grows by one per insertion (so once per step while its n-gram
+  stays in that window) and it moves to the front of its parent's recency list.  The prompt is not inserted at
+  prefill (SGLang's FIXME: "not much difference"), so the first cycle drafts from earlier requests only.
+- Matching: every suffix of the context's last ``max_trie_depth`` tokens, longest first, whose node has children,
+  is an anchor; all anchors write into one tree under the last token, equal tokens under one parent merged, until
+  ``speculative_num_draft_tokens - 1`` draft nodes.
+- ``BFS`` (default): an anchor matched on w tokens starts at breadth ``(M - w) x scale + min_bfs_breadth`` (M =
+  ``max_trie_depth - 1``, scale = ``(max_bfs_breadth - min_bfs_breadth) / M``), one scale less per level, at least
+  1; a node's children are taken most recently seen first.  ``PROB``: best first by the product of
+  ``freq / sum of freq`` over a node's ``max_bfs_breadth`` most frequent children (ties: smaller token first).
+- Capacity: beyond a bound on nodes the least recently used leaves go (SGLang's ``--speculative-ngram-capacity``,
+  10,000,000 per server; here ``memory_nodes`` per visitor).
+
+What differs here: SGLang pads the tree to exactly N slots with token 0 under the root (a static shape for CUDA
+graphs); unused slots are not verified here.  Its sibling order is a hash map's; here it is insertion order (greedy
+acceptance does not depend on it).  The decoding loop bounds every tree by D: set D >= N - 1 for SGLang's trees.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..core.checks import check, one_of
+from ..core.estimates import AcceptanceStats
+from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+
+#: ``--speculative-ngram-match-type`` values.
+MATCH_TYPES = ("BFS", "PROB")
+
+
+@dataclass(frozen=True)
+class SglangNgramConfig:
+    """SGLang's NGRAM launch flags under their own names (without ``--``, ``_`` for ``-``), its defaults."""
+
+    speculative_num_draft_tokens: int = 12  # N: tree slots, the root included (SGLang: 12 for NGRAM)
+    speculative_ngram_min_bfs_breadth: int = 1
+    speculative_ngram_max_bfs_breadth: int = 10
+    speculative_ngram_match_type: str = "BFS"  # BFS (recency) | PROB (frequency)
+    speculative_ngram_max_trie_depth: int = 18  # inserted window, longest path and match
+    memory_nodes: int = 100_000  # trie nodes kept, least recently used leaves evicted beyond: goose-lens's bound
+    # on one visitor's trie (~20 MB), not a flag (SGLang's --speculative-ngram-capacity, 10,000,000, is per server)
+
+    FLAT: ClassVar[dict[str, str]] = {name: name for name in (
+        "speculative_num_draft_tokens", "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth",
+        "speculative_ngram_match_type", "speculative_ngram_max_trie_depth")} | {"memory_nodes": "sglang_memory_nodes"}
+    extra_rows: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        check([(self.speculative_num_draft_tokens >= 2, "speculative_num_draft_tokens must be >= 2 (the root and "
+                                                        "one draft)"),
+               (1 <= self.speculative_ngram_min_bfs_breadth <= self.speculative_ngram_max_bfs_breadth,
+                "speculative_ngram_min_bfs_breadth must be >= 1 and <= speculative_ngram_max_bfs_breadth"),
+               one_of(self.speculative_ngram_match_type, MATCH_TYPES, "speculative_ngram_match_type"),
+               (self.speculative_ngram_max_trie_depth >= 2 and self.memory_nodes >= 1,
+                "speculative_ngram_max_trie_depth must be >= 2 and the memory bound >= 1 node")])
+
+    def serve(self) -> Serve:
+        """SGLang's launch flags that run this drafter."""
+        flags = {"speculative-algorithm": "NGRAM"}
+        flags.update({k.replace("_", "-"): v for k, v in self.__dict__.items() if k != "memory_nodes"})
+        return Serve("SGLang", flags, differs="SGLang keeps one trie for the whole server and pads every tree to "
+                                              "N slots; here the trie is this visitor's and padding is not verified.")
+
+
+class TrieNode:
+    __slots__ = ("token", "parent", "freq", "kids")
+
+    def __init__(self, token: int, parent: TrieNode | None) -> None:
+        self.token, self.parent, self.freq = token, parent, 0
+        self.kids: OrderedDict[int, TrieNode] = OrderedDict()  # most recently touched first
+
+
+class NgramTrie:
+    """SGLang's n-gram trie: frequency and recency per child, least recently used leaves evicted beyond
+    ``capacity`` nodes.  Thread-safe: one visitor's race runs two generations at once."""
+
+    def __init__(self, depth: int, capacity: int) -> None:
+        self.depth, self.capacity = depth, capacity
+        self.root = TrieNode(-1, None)
+        self.lru: OrderedDict[int, TrieNode] = OrderedDict()  # id -> node, most recently used first
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        with self.lock:
+            return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+    def insert(self, window: Sequence[int]) -> None:
+        """``Trie::insert``: every suffix of ``window`` as a root path (``depth`` tokens at most)."""
+        with self.lock:
+            for i in range(len(window)):
+                node, path = self.root, []
+                for tok in window[i:i + self.depth]:
+                    child = node.kids.get(tok)
+                    if child is None:
+                        child = node.kids[tok] = TrieNode(tok, node)
+                    child.freq += 1
+                    node.kids.move_to_end(tok, last=False)
+                    node = child
+                    path.append(child)
+                for n in reversed(path):  # ancestors end up in front of their descendants
+                    self.lru[id(n)] = n
+                    self.lru.move_to_end(id(n), last=False)
+            while len(self.lru) > self.capacity:
+                _, leaf = self.lru.popitem()
+                if leaf.kids:  # cannot happen (ancestors are always more recent); kept safe
+                    self.lru[id(leaf)] = leaf
+                    break
+                del leaf.parent.kids[leaf.token]
+
+    def anchors(self, context: Sequence[int]) -> list[tuple[TrieNode, int]]:
+        """``Trie::match``: (node, w) for every suffix of ``context`` (w tokens, longest first) whose node has
+        children."""
+        found = []
+        for w in range(min(len(context), self.depth), 0, -1):
+            node: TrieNode | None = self.root
+            for tok in context[len(context) - w:]:
+                node = node.kids.get(tok)
+                if node is None:
+                    break
+            if node is not None and node.kids:
+                found.append((node, w))
+        return found
+
+
+class SglangNgramSource:
+    """Proposes SGLang's NGRAM draft tree (``candidate_tree``: the method verifies it as proposed)."""
+
+    info = SourceInfo("sglang-ngram", "SGLang ngram", "SGLang", "#785A2D", Role.SPINE,
+                      "from a trie of the n-grams of recent outputs, matched on every suffix (SGLang's NGRAM "
+                      "drafter, a tree)", tint="#FF3C69", method_label="SGLang NGRAM (engine's drafter, tree)",
+                      candidate_tree=True)
+    top_k = 0
+
+    config_type = SglangNgramConfig
+
+    def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
+        self.own: SglangNgramConfig = cfg.source_config(self.info.name)
+        depth, capacity = self.own.speculative_ngram_max_trie_depth, self.own.memory_nodes
+        self.trie: NgramTrie = memory.slot(f"sglang-ngram/depth={depth},capacity={capacity}",
+                                           lambda: NgramTrie(depth, capacity))
+        self.prompt: list[int] = []
+
+    def prefill(self, prompt: Sequence[int], back) -> None:
+        self.prompt = list(prompt)  # not inserted: the first verification step inserts its tail
+
+    def propose(self, request: Request) -> Candidates:
+        own = self.own
+        context = request.tail(own.speculative_ngram_max_trie_depth)
+        slots = own.speculative_num_draft_tokens - 1
+        if request.path:
+            slots = min(slots, request.budget)
+        with self.trie.lock:
+            anchors = self.trie.anchors(context)
+            build = _bfs if own.speculative_ngram_match_type == "BFS" else _prob
+            return build(anchors, slots, own)
+
+    def observe(self, verified: Verified) -> None:
+        window = [*self.prompt, *verified.output][-self.own.speculative_ngram_max_trie_depth:]
+        self.trie.insert(window)
+
+
+class _Tree:
+    """The draft tree being filled: tokens, parents (None = the root), per-candidate estimates, dedup by parent."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parents: list[int | None] = []
+        self.p: list[float] = []
+        self.index: dict[tuple[int | None, int], int] = {}
+
+    def place(self, parent: int | None, node: TrieNode) -> tuple[int, bool]:
+        """(position, new) of ``node``'s token under ``parent``."""
+        key = (parent, node.token)
+        if key in self.index:
+            return self.index[key], False
+        total = sum(k.freq for k in node.parent.kids.values())
+        self.index[key] = len(self.tokens)
+        self.tokens.append(node.token)
+        self.parents.append(parent)
+        self.p.append(node.freq / total)
+        return len(self.tokens) - 1, True
+
+    def candidates(self, match: int) -> Candidates:
+        return Candidates(tuple(self.tokens), tuple(self.parents), tuple(self.p), tuple(self.p), match=match)
+
+
+def _bfs(anchors: list[tuple[TrieNode, int]], slots: int, own: SglangNgramConfig) -> Candidates:
+    """``buildRecency``: breadth by match length, shrinking by ``scale`` per level; children most recent first."""
+    tree = _Tree()
+    top = max(1, own.speculative_ngram_max_trie_depth - 1)
+    scale = (own.speculative_ngram_max_bfs_breadth - own.speculative_ngram_min_bfs_breadth) / top
+    for anchor, w in anchors:
+        queue = deque([(None, (top - w) * scale + own.speculative_ngram_min_bfs_breadth, anchor)])
+        while queue and len(tree.tokens) < slots:
+            parent, breadth, node = queue.popleft()
+            for child in list(node.kids.values())[:max(1, int(breadth))]:
+                if len(tree.tokens) >= slots:
+                    break
+                pos, _ = tree.place(parent, child)
+                queue.append((pos, breadth - scale, child))
+    return tree.candidates(anchors[0][1] if anchors else 0)
+
+
+def _prob(anchors: list[tuple[TrieNode, int]], slots: int, own: SglangNgramConfig) -> Candidates:
+    """``buildFrequency``: best first by the product of normalised frequencies of the top children."""
+    tree, order = _Tree(), 0
+    heap: list = []
+
+    def push(parent: int | None, node: TrieNode, prob: float) -> None:
+        nonlocal order
+        top = sorted(node.kids.values(), key=lambda k: (-k.freq, k.token))[:own.speculative_ngram_max_bfs_breadth]
+        total = sum(k.freq for k in top)
+        for child in top:
+            order += 1
+            heapq.heappush(heap, (-prob * child.freq / total, order, parent, child))
+
+    for anchor, _ in anchors:
+        push(None, anchor, 1.0)
+        while heap and len(tree.tokens) < slots:
+            neg, _, parent, node = heapq.heappop(heap)
+            pos, _ = tree.place(parent, node)
+            push(pos, node, -neg)
+    return tree.candidates(anchors[0][1] if anchors else 0)
