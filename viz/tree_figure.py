@@ -450,8 +450,9 @@ REJECTED_OPACITY, GHOST_OPACITY = 0.45, 0.25
 
 
 def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
-    """Legend-only entries: each drawn source's colour (``styles``: source -> (colour, label)) at full strength (a node trace's own legend mark would take the mean
-    of its nodes' opacities, so a source with many rejected nodes read as a faded dot), the folded nodes and the
+    """Legend-only entries: each drawn source's colour at full strength (``styles``: source -> (colour, label); a node
+    trace's own legend mark would take the mean of its nodes' opacities, so a source with many rejected nodes read as
+    a faded dot), the folded nodes and the
     bonus token, each in its node trace's legend group (a click hides the group); then what a node's look means."""
     marks = [(color, label, "circle") for color, label in styles.values()]
     for color, label, symbol in (*marks, (GROUP_COLOR, "folded rejected nodes (+N)", "square"),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..core.tree import Source
 from .base import Candidates, DraftSource, Request, Role, Rows, Serve, SourceInfo, SourceMemory, Verified
-from .pld import PldSource
 from .llamacpp_ngram import LlamacppNgramSource
+from .pld import PldSource
 from .ptd import PtdSource
 from .sglang_ngram import SglangNgramSource
 from .suffix import SuffixSource
