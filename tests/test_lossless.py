@@ -55,6 +55,18 @@ CONFIGS = {
     "goose+suffix-longest-match": {"sources": ("pld", "tr", "suffix"), "spine_rule": "longest-match"},
     "goose-every-source": {"sources": ("pld", "tr", "ptd", "suffix"), "gt_threshold": 0.0},
     "paper+suffix": {**PRESETS["paper"], "sources": ("pld", "tr", "suffix")},
+    # the engines' drafters (issue 35): each alone, the GT rule off (as the engine verifies), and mixed into Goose
+    "method-vllm-ngram": {"method": "vllm-ngram", "vllm_prompt_lookup_min": 2},
+    "method-vllm-ngram-c0": {"method": "vllm-ngram", "gt_threshold": 0.0},
+    "method-vllm-suffix": {"method": "vllm-suffix"},
+    "method-vllm-suffix-c0": {"method": "vllm-suffix", "gt_threshold": 0.0},
+    "method-sglang-ngram": {"method": "sglang-ngram", "max_depth": 16},
+    "method-sglang-ngram-prob-c0": {"method": "sglang-ngram", "speculative_ngram_match_type": "PROB",
+                                    "gt_threshold": 0.0},
+    "method-llamacpp-ngram": {"method": "llamacpp-ngram", "spec_ngram_simple_size_n": 3,
+                              "spec_ngram_simple_size_m": 16},
+    "method-llamacpp-ngram-c0": {"method": "llamacpp-ngram", "spec_ngram_simple_size_n": 2, "gt_threshold": 0.0},
+    "goose+engines": {"sources": ("pld", "tr", "vllm-suffix", "sglang-ngram"), "gt_threshold": 0.0},
     # the authors' implementation (PRESETS["paper"]): extended chains, raised budgets, spines past D
     "paper": PRESETS["paper"],
     "paper-method-pld": {**PRESETS["paper"], "method": "pld"},

@@ -109,6 +109,8 @@ VERIFIERS = {
     "pld chain, HSD, T=0.8 top-k 5": dict(method="pld", verifier="hsd", temperature=0.8, sample_top_k=5),
     "pld chain, tree walk, T=1 top-p 0.9": dict(method="pld", verifier="tree", top_p=0.9),
     "suffix tree, T=1": dict(method="suffix"),  # frequency-ranked candidate tree, SpecInfer walk
+    "SGLang ngram tree, T=1": dict(method="sglang-ngram"),  # an engine's tree drafter, SpecInfer walk (issue 35)
+    "vLLM ngram chain, T=1": dict(method="vllm-ngram", vllm_prompt_lookup_min=1),
 }
 
 

@@ -27,6 +27,10 @@ CONFIGS = {
     "method-tr": ({"method": "tr"}, "tr"),
     "method-iso3": ({"method": "iso3"}, None),
     "method-ptd": ({"method": "ptd"}, "ptd"),
+    "method-vllm-ngram": ({"method": "vllm-ngram", "vllm_prompt_lookup_min": 2}, "vllm-ngram"),  # issue 35
+    "method-vllm-suffix": ({"method": "vllm-suffix"}, "vllm-suffix"),
+    "method-sglang-ngram": ({"method": "sglang-ngram"}, "sglang-ngram"),
+    "method-llamacpp-ngram": ({"method": "llamacpp-ngram", "spec_ngram_simple_size_n": 3}, "llamacpp-ngram"),
 }
 #: the quick tier's configurations (issue 32): the page default and PLD, TR, Iso(3); the rest run with --full
 QUICK = ("page-default", "method-pld", "method-tr", "method-iso3")

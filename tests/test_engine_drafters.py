@@ -1,0 +1,166 @@
+"""Fidelity of the engines' drafters (issue 35): drafts on hand-made token sequences, each case following from the
+engine's code at the version its module names.
+
+- vLLM ngram: ``vllm/v1/spec_decode/ngram_proposer.py`` ``_find_longest_matched_ngram_and_propose_tokens`` (commit
+  adce4e9a); the cases are that function's results (its docstring example first).
+- vLLM suffix: Arctic Inference ``csrc/suffix_decoding/suffix_tree.cc`` ``SuffixTree::speculate`` /
+  ``_speculate_path`` (v0.1.0 onward), results of the compiled C++ on the same trees.
+- SGLang NGRAM: ``ngram_corpus/trie.cpp`` ``buildRecency`` / ``buildFrequency`` (0.5.23); the draft sets of the
+  compiled 0.5.5 C++ on the same trie (the two versions agree on these cases; 0.5.23 also drops anchors without
+  children, as here).
+- llama.cpp ngram-simple: ``common/ngram-map.cpp`` ``common_ngram_simple_draft`` (b10309), the worked example of its
+  backward scan first.
+"""
+from __future__ import annotations
+
+import pytest
+
+from engine.core.estimates import AcceptanceStats
+from engine.decoding.config import DecodeConfig
+from engine.sources import Request, SourceMemory, make_sources
+from engine.sources.llamacpp_ngram import simple_draft
+from engine.sources.sglang_ngram import NgramTrie, SglangNgramConfig, _bfs, _prob
+from engine.sources.vllm_ngram import FirstOccurrences
+from engine.sources.vllm_suffix import OrderedTrie
+
+
+def vllm_ngram(tokens: list[int], lo: int, hi: int, k: int) -> list[int]:
+    index = FirstOccurrences(lo, hi)
+    index.extend(tokens)
+    return list(index.draft(k, tokens)[0])
+
+
+@pytest.mark.parametrize("tokens, lo, hi, k, draft", [
+    ([1, 2, 3, 4, 2, 3], 2, 3, 4, [4, 2, 3]),  # the function's docstring example
+    ([5, 1, 2, 9, 1, 2, 8, 1, 2], 2, 2, 3, [9, 1, 2]),  # tie between occurrences: the earliest
+    ([1, 2, 7, 0, 3, 1, 2, 6, 0, 3, 1, 2], 1, 3, 3, [6, 0, 3]),  # a longer match beats an earlier shorter one
+    ([7, 7, 7, 7, 7], 2, 3, 4, [7, 7]),  # the occurrence may overlap the suffix; the context's end cuts the draft
+    ([1, 2, 1, 2, 1, 2], 2, 2, 5, [1, 2, 1, 2]),  # match at the end: fewer than k tokens follow
+    ([1, 2, 3, 4, 5, 3], 2, 3, 4, []),  # no match of min tokens or more
+    ([1, 2, 3, 9, 2, 3], 3, 3, 4, []),  # a shorter match below the window's minimum does not count
+    ([1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], 2, 3, 3, [0, 1, 2]),  # the window's maximum caps the match
+    ([1, 1], 3, 5, 3, []),  # a context shorter than the minimum
+    ([10, 11, 12, 13, 14, 15, 16, 10, 11, 12, 13, 14], 5, 5, 3, [15, 16, 10]),  # vLLM's defaults: min = max = 5
+])
+def test_vllm_ngram_drafts_as_vllm(tokens, lo, hi, k, draft):
+    assert vllm_ngram(tokens, lo, hi, k) == draft
+
+
+def test_vllm_ngram_index_grows_with_the_context():
+    """Indexed incrementally, the draft is the one a fresh index of the whole context gives."""
+    index = FirstOccurrences(2, 3)
+    seq = [1, 2, 3, 4, 2, 3, 4, 1, 2, 3]
+    for i in range(len(seq)):
+        index.extend(seq[len(index.tokens):i + 1])
+        assert list(index.draft(4, seq[:i + 1])[0]) == vllm_ngram(seq[:i + 1], 2, 3, 4)
+
+
+def suffix_tree(seqs: list[list[int]], depth: int = 24) -> OrderedTrie:
+    trie = OrderedTrie(depth)
+    for s in seqs:
+        trie.start()
+        trie.append(s)
+    return trie
+
+
+@pytest.mark.parametrize("seqs, context, most, factor, depth, tokens, probs", [
+    # a node counts the occurrence at the sequence's end too: "4" always followed "1 2 3", yet reads 0.5
+    ([[1, 2, 3, 4, 5, 9, 1, 2, 3]], [1, 2, 3, 4, 5, 9, 1, 2, 3], 24, 1.0, 24, [4, 5, 9], [.5, .5, .5]),
+    ([[1, 2, 3, 4, 5, 9, 1, 2, 3]], [1, 2, 3, 4, 5, 9, 1, 2, 3], 1, 1.0, 24, [4], [.5]),  # num_speculative_tokens
+    ([[1, 2, 3, 4, 5, 9, 1, 2, 3]], [1, 2, 3, 4, 5, 9, 1, 2, 3], 24, 0.5, 24, [4], [.5]),  # int(3 x 0.5) = 1
+    ([[7, 8, 1, 7, 8, 1, 7, 8, 2, 7, 8]], [7, 8, 1, 7, 8, 1, 7, 8, 2, 7, 8], 24, 1.0, 24, [1, 7], [.5, .5]),
+    ([[10, 11, 12, 13, 14, 15], [10, 11, 12, 13, 20, 21], [10, 11, 12, 13, 14, 15]], [99, 12, 13], 24, 1.0, 24,
+     [14, 15], [2 / 3, 2 / 3]),  # the most frequent child; the running product
+    ([[10, 11, 12, 13, 14, 15], [10, 11, 12, 13, 20, 21]], [12, 13], 24, 1.0, 24, [14], [.5]),  # window limit: a
+    # two-token pattern tries a one-token match only
+    ([[5, 6, 1], [5, 6, 2]], [0, 5, 6], 24, 1.0, 24, [1], [.5]),  # a tie between children: the first inserted
+    ([[5, 6, 1], [5, 6, 2], [5, 6, 1]], [0, 5, 6], 24, 1.0, 24, [1], [2 / 3]),
+    ([[1, 2, 3, 4, 5, 6, 7, 8]], [0, 1, 2], 24, 1.0, 4, [3, 4], [1, 1]),  # depth 4: match 2 + 2 drafted
+    ([[1, 2, 3, 4, 5, 6, 7, 8]], [0, 1], 24, 10.0, 4, [2, 3, 4], [1, 1, 1]),  # the depth caps match + draft
+    ([[1, 2, 3]], [7, 8, 9], 24, 1.0, 24, [], []),  # no match
+])
+def test_vllm_suffix_speculates_as_arctic(seqs, context, most, factor, depth, tokens, probs):
+    got, got_probs, _ = suffix_tree(seqs, depth).speculate(context, most, factor, 0.1)
+    assert got == tokens and got_probs == pytest.approx(probs)
+
+
+def test_vllm_suffix_sibling_order_follows_arctic_after_removal():
+    """A removed response takes its counts back out; the order of equal counts is Arctic's (head of the group)."""
+    trie = suffix_tree([[5, 6, 1], [5, 6, 2], [5, 6, 2]])
+    assert trie.speculate([0, 5, 6], 24, 1.0, 0.1)[0] == [2]
+    trie.remove([5, 6, 2])
+    assert trie.find([5, 6]).count == 2 and trie.speculate([0, 5, 6], 24, 1.0, 0.1)[0] == [2]  # 2 moved first
+    trie.remove([5, 6, 1])
+    assert trie.find([5, 6]).order == [2] and trie.root.count == 3
+
+
+def sglang_trie(seqs: list[list[int]]) -> NgramTrie:
+    trie = NgramTrie(18, 10_000)
+    for s in seqs:
+        trie.insert(s)
+    return trie
+
+
+SGL_SEQS = [list(range(1, 11)), [1, 2, 3, 44, 55, 66, 77, 88, 99, 100], list(range(1, 11))]
+
+
+@pytest.mark.parametrize("match_type, context, drafts", [
+    ("BFS", [1, 2, 3], {44, 55, 66, 4, 5, 6, 7}),  # two branches, breadth by recency
+    ("PROB", [1, 2, 3], {4, 5, 6, 7, 8, 9, 10}),  # freq(4) = 2 beats freq(44) = 1 all the way down
+    ("BFS", [3, 44], {55, 66, 77, 88, 99, 100}),  # fewer nodes than slots (SGLang pads with token 0)
+    ("BFS", [3, 6, 999], set()),  # no match
+])
+def test_sglang_ngram_drafts_as_sglang(match_type, context, drafts):
+    own = SglangNgramConfig(speculative_num_draft_tokens=8, speculative_ngram_match_type=match_type)
+    trie = sglang_trie(SGL_SEQS)
+    build = _bfs if match_type == "BFS" else _prob
+    cands = build(trie.anchors(context), own.speculative_num_draft_tokens - 1, own)
+    assert set(cands.tokens) == drafts and len(cands) == len(drafts)
+    chains = {}  # every drafted node hangs under its trie parent
+    for tok, parent in zip(cands.tokens, cands.parents):
+        chains[tok] = None if parent is None else cands.tokens[parent]
+    if match_type == "BFS" and context == [1, 2, 3]:
+        assert chains == {4: None, 44: None, 5: 4, 55: 44, 6: 5, 66: 55, 7: 6}
+
+
+def test_sglang_ngram_breadth_narrows_with_the_match():
+    """A longer match gets a narrower tree: (M - w) x scale + min breadth children at the first level."""
+    trie = sglang_trie([[1, 2, 3, k] for k in range(10, 20)])
+    own = SglangNgramConfig()
+    wide = _bfs(trie.anchors([9, 3]), 11, own)  # w = 1 ("3"): breadth (17 - 1) x 9/17 + 1 = 9.5 -> 9
+    assert len(wide.roots()) == 9
+    narrow = _bfs(trie.anchors([1, 2, 3])[:1], 11, own)  # w = 3 alone: breadth (17 - 3) x 9/17 + 1 = 8.4 -> 8
+    assert len(narrow.roots()) == 8
+
+
+def test_sglang_ngram_inserts_after_each_step_not_at_prefill():
+    """The prompt is not inserted at prefill: the first cycle drafts nothing from it."""
+    cfg = DecodeConfig.of(method="sglang-ngram")
+    (src,) = make_sources(cfg, AcceptanceStats(), SourceMemory())
+    src.prefill([1, 2, 3, 4, 1, 2, 3], None)
+    assert len(src.propose(Request([1, 2, 3, 4, 1, 2, 3]))) == 0
+
+
+@pytest.mark.parametrize("context, n, m, draft", [
+    ([99, 1, 2, 7, 8, 3, 4, 1, 2], 2, 2, (7, 8)),  # the module's worked example (sampled token 2)
+    ([99, 1, 2, 7, 8, 3, 4, 1, 9], 2, 2, ()),  # no match
+    ([1, 2, 7, 8, 1, 2, 5, 6, 0, 1, 2], 2, 2, (5, 6)),  # ties between occurrences: the most recent
+    ([1, 2, 5, 6, 7, 8, 9, 0, 1, 2], 2, 2, ()),  # position 0 is never matched
+    ([1, 2, 7, 8, 9], 2, 2, ()),  # history of n + m + 1 tokens or fewer: nothing
+    ([9, 1, 2, 7, 3, 4, 5, 6, 1, 2], 2, 5, (7, 3, 4, 5, 6)),  # up to m tokens after the match
+    ([9] * 8 + [1] * 5, 3, 3, ()),  # fewer than n tokens follow the most recent occurrence
+])
+def test_llamacpp_ngram_simple_drafts_as_llamacpp(context, n, m, draft):
+    assert simple_draft(context, n, m) == draft
+
+
+def test_arctic_inference_agrees_when_installed():
+    """Where Arctic Inference's suffix cache is installed (vLLM's GPU deployments have it), our tree speculates as its
+    C++ tree on a hand-made request."""
+    cache_mod = pytest.importorskip("arctic_inference.suffix_decoding", reason="Arctic Inference is not installed "
+                                    "(PyPI ships only its source, built beside a CUDA build of vLLM)")
+    cache = cache_mod.SuffixDecodingCache(max_tree_depth=24, max_cached_requests=10)
+    prompt = [1, 2, 3, 4, 5, 9, 1, 2, 3]
+    cache.start_request("r", prompt)
+    draft = cache.speculate("r", prompt, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1)
+    assert list(draft.token_ids) == suffix_tree([prompt]).speculate(prompt, 24, 1.0, 0.1)[0]
