@@ -10,6 +10,7 @@ from engine.product.loading import ModelRegistry
 from engine.product.page_settings import RANGES
 from page.contract import Drawing, Endpoint, Page, wire
 from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step_through
+from page.drafter import method_fields, serve_fields
 from page.frames import keep_in_range, or_skip
 from page.generate import GENERATE_OUT, generate
 from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model, remeasure_curve
@@ -109,6 +110,12 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
     wire(page.preset.input, Endpoint(preset_fields, ("preset",), ("prompt", "prompt_format")), page,
          api_visibility="private")
     page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
+    wire(page.method.input, Endpoint(method_fields, ("settings",), ("drafter", "serve")), page,
+         api_visibility="private", show_progress="hidden")
+    for trigger in (page.drafter.input, page.auto_c.input, page.gt_threshold.release, page.budget.release,
+                    page.sources.input):  # the command follows the settings it reads
+        wire(trigger, Endpoint(serve_fields, ("settings",), ("serve",)), page, api_visibility="private",
+             show_progress="hidden")
     page.auto_c.input(lambda a: gr.Slider(interactive=not a), page.auto_c, page.gt_threshold, api_visibility="private")
     wire(page.load_btn.click, Endpoint(load_other_model, ("model_name", "device", "dtype", "model_key"),
                                        ("model_status", "model_key", "header", "prompt_format", "lesson"),

@@ -7,11 +7,13 @@ import plotly.graph_objects as go
 
 from engine.decoding.config import METHODS
 from engine.product.cost_cache import known_cost_curve
+from engine.product.deploy import serving_text
 from engine.product.loading import LoadedModel, ModelRegistry
 from engine.product.page_settings import RANGES
 from engine.product.policy import RACE_SECONDS
 from engine.sources import REGISTRY, SourceMemory
 from page.contract import Drawing, Endpoint, Page, wire
+from page.drafter import NO_DRAFTER
 from page.events import wire_events
 from page.frames import INITIAL
 from page.help import HOW_TO_READ
@@ -112,6 +114,12 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
     s = INITIAL
     with gr.Accordion("Method and tree shape", open=False):
         page.method = gr.Dropdown(METHOD_CHOICES, value=s.method, label="Method")
+        page.drafter = gr.Textbox(s.drafter, label="Drafter settings (name=value, …: an engine's drafter takes its "
+                                  "engine's own names)", placeholder=NO_DRAFTER, interactive=bool(s.drafter),
+                                  elem_id="drafter")
+        page.serve = gr.Textbox(serving_text(s.to_config()), label="Serve this drafter: the engine's command (the "
+                                "nearest engine setting for goose-lens's own methods, and what differs)", lines=2,
+                                buttons=["copy"], interactive=False, elem_id="serve")
         page.sources = gr.CheckboxGroup(SOURCE_CHOICES, value=list(s.sources), label="Draft sources (Goose, Iso)")
         page.budget = _slider("budget", s.budget, 1, "Node budget B (anchor included)")
         page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")

@@ -1,4 +1,6 @@
-"""Flags out: the serving engine's configuration that reproduces the drafter of a run, or the nearest one.
+"""Flags in and out: a single-source method's own settings as text (the page's "Drafter settings" box: the engine's
+own names for the engines' drafters), and the serving engine's configuration that reproduces a run's drafter, or the
+nearest one.
 
 A method that drafts with one source reads its source's ``serve()`` (the engines' drafters give their own flags;
 goose-lens's sources the nearest engine drafter and what differs); Goose, Iso(k) and AR are named here.  The engines'
@@ -6,9 +8,11 @@ flag names and versions are in each source's module (``engine/sources/vllm_ngram
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import fields, replace
+from typing import Any
 
-from ..decoding.config import SOURCES, DecodeConfig
+from ..decoding.config import SOURCES, ConfigError, DecodeConfig
 from ..sources import Serve
 
 #: What goose-lens verifies otherwise than a serving engine, said of every method with a GT rule that prunes.
@@ -44,3 +48,56 @@ def serving_text(cfg: DecodeConfig) -> str:
     """``serving`` for people: the command, then what differs (the page's "Serve this drafter" box)."""
     found = serving_dict(cfg)
     return found["command"] + (f"\n# {found['differs']}" if found["differs"] else "")
+
+
+def drafter_text(cfg: DecodeConfig) -> str:
+    """The method's own source settings as ``name=value, ...`` (field names: the engine's own for its drafters); ""
+    for a method of several sources (Goose, Iso(k)) or none (AR)."""
+    if cfg.method not in SOURCES:
+        return ""
+    own = cfg.source_config(cfg.method)
+    return ", ".join(f"{f.name}={_word(getattr(own, f.name))}" for f in fields(own))
+
+
+def with_drafter(cfg: DecodeConfig, text: str) -> DecodeConfig:
+    """``cfg`` with the method's own settings from ``text`` (``drafter_text``'s form; ``--flag-name value`` pairs
+    and new lines read too; names not given keep their values).
+
+    Raises:
+        ConfigError: a name the method's drafter does not have, a value of the wrong kind, or out of range (one
+            sentence naming it).
+    """
+    if not (text or "").strip() or cfg.method not in SOURCES:
+        return cfg
+    own = cfg.source_config(cfg.method)
+    known = {f.name: getattr(own, f.name) for f in fields(own)}
+    changes = {}
+    for item in re.split(r"[,\n]|\s(?=--)", text):
+        name, _, value = item.strip().lstrip("-").replace("=", " ", 1).partition(" ")
+        name = name.replace("-", "_")
+        if not name:
+            continue
+        if name not in known:
+            raise ConfigError(f"Drafter settings: {name!r} is not a setting of {cfg.method}; its settings are "
+                              f"{', '.join(known)}.")
+        changes[type(own).FLAT.get(name, name)] = _value(value.strip(), known[name], name)
+    return cfg.with_(**changes)
+
+
+def _word(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _value(text: str, default: Any, name: str) -> Any:
+    """``text`` as the kind of ``default`` (a tuple: numbers separated by spaces)."""
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes", "on")
+        if isinstance(default, tuple):
+            return tuple(int(x) for x in text.split())
+        return type(default)(text)
+    except ValueError:
+        raise ConfigError(f"Drafter settings: {name} must be {type(default).__name__} like {_word(default)} "
+                          f"(got {text!r}).") from None

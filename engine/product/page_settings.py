@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.config import SETTINGS, ConfigError, DecodeConfig
+from .deploy import with_drafter
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -48,6 +49,7 @@ class PageSettings:
     seed: Any = _DEFAULT.sampler.seed
     verifier: str = _DEFAULT.sampler.verifier
     prompt_format: str = "chat"  # "chat": through the chat template when the model has one; "raw": as is
+    drafter: Any = ""  # the single-source method's own settings, ``name=value, ...`` (``deploy.with_drafter``)
 
     def clamped(self, max_new_tokens: int | None = None) -> tuple[PageSettings, list[str]]:
         """These settings with every number brought into the page's range (``RANGES``; ``max_new_tokens`` caps
@@ -77,6 +79,10 @@ class PageSettings:
 
     def to_config(self) -> DecodeConfig:
         """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""
+        return with_drafter(self._shared_config(), str(self.drafter or ""))
+
+    def _shared_config(self) -> DecodeConfig:
+        """The settings every method has (the tree's shape, GT, sampling)."""
         return DecodeConfig.of(method=self.method or _DEFAULT.method, budget=_number(self.budget, "node budget B", int),
                                max_depth=_number(self.max_depth, "max depth D", int),
                                spine_ratio=None if self.auto_r else _number(self.spine_ratio, "spine ratio r", float),
