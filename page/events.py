@@ -15,6 +15,7 @@ from page.frames import keep_in_range, or_skip
 from page.generate import GENERATE_OUT, generate
 from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model, remeasure_curve
 from page.presets import preset_fields
+from page.production import PRODUCTION_OUT, compare_production, import_production
 from page.race import RACE_OUT, race
 from page.static import FULLSCREEN, TOGGLE_DARK
 from page.sweep import SWEEP_OUT, open_sweep_run, sweep
@@ -101,6 +102,10 @@ def wire_cycles(page: Page, models: ModelRegistry) -> None:
          api_visibility="private")
     wire(page.import_file.upload, Endpoint(import_trace, ("import_file", "drawing", "model_key"), IMPORT_OUT, bound),
          page, api_name="import_trace")
+    wire(page.import_production.upload, Endpoint(import_production, ("import_production", "run"), PRODUCTION_OUT),
+         page, api_name="import_production")
+    wire(page.compare_btn.click, Endpoint(compare_production, ("production", "run"), PRODUCTION_OUT[1:4]), page,
+         api_visibility="private")
     wire(page.sweep_open.input, Endpoint(open_sweep_run, ("sweep_open", "sweep_state", "drawing", "model_key"),
                                          (*GENERATE_OUT, "header"), bound), page, api_visibility="private")
 
@@ -112,7 +117,7 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
     page.auto_r.input(lambda a: gr.Slider(interactive=not a), page.auto_r, page.spine_ratio, api_visibility="private")
     wire(page.method.input, Endpoint(method_fields, ("settings",), ("drafter", "serve")), page,
          api_visibility="private", show_progress="hidden")
-    for trigger in (page.drafter.input, page.auto_c.input, page.gt_threshold.release, page.budget.release,
+    for trigger in (page.drafter.change, page.auto_c.input, page.gt_threshold.release, page.budget.release,
                     page.sources.input):  # the command follows the settings it reads
         wire(trigger, Endpoint(serve_fields, ("settings",), ("serve",)), page, api_visibility="private",
              show_progress="hidden")

@@ -171,6 +171,20 @@ def _model_and_trace_files(page: Page, models: ModelRegistry, options: PageOptio
         page.import_file = gr.UploadButton("Import a trace (.json) to replay it", file_types=[".json"], type="filepath",
                                            elem_id="import-trace")  # a button, not gr.File: gr.File's upload
         # progress logged "Method not implemented." twice per file on the browser console (gradio's, #12002)
+    with gr.Accordion("Production numbers: your deployment's acceptance beside this drafter here", open=False,
+                      elem_id="production-section"):
+        page.production = gr.State(None)  # this visitor's imported figures (``Production``)
+        gr.Markdown("Upload what your server reports: vLLM's `/metrics` text, SGLang's `/generate` JSON (its "
+                    "`meta_info`), or llama.cpp's `/completion` JSON (its `timings`). Then run the same drafter here "
+                    "(the method menu and its drafter settings) on a prompt of yours and compare.")
+        with gr.Row():
+            page.import_production = gr.UploadButton("Import deployment numbers", type="filepath",
+                                                     file_types=[".txt", ".json", ".jsonl", ".prom"],
+                                                     elem_id="import-production")
+            page.compare_btn = gr.Button("Compare with the last run", elem_id="compare-production")
+        page.production_notice = gr.Markdown(elem_id="production-notice")  # a file that could not be read
+        page.production_summary = gr.Markdown(elem_id="production-summary")
+        page.production_chart = gr.Plot(show_label=False, elem_id="production-chart")
     with gr.Accordion("How to read this", open=False):
         gr.Markdown(HOW_TO_READ)
     gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS), elem_classes=["small"])
