@@ -104,7 +104,7 @@ def parse_methods(text: str, draft_model: str | None) -> list[str]:
 
 def method_config(name: str) -> dict:
     """``DecodeConfig`` settings (flat names) of an engine method name: 'goose', 'goose+ptd', 'goose+ptd@ptd>pld>tr',
-    'goose-paper', 'goose/c=0', 'goose:budget=16', ...
+    'goose-paper', 'goose/c=0', 'goose:budget=16', 'vllm-ngram:vllm_prompt_lookup_min=2', ...
 
     Raises:
         BenchError: unknown method, source or priority.
@@ -112,7 +112,8 @@ def method_config(name: str) -> dict:
     head, *assignments = name.split(":")
     variant, _, threshold = head.partition("/c=")
     spec, _, priority = variant.partition("@")
-    spec, _, preset = spec.partition("-")
+    base, _, preset = spec.rpartition("-")  # 'goose-paper'; a method's own hyphen ('vllm-ngram') is no preset
+    spec, preset = (base, preset) if base and preset in PRESETS else (spec, "")
     method, *extra = spec.split("+")
     if method not in METHODS or (preset and preset not in PRESETS):
         raise BenchError(f"unknown method {name!r}; choose from {', '.join(METHODS + tuple(HF_METHODS))} "
