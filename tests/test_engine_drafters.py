@@ -164,3 +164,40 @@ def test_arctic_inference_agrees_when_installed():
     cache.start_request("r", prompt)
     draft = cache.speculate("r", prompt, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1)
     assert list(draft.token_ids) == suffix_tree([prompt]).speculate(prompt, 24, 1.0, 0.1)[0]
+
+
+@pytest.mark.parametrize("method, engine, key", [
+    ("vllm-ngram", "vLLM", "prompt_lookup_max"), ("vllm-suffix", "vLLM", "suffix_decoding_max_tree_depth"),
+    ("sglang-ngram", "SGLang", "speculative-ngram-match-type"), ("llamacpp-ngram", "llama.cpp", "spec-type"),
+    ("pld", "vLLM", "prompt_lookup_min"), ("suffix", "vLLM", "suffix_decoding_min_token_prob"),
+    ("goose", "SGLang", "speculative-num-draft-tokens"), ("tr", "SGLang", "speculative-algorithm"),
+])
+def test_every_method_says_the_engine_setting_that_serves_its_drafter(method, engine, key):
+    """Flags out: an engine's drafter at c = 0 is the engine's own (nothing differs); goose-lens's methods name the
+    nearest and what differs; no command holds a path of this machine."""
+    from engine.product.deploy import serving_dict
+
+    found = serving_dict(DecodeConfig.of(method=method, gt_threshold=0.0))
+    assert found["engine"] == engine and key in found["flags"] and "MODEL" in found["command"]
+    assert (found["differs"] == "") == (method in ("vllm-ngram", "vllm-suffix", "llamacpp-ngram"))
+    assert "GT rule" in serving_dict(DecodeConfig.of(method=method))["differs"]  # GT auto may verify fewer
+
+
+def test_drafter_settings_round_trip_through_the_command_line():
+    """Flags in: the drafter text the page shows, and the command the page writes, make the same config again."""
+    import shlex
+
+    from engine.product.deploy import drafter_text, with_drafter
+    from engine.product.generate import command_line, config_from_args, parse_args
+
+    config = with_drafter(DecodeConfig.of(method="sglang-ngram"), "speculative_ngram_match_type=PROB, "
+                                                                  "--speculative-num-draft-tokens 8")
+    assert "speculative_num_draft_tokens=8" in drafter_text(config)
+    assert "speculative_ngram_match_type=PROB" in drafter_text(config)
+    command = command_line(config, model="demo", prompt="x")
+    assert "--drafter" in command and "# not expressible" not in command
+    assert config_from_args(parse_args(shlex.split(command)[3:])) == config
+    from engine.decoding.config import ConfigError
+
+    with pytest.raises(ConfigError, match="is not a setting of sglang-ngram"):
+        with_drafter(config, "prompt_lookup_min=2")

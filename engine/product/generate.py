@@ -2,8 +2,8 @@
 
     python -m engine.product.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
         [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C] [--cost-curve SPEC|FILE]
-        [--method goose|pld|tr|ptd|suffix|iso3|iso5|ar]
-        [--sources pld,tr,ptd,suffix] [--walk-priority pld,suffix,ptd,tr]
+        [--method goose|pld|tr|ptd|suffix|vllm-ngram|vllm-suffix|sglang-ngram|llamacpp-ngram|iso3|iso5|ar]
+        [--drafter 'NAME=VALUE, ...'] [--sources pld,tr,ptd,suffix] [--walk-priority pld,suffix,ptd,tr]
         [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
         [--check-lossless] [--json]
 
@@ -12,7 +12,9 @@ With ``--check-lossless`` (greedy only) the token ids are compared with
 are identical.  In half precision a batched verification forward rounds differently from a one-token AR
 step, so a near-tie may flip: the first difference is attributed (``engine.product.lossless.attribute``)
 and reported as ``divergence``; ``lossless`` stays true for a *precision tie* and is false for a bug.
-The JSON result carries the cost curve the run read (``cost_curve``: id, spec, values);
+The JSON result carries the cost curve the run read (``cost_curve``: id, spec, values) and the serving
+engine's configuration that reproduces the method's drafter, or the nearest one (``serve``: engine, flags,
+command, what differs; ``engine.product.deploy``);
 ``--cost-curve`` with that spec, or with the result file itself, reproduces the run's trees exactly on
 any machine.  Sampling (``--temperature`` > 0) is lossless in distribution, which a single run
 cannot show: tests/test_sampling.py checks it statistically.  Exit status: 0 on
@@ -28,10 +30,10 @@ import sys
 from pathlib import Path
 
 from ..core.kv_cache import UnsupportedCacheError
-from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, ConfigError, DecodeConfig, Setting
+from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, SOURCES, ConfigError, DecodeConfig, Setting
 from ..decoding.cost import load_cost_curve
 from .decoding import make_decoder
-from .deploy import serving_dict
+from .deploy import drafter_text, serving_dict, with_drafter
 from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress
 from .lossless import attribute
 from .metrics import summarize
@@ -66,6 +68,10 @@ def add_config_options(ap: argparse.ArgumentParser, *, method: bool = True) -> N
     for setting in SETTINGS.values():
         if setting.shown.cli and (method or setting.name != "method"):
             _add_option(ap, setting)
+    if method:
+        ap.add_argument("--drafter", default="", metavar="'NAME=VALUE, ...'",
+                        help="a single-source method's own settings, by their names (an engine's drafter: the "
+                             "engine's own, e.g. 'prompt_lookup_min=2, num_speculative_tokens=8' for vllm-ngram)")
     ap.add_argument("--preset", default="default", choices=tuple(PRESETS),
                     help="named configuration the other options change (paper = the Goose authors' implementation)")
     ap.add_argument("--cost-curve", default=None,
@@ -95,8 +101,9 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
     keeps the preset's value).  Raises ``ConfigError`` for an unknown preset or a value out of range."""
     options = {k: v for k, v in vars(args).items() if k in FLAT_NAMES}
     preset = PRESETS.get(args.preset, {})
-    return DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()
-                                               if k not in preset or v != _DEFAULT.get(k)})
+    config = DecodeConfig.preset(args.preset, **{k: v for k, v in options.items()
+                                                 if k not in preset or v != _DEFAULT.get(k)})
+    return with_drafter(config, getattr(args, "drafter", ""))
 
 
 def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
@@ -129,6 +136,8 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
             args += [action.option_strings[0]] if value == action.const else []
         else:
             args += [action.option_strings[0], _option_text(value)]
+    if config.method in SOURCES and config.source_config(config.method) != omitted.source_config(config.method):
+        args += ["--drafter", drafter_text(config)]  # the method's own settings, by the names the page shows
     command = shlex.join(["python", "-m", "engine.product.generate", *args])
     again = config_from_args(parser.parse_args(args))
     lost = [f"{name}={config.get(name)!r}" for name in FLAT_NAMES if again.get(name) != config.get(name)]

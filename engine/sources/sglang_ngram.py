@@ -90,7 +90,7 @@ class NgramTrie:
     def __init__(self, depth: int, capacity: int) -> None:
         self.depth, self.capacity = depth, capacity
         self.root = TrieNode(-1, None)
-        self.lru: OrderedDict[int, TrieNode] = OrderedDict()  # id -> node, most recently used first
+        self.lru: OrderedDict[TrieNode, None] = OrderedDict()  # every node, most recently used first
         self.lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -115,12 +115,12 @@ class NgramTrie:
                     node = child
                     path.append(child)
                 for n in reversed(path):  # ancestors end up in front of their descendants
-                    self.lru[id(n)] = n
-                    self.lru.move_to_end(id(n), last=False)
+                    self.lru[n] = None
+                    self.lru.move_to_end(n, last=False)
             while len(self.lru) > self.capacity:
-                _, leaf = self.lru.popitem()
+                leaf, _ = self.lru.popitem()
                 if leaf.kids:  # cannot happen (ancestors are always more recent); kept safe
-                    self.lru[id(leaf)] = leaf
+                    self.lru[leaf] = None
                     break
                 del leaf.parent.kids[leaf.token]
 

@@ -129,12 +129,18 @@ class OrderedTrie:
         self._open = []
 
     def append(self, tokens: Sequence[int]) -> None:
+        """Extend the sequence ``start`` began."""
+        self._open = self.grow(tokens, self._open)
+
+    def grow(self, tokens: Sequence[int], opened: list[Node]) -> list[Node]:
+        """Extend a sequence whose open suffixes' nodes are ``opened`` (longest suffix first); returns them after
+        ``tokens`` (a sequence kept open across calls, as the global tree's running response)."""
         for tok in tokens:
             self.root.count += 1
-            self._open = [node.bump(tok) for node in [*self._open, self.root]][-(self.depth - 1):] \
-                if self.depth > 1 else []
+            opened = [node.bump(tok) for node in [*opened, self.root]][-(self.depth - 1):] if self.depth > 1 else []
             if self.depth == 1:
                 self.root.bump(tok)
+        return opened
 
     def remove(self, tokens: Sequence[int]) -> None:
         for start in range(len(tokens)):
@@ -187,20 +193,22 @@ def _path(node: Node, most: int, min_prob: float) -> tuple[list[int], list[float
 
 class GlobalTree:
     """One user's global tree: responses only, one sequence each, oldest evicted beyond ``max_requests``
-    responses or ``max_tokens`` tokens (thread-safe: one user's race runs two generations at once)."""
+    responses or ``max_tokens`` tokens (thread-safe: one user's race runs two generations at once).  Pickled (a
+    ZeroGPU worker's copy) between requests, when no response is running."""
 
     def __init__(self, depth: int) -> None:
         self.trie = OrderedTrie(depth)
         self.responses: deque[list[int]] = deque()
+        self.opened: dict[int, list[Node]] = {}  # id of a running response -> its open suffixes' nodes
         self.lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k != "lock"}
+            return {k: v for k, v in self.__dict__.items() if k not in ("lock", "opened")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.lock = threading.Lock()
+        self.lock, self.opened = threading.Lock(), {}
 
     def start(self, max_requests: int, max_tokens: int) -> list[int] | None:
         """A new response sequence (None when the global tree is off), the oldest evicted to stay in bounds."""
@@ -209,18 +217,20 @@ class GlobalTree:
                 return None
             response: list[int] = []
             self.responses.append(response)
+            self.opened[id(response)] = []
             while len(self.responses) > max_requests or (
                     len(self.responses) > 1 and sum(map(len, self.responses)) > max_tokens):
-                self.trie.remove(self.responses.popleft())
+                old = self.responses.popleft()
+                self.opened.pop(id(old), None)
+                self.trie.remove(old)
             return response
 
     def extend(self, response: list[int], tokens: Sequence[int]) -> None:
+        """Append to a running response (nothing once it was evicted)."""
         with self.lock:
-            if response in self.responses and tokens:
-                self.trie.start()
-                self.trie.remove(response)  # re-added whole: the open suffixes of a sequence are not kept
+            if tokens and any(r is response for r in self.responses):
+                self.opened[id(response)] = self.trie.grow(tokens, self.opened.get(id(response), []))
                 response.extend(tokens)
-                self.trie.append(response)
 
     def speculate(self, context: Sequence[int], most: int, factor: float, min_prob: float):
         with self.lock:
