@@ -89,9 +89,14 @@ def test_vllm_suffix_sibling_order_follows_arctic_after_removal():
     trie = suffix_tree([[5, 6, 1], [5, 6, 2], [5, 6, 2]])
     assert trie.speculate([0, 5, 6], 24, 1.0, 0.1)[0] == [2]
     trie.remove([5, 6, 2])
-    assert trie.find([5, 6]).count == 2 and trie.speculate([0, 5, 6], 24, 1.0, 0.1)[0] == [2]  # 2 moved first
+    assert trie.count[trie.find([5, 6])] == 2 and trie.speculate([0, 5, 6], 24, 1.0, 0.1)[0] == [2]  # 2 first
     trie.remove([5, 6, 1])
-    assert trie.find([5, 6]).order == [2] and trie.root.count == 3
+    assert trie.children(trie.find([5, 6])) == [2] and trie.count[0] == 3
+    trie.remove([5, 6, 2])  # everything out: the freed nodes are unlinked, and reused by the next sequence
+    assert trie.child == {} and trie.first == {} and trie.order == {} and trie.count[0] == 0
+    trie.start()
+    trie.append([7, 8])
+    assert trie.find([7, 8]) is not None and trie.find([5]) is None and len(trie.count) == 10  # no new ids
 
 
 def sglang_trie(seqs: list[list[int]]) -> NgramTrie:
