@@ -179,8 +179,8 @@ def _model_and_trace_files(page: Page, models: ModelRegistry, options: PageOptio
                     "(the method menu and its drafter settings) on a prompt of yours and compare.")
         with gr.Row():
             page.import_production = gr.UploadButton("Import deployment numbers", type="filepath",
-                                                     file_types=[".txt", ".json", ".jsonl", ".prom"],
-                                                     elem_id="import-production")
+                                                     elem_id="import-production")  # any file: a curl-saved
+            # /metrics has no extension; another kind gets one sentence
             page.compare_btn = gr.Button("Compare with the last run", elem_id="compare-production")
         page.production_notice = gr.Markdown(elem_id="production-notice")  # a file that could not be read
         page.production_summary = gr.Markdown(elem_id="production-summary")

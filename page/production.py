@@ -21,8 +21,8 @@ def import_production(import_production, run=None) -> dict:
     name = Path(import_production).name  # the visitor's own file name, never the server's folder
     try:
         if os.path.getsize(import_production) > MAX_BYTES:
-            raise ProductionError(f"the file is larger than {MAX_BYTES // 2**20} MB")
-        found = read_production(Path(import_production).read_text(encoding="utf-8"))
+            raise ProductionError(f"the file is larger than {MAX_BYTES // 2**20} MB.")
+        found = read_production(Path(import_production).read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError):
         return {**problem(f"Could not import {name}: it is not a text file. What was on screen stays.",
                           "production_notice"), "import_production": None}

@@ -184,8 +184,44 @@ def test_every_method_says_the_engine_setting_that_serves_its_drafter(method, en
 
     found = serving_dict(DecodeConfig.of(method=method, gt_threshold=0.0))
     assert found["engine"] == engine and key in found["flags"] and "MODEL" in found["command"]
-    assert (found["differs"] == "") == (method in ("vllm-ngram", "vllm-suffix", "llamacpp-ngram"))
+    assert (found["differs"] == "") == (method in ("vllm-ngram", "llamacpp-ngram"))  # vllm-suffix: its global tree
     assert "GT rule" in serving_dict(DecodeConfig.of(method=method))["differs"]  # GT auto may verify fewer
+
+
+def test_sglang_serve_says_when_d_cuts_its_trees():
+    from engine.product.deploy import serving_dict
+
+    assert "set D >= 11" in serving_dict(DecodeConfig.of(method="sglang-ngram", gt_threshold=0.0))["differs"]
+    assert "set D" not in serving_dict(DecodeConfig.of(method="sglang-ngram", max_depth=11))["differs"]
+
+
+def test_the_page_bounds_what_a_visitor_may_raise():
+    """On a shared server a drafter setting goes no higher than the page's bound (128), and a memory bound no higher
+    than its default; lowering is fine, and the command line has no bound."""
+    from engine.decoding.config import ConfigError
+    from engine.product.page_settings import PageSettings
+
+    page = PageSettings(prompt="x", method="vllm-ngram")
+    assert page.to_config().source_config("vllm-ngram").prompt_lookup_max == 5
+    with pytest.raises(ConfigError, match="above this page's bound, 128"):
+        PageSettings(prompt="x", method="vllm-ngram", drafter="prompt_lookup_max=1000000").to_config()
+    with pytest.raises(ConfigError, match="above this page's bound, 100000"):
+        PageSettings(prompt="x", method="sglang-ngram", drafter="memory_nodes=1000000000").to_config()
+    lowered = PageSettings(prompt="x", method="sglang-ngram", drafter="memory_nodes=500").to_config()
+    assert lowered.source_config("sglang-ngram").memory_nodes == 500
+    from engine.product.deploy import with_drafter
+
+    assert with_drafter(DecodeConfig.of(method="vllm-ngram"), "prompt_lookup_max=400, prompt_lookup_min=300"
+                        ).source_config("vllm-ngram").prompt_lookup_max == 400
+
+
+def test_a_visitor_keeps_one_tree_per_source_whatever_settings_they_try():
+    memory = SourceMemory()
+    for depth in (8, 16, 24, 16):
+        cfg = DecodeConfig.of(method="vllm-suffix", vllm_suffix_decoding_max_tree_depth=depth)
+        (src,) = make_sources(cfg, AcceptanceStats(), memory)
+        assert src.memory.trie.depth == depth
+    assert len(memory.slots) == 1
 
 
 def test_drafter_settings_round_trip_through_the_command_line():

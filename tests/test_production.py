@@ -57,12 +57,25 @@ def test_llamacpp_timings():
     ('{"meta_info": {"completion_tokens": 5}}', "verified no draft"),
     ("{not json", "not valid JSON"),
     ("vllm:spec_decode_num_drafts_total 0\n", "show no draft yet"),
+    ('{"meta_info": null}', "verified no draft"),
+    ('{"meta_info": {"spec_verify_ct": "x"}}', "not values of their kinds"),
+    ('{"timings": {"draft_n": "abc"}}', "not values of their kinds"),
+    ('{"meta_info": {"spec_verify_ct": 3, "completion_tokens": 9, "spec_accept_histogram": 4}}',
+     "not values of their kinds"),
+    ("[" * 100_000, "not"),
 ])
 def test_other_files_are_refused_in_one_sentence(text, words):
     with pytest.raises(ProductionError) as err:
         read_production(text)
     message = str(err.value)
     assert words in message and message.count(". ") == 0 and message.endswith((".", "?", ")"))
+
+
+def test_a_bom_and_llamacpp_metrics_read():
+    assert read_production("\ufeff" + sample("sglang_generate.json")).steps == 80
+    metrics = sample("vllm_metrics.txt").replace("vllm:", "llamacpp:")
+    found = read_production(metrics)
+    assert found.source == "llama.cpp /metrics" and found.steps == 1200
 
 
 def test_cli_reads_each_sample_and_refuses_others(tmp_path, capsys):

@@ -32,6 +32,10 @@ def serving(cfg: DecodeConfig) -> Serve:
                       differs=f"No engine ships {'Goose' if cfg.method == 'goose' else 'Iso(k)'}: it mixes "
                               f"{', '.join(cfg.sources)} drafts in one tree of up to B nodes, sized each cycle; "
                               "SGLang's NGRAM is the nearest, a tree of N nodes from a trie of earlier outputs.")
+    deepest = cfg.source_config("sglang-ngram").speculative_num_draft_tokens - 1  # SGLang's deepest tree
+    if cfg.method == "sglang-ngram" and cfg.tree.max_depth < deepest:
+        serve = replace(serve, differs=f"{serve.differs} Here every tree stops at depth D = {cfg.tree.max_depth}; "
+                                       f"SGLang's reach depth {deepest}: set D >= {deepest} to verify them whole.")
     if cfg.gt.threshold != 0:
         serve = replace(serve, differs=f"{serve.differs} {GT_WORDS}".strip())
     return serve
@@ -59,13 +63,14 @@ def drafter_text(cfg: DecodeConfig) -> str:
     return ", ".join(f"{f.name}={_word(getattr(own, f.name))}" for f in fields(own))
 
 
-def with_drafter(cfg: DecodeConfig, text: str) -> DecodeConfig:
+def with_drafter(cfg: DecodeConfig, text: str, ceiling: float | None = None) -> DecodeConfig:
     """``cfg`` with the method's own settings from ``text`` (``drafter_text``'s form; ``--flag-name value`` pairs
-    and new lines read too; names not given keep their values).
+    and new lines read too; names not given keep their values).  ``ceiling``: the most any number may be raised to
+    (the page's bound on a shared server; a default above it, e.g. a memory bound, may only be lowered).
 
     Raises:
-        ConfigError: a name the method's drafter does not have, a value of the wrong kind, or out of range (one
-            sentence naming it).
+        ConfigError: a name the method's drafter does not have, a value of the wrong kind, above ``ceiling``, or out
+            of range (one sentence naming it).
     """
     if not (text or "").strip() or cfg.method not in SOURCES:
         return cfg
@@ -80,8 +85,20 @@ def with_drafter(cfg: DecodeConfig, text: str) -> DecodeConfig:
         if name not in known:
             raise ConfigError(f"Drafter settings: {name!r} is not a setting of {cfg.method}; its settings are "
                               f"{', '.join(known)}.")
-        changes[type(own).FLAT.get(name, name)] = _value(value.strip(), known[name], name)
+        number = _value(value.strip(), known[name], name)
+        if ceiling is not None and _above(number, known[name], ceiling):
+            raise ConfigError(f"Drafter settings: {name} = {_word(number)} is above this page's bound, "
+                              f"{max(ceiling, known[name]) if isinstance(known[name], (int, float)) else ceiling:g}.")
+        changes[type(own).FLAT.get(name, name)] = number
     return cfg.with_(**changes)
+
+
+def _above(value: Any, default: Any, ceiling: float) -> bool:
+    """A number (or a tuple's number) raised above ``ceiling`` and above its default."""
+    values = value if isinstance(value, tuple) else (value,)
+    top = max(default) if isinstance(default, tuple) and default else default
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > max(ceiling, top if isinstance(
+        top, (int, float)) else ceiling) for v in values)
 
 
 def _word(value: Any) -> str:

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 _DEFAULT = DecodeConfig()
+#: The most a drafter setting may be raised to on the page (its node budget's maximum): a visitor on a shared server
+#: cannot grow a drafter's windows or depths past it, nor any memory bound past its default.
+DRAFTER_CEILING = 128
 
 #: The page's range of each number a visitor sets (its slider's minimum and maximum), and its name for people, by
 #: flat name: each setting's declaration says it (``Shown.page``, ``config.SETTINGS``).  The sliders are built from
@@ -79,7 +82,7 @@ class PageSettings:
 
     def to_config(self) -> DecodeConfig:
         """The run's ``DecodeConfig``. Raises ``ConfigError`` with a message for the visitor."""
-        return with_drafter(self._shared_config(), str(self.drafter or ""))
+        return with_drafter(self._shared_config(), str(self.drafter or ""), ceiling=DRAFTER_CEILING)
 
     def _shared_config(self) -> DecodeConfig:
         """The settings every method has (the tree's shape, GT, sampling)."""

@@ -8,7 +8,8 @@ Formats, each as its engine writes it (samples in tests/data/production/):
   adce4e9a): the counters ``vllm:spec_decode_num_drafts``, ``…_num_draft_tokens``, ``…_num_accepted_tokens`` and
   ``…_num_accepted_tokens_per_pos`` (label ``position``), ``_total`` in the exposition; summed over their other
   labels (models, engines).  vLLM's own summaries: mean acceptance length 1 + accepted / drafts, acceptance rate
-  accepted / draft tokens, per position accepted_per_pos[i] / drafts.
+  accepted / draft tokens, per position accepted_per_pos[i] / drafts.  llama.cpp server's ``/metrics`` (b10282 on,
+  with ``--metrics``) has the same counters as ``llamacpp:spec_decode_*``, read alike.
 - **SGLang** ``/generate`` JSON, one response, a list of them, or JSON lines: each ``meta_info``'s speculative fields
   (``srt/managers/tokenizer_manager.py`` ``_calculate_spec_decoding_metrics``): ``spec_verify_ct`` and
   ``completion_tokens`` always; accepted and proposed drafts as ``spec_num_correct_drafts`` /
@@ -75,7 +76,17 @@ class Production:
 
 def read_production(text: str) -> Production:
     """The figures in ``text`` (any of the module's three formats).  Raises ``ProductionError`` (one sentence)."""
-    stripped = text.strip()
+    try:
+        return _read(text)
+    except ProductionError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
+        raise ProductionError(f"This file has the expected fields, but not values of their kinds: expected "
+                              f"{EXPECTED}.") from None
+
+
+def _read(text: str) -> Production:
+    stripped = text.lstrip("\ufeff").strip()
     if stripped.startswith(("{", "[")):
         records = _json_records(stripped)
         if any("meta_info" in r or "spec_verify_ct" in r for r in records):
@@ -84,7 +95,7 @@ def read_production(text: str) -> Production:
             return _llamacpp(records)
         raise ProductionError(f"This JSON has neither SGLang's meta_info nor llama.cpp's timings: expected {EXPECTED}.")
     if "spec_decode_num_drafts" in text:
-        return _vllm(text)
+        return _metrics(stripped)
     raise ProductionError(f"This file is not a deployment's acceptance figures: expected {EXPECTED}.")
 
 
@@ -100,7 +111,10 @@ def _json_records(text: str) -> list[dict]:
     return [r for r in records if isinstance(r, dict)]
 
 
-def _vllm(text: str) -> Production:
+def _metrics(text: str) -> Production:
+    """vLLM's counters, or llama.cpp server's of the same names (``llamacpp:spec_decode_*``, b10282 on, with
+    ``--metrics``: the whole server's, summed over its requests)."""
+    engine = "llama.cpp" if "llamacpp:spec_decode_num_drafts" in text else "vLLM"
     totals: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     try:
@@ -108,7 +122,7 @@ def _vllm(text: str) -> Production:
             for sample in family.samples:
                 if not sample.name.endswith("_total"):
                     continue  # the _created gauges
-                name = sample.name.removeprefix("vllm:spec_decode_").removesuffix("_total")
+                name = sample.name.split("spec_decode_", 1)[-1].removesuffix("_total")
                 if name == "num_accepted_tokens_per_pos":
                     pos = int(sample.labels.get("position", 0))
                     per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
@@ -118,10 +132,10 @@ def _vllm(text: str) -> Production:
         raise ProductionError(f"This Prometheus text does not parse ({exc}): expected {EXPECTED}.") from None
     drafts = int(totals.get("num_drafts", 0))
     if not drafts:
-        raise ProductionError("vLLM's counters show no draft yet (vllm:spec_decode_num_drafts is 0): send requests "
+        raise ProductionError(f"{engine}'s counters show no draft yet (spec_decode_num_drafts is 0): send requests "
                               "to the server, then read /metrics again.")
     accepted = int(totals.get("num_accepted_tokens", 0))
-    return Production("vLLM /metrics", drafts, int(totals.get("num_draft_tokens", 0)) or None, accepted,
+    return Production(f"{engine} /metrics", drafts, int(totals.get("num_draft_tokens", 0)) or None, accepted,
                       tuple(per_pos[i] / drafts for i in sorted(per_pos)), 1 + accepted / drafts)
 
 
@@ -131,7 +145,7 @@ def _first(record: dict, *names: str):
 
 def _sglang(records: list[dict]) -> Production:
     metas = [r.get("meta_info", r) for r in records]
-    metas = [m for m in metas if m.get("spec_verify_ct")]
+    metas = [m for m in metas if isinstance(m, dict) and m.get("spec_verify_ct")]
     if not metas:
         raise ProductionError("These SGLang responses verified no draft (spec_verify_ct is 0 or missing): was the "
                               "server launched with --speculative-algorithm?")
@@ -153,11 +167,10 @@ def _sglang(records: list[dict]) -> Production:
 
 def _llamacpp(records: list[dict]) -> Production:
     timings = [r["timings"] for r in records if isinstance(r.get("timings"), dict)]
-    timings = [t for t in timings if t.get("draft_n")]
-    if not timings:
+    if not any(t.get("draft_n") for t in timings):
         raise ProductionError("These llama.cpp timings have no draft_n: the server writes it once a draft was made "
                               "(start it with --spec-type, for example ngram-simple).")
-    drafted = sum(int(t["draft_n"]) for t in timings)
+    drafted = sum(int(t.get("draft_n", 0)) for t in timings)  # every request counts: τ is over every step
     accepted = sum(int(t.get("draft_n_accepted", 0)) for t in timings)
     decoded = sum(int(t.get("predicted_n", 0)) - 1 for t in timings)
     forwards = decoded - accepted
@@ -174,7 +187,7 @@ def from_traces(traces, source: str = "this run") -> Production | None:
     if not drafted:
         return None
     accepted = [len(t.accepted) for t in drafted]
-    longest = max(max(accepted), max(len(t.tree) - 1 for t in drafted))
+    longest = max(max(accepted), max(max(t.tree.depths) for t in drafted))
     per_pos = tuple(sum(a >= i for a in accepted) / len(drafted) for i in range(1, longest + 1))
     return Production(source, len(drafted), sum(len(t.tree) - 1 for t in drafted), sum(accepted), per_pos,
                       1 + sum(accepted) / len(drafted))
@@ -186,16 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     try:
-        found = read_production(args.file.read_text(encoding="utf-8"))
+        found = read_production(args.file.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ProductionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(found.to_dict()))
-    else:
-        rate = found.acceptance_rate
-        print(f"{found.source}: tau {found.tau:.2f}" if found.tau else found.source,
-              f"acceptance rate {rate:.1%}" if rate is not None else "", sep=", ")
+        return 0
+    rate = found.acceptance_rate
+    tau = None if found.tau is None else f"{found.tau:.2f}" + (f", {found.tau_note}" if found.tau_note else "")
+    facts = {"tau": tau,
+             "acceptance rate": None if rate is None else f"{rate:.1%}", "steps": found.steps,
+             "draft tokens": found.draft_tokens, "accepted": found.accepted,
+             "by position": found.per_position and " ".join(f"{p:.1%}" for p in found.per_position)}
+    print(found.source + "\n" + "\n".join(f"  {k}: {v}" for k, v in facts.items() if v is not None and v != ()))
     return 0
 
 

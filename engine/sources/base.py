@@ -250,6 +250,16 @@ class SourceMemory:
                 self.slots[name] = make()
             return self.slots[name]
 
+    def kept(self, name: str, key, make):
+        """The object stored under ``name`` when it was made for ``key`` (a source's settings), else a new one from
+        ``make()`` that replaces it: a visitor who changes a setting keeps one structure per source, not one per
+        value tried."""
+        with self.lock:
+            held = self.slots.get(name)
+            if not (isinstance(held, tuple) and held[0] == key):
+                held = self.slots[name] = (key, make())
+            return held[1]
+
     def scope(self, key: str) -> SourceMemory:
         """The memory kept for ``key`` (a model: token ids of one tokenizer mean nothing to another)."""
         with self.lock:

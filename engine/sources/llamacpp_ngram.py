@@ -44,7 +44,7 @@ class LlamacppNgramConfig:
                 "spec_ngram_simple_size_n and spec_ngram_simple_size_m must be in 1..1024 (llama.cpp's range)")])
 
     def serve(self) -> Serve:
-        """llama-server's flags that run this drafter (build b9131 or later; older builds: see the module)."""
+        """llama-server's flags that run this drafter, as build b10309 names them (b7864 to b8954: see the module)."""
         return Serve("llama.cpp", {"spec-type": "ngram-simple",
                                    "spec-ngram-simple-size-n": self.spec_ngram_simple_size_n,
                                    "spec-ngram-simple-size-m": self.spec_ngram_simple_size_m})
@@ -90,7 +90,8 @@ class LlamacppNgramSource:
             draft = draft[:request.budget]
         first = request.depth + 1
         pooled = self.counter.pooled()
-        return Candidates.chain(draft, [self.counter.rate(first + i, pooled) for i in range(len(draft))])
+        return Candidates.chain(draft, [self.counter.rate(first + i, pooled) for i in range(len(draft))],
+                                match=self.n if draft else 0)
 
     def observe(self, verified: Verified) -> None:
         pass

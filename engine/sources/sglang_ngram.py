@@ -71,8 +71,9 @@ class SglangNgramConfig:
         """SGLang's launch flags that run this drafter."""
         flags = {"speculative-algorithm": "NGRAM"}
         flags.update({k.replace("_", "-"): v for k, v in self.__dict__.items() if k != "memory_nodes"})
-        return Serve("SGLang", flags, differs="SGLang keeps one trie for the whole server and pads every tree to "
-                                              "N slots; here the trie is this visitor's and padding is not verified.")
+        return Serve("SGLang", flags, differs="SGLang (0.5.10 or later, for --speculative-ngram-max-trie-depth) keeps "
+                                              "one trie for the whole server and pads every tree to N slots; here the "
+                                              "trie is this visitor's and padding is not verified.")
 
 
 class TrieNode:
@@ -153,8 +154,7 @@ class SglangNgramSource:
     def __init__(self, cfg: RunConfig, stats: AcceptanceStats, memory: SourceMemory) -> None:
         self.own: SglangNgramConfig = cfg.source_config(self.info.name)
         depth, capacity = self.own.speculative_ngram_max_trie_depth, self.own.memory_nodes
-        self.trie: NgramTrie = memory.slot(f"sglang-ngram/depth={depth},capacity={capacity}",
-                                           lambda: NgramTrie(depth, capacity))
+        self.trie: NgramTrie = memory.kept(self.info.name, (depth, capacity), lambda: NgramTrie(depth, capacity))
         self.prompt: list[int] = []
 
     def prefill(self, prompt: Sequence[int], back) -> None:

@@ -60,16 +60,16 @@ class VllmSuffixConfig:
                 "num_speculative_tokens and suffix_decoding_max_tree_depth must be >= 1"),
                (self.suffix_decoding_max_cached_requests >= 0 and self.memory_tokens >= 0,
                 "suffix_decoding_max_cached_requests and the memory bound must be >= 0"),
-               (self.suffix_decoding_max_spec_factor >= 0 and 0.0 <= self.suffix_decoding_min_token_prob <= 1.0,
-                "suffix_decoding_max_spec_factor must be >= 0 and suffix_decoding_min_token_prob in [0, 1]")])
+               (0 <= self.suffix_decoding_max_spec_factor <= 1e6 and 0.0 <= self.suffix_decoding_min_token_prob <= 1.0,
+                "suffix_decoding_max_spec_factor must be in [0, 1e6] and suffix_decoding_min_token_prob in [0, 1]")])
 
     def serve(self) -> Serve:
         """vLLM's ``--speculative-config`` that runs this drafter (``memory_tokens`` is ours, not vLLM's)."""
-        return Serve("vLLM", {"method": "suffix", "num_speculative_tokens": self.num_speculative_tokens,
-                              **{k: getattr(self, k) for k in ("suffix_decoding_max_tree_depth",
-                                                               "suffix_decoding_max_cached_requests",
-                                                               "suffix_decoding_max_spec_factor",
-                                                               "suffix_decoding_min_token_prob")}})
+        flags = {k: getattr(self, k) for k in ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                                               "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")}
+        return Serve("vLLM", {"method": "suffix", "num_speculative_tokens": self.num_speculative_tokens, **flags},
+                     differs=f"vLLM's global tree holds the whole server's responses; here it holds this visitor's, "
+                             f"at most {self.memory_tokens} tokens.")
 
 
 #: A child's key in ``OrderedTrie.child``: parent * STRIDE + token (token ids stay below it).
@@ -292,7 +292,7 @@ class VllmSuffixSource:
         self.own: VllmSuffixConfig = cfg.source_config(self.info.name)
         depth = self.own.suffix_decoding_max_tree_depth
         self.local = OrderedTrie(depth)
-        self.memory: GlobalTree = memory.slot(f"vllm-suffix/depth={depth}", lambda: GlobalTree(depth))
+        self.memory: GlobalTree = memory.kept(self.info.name, depth, lambda: GlobalTree(depth))
         self.response: list[int] | None = None
         self.seen = self.prompt_len = 0
 
