@@ -104,7 +104,7 @@ def test_production_figures_beside_a_run_and_a_wrong_file_refused(drafter_page, 
                                                                    "num_speculative_tokens=5")
     run_to_end(page)
     page.get_by_role("button", name="Compare with the last run").click()
-    expect(summary).to_contain_text("this run: vLLM ngram", timeout=20_000)
+    expect(summary).to_contain_text("here: the last run, vLLM ngram", timeout=20_000)
     page.wait_for_function(f"() => ({CHART_BARS})().length === 2", timeout=20_000)
     junk = tmp_path / "notes.txt"
     junk.write_text("tokens per second went up", encoding="utf-8")

@@ -16,21 +16,24 @@ def _cell(value, kind: str) -> str:
 
 
 def production_words(deployed: Production, here: Production | None, method: str | None) -> str:
-    """The two sets of figures as a Markdown table (τ, acceptance rate, steps, drafted, accepted), with how each τ
-    was computed, and what to run here when no run drafted yet."""
-    rows = [("τ (tokens per verification step, bonus included)", "tau", deployed.tau, here and here.tau),
-            ("acceptance rate (accepted / drafted)", "rate", deployed.acceptance_rate, here and here.acceptance_rate),
-            ("steps that verified a draft", "n", deployed.steps, here and here.steps),
+    """The two sets of figures: who is who in one line, then a narrow table (τ, acceptance rate, steps, drafted,
+    accepted: it sits in the settings column), what its words mean, and what to run when no run here drafted yet."""
+    rows = [("τ", "tau", deployed.tau, here and here.tau),
+            ("acceptance rate", "rate", deployed.acceptance_rate, here and here.acceptance_rate),
+            ("steps with a draft", "n", deployed.steps, here and here.steps),
             ("draft tokens", "n", deployed.draft_tokens, here and here.draft_tokens),
-            ("accepted draft tokens", "n", deployed.accepted, here and here.accepted)]
-    head = f"| | {deployed.source} | {'this run: ' + method if here else 'this run'} |\n|---|---|---|\n"
-    body = "".join(f"| {words} | {_cell(a, kind)} | {_cell(b, kind) if here else '—'} |\n"
-                   for words, kind, a, b in rows)
-    notes = [f"The deployment's τ is {deployed.tau_note}."] if deployed.tau_note else []
+            ("accepted", "n", deployed.accepted, here and here.accepted)]
+    who = f"**Deployment:** {deployed.source} · **here:** " + (f"the last run, {method}" if here else "no run yet")
+    table = "| | deployment | here |\n|---|---|---|\n" + "".join(
+        f"| {words} | {_cell(a, kind)} | {_cell(b, kind) if here else '—'} |\n" for words, kind, a, b in rows)
+    notes = ["τ: tokens per verification step with a draft, the bonus token included; acceptance rate: accepted / "
+             "drafted tokens."]
+    if deployed.tau_note:
+        notes.append(f"The deployment's τ is {deployed.tau_note}.")
     if here is None:
         notes.append("No run here drafted yet: pick the deployment's method (its drafter settings under the method "
                      "menu), press **Generate** on a prompt like the deployment's, then **Compare with the last run**.")
-    return head + body + ("\n" + " ".join(notes) if notes else "")
+    return f"{who}\n\n{table}\n" + " ".join(notes)
 
 
 def production_figure(deployed: Production, here: Production | None) -> go.Figure:
