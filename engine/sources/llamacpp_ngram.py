@@ -85,9 +85,10 @@ class LlamacppNgramSource:
         pass  # stateless: llama.cpp's begin / process / accept do nothing for this type
 
     def propose(self, request: Request) -> Candidates:
-        draft = simple_draft([*request.context, *request.path], self.n, self.m)
-        if request.path:
-            draft = draft[:request.budget]
+        if request.path:  # below a drafted path (a Goose tree's extension): the path extends the context
+            draft = simple_draft([*request.context, *request.path], self.n, self.m)[:request.budget]
+        else:
+            draft = simple_draft(request.context, self.n, self.m)
         first = request.depth + 1
         pooled = self.counter.pooled()
         return Candidates.chain(draft, [self.counter.rate(first + i, pooled) for i in range(len(draft))],
