@@ -12,9 +12,9 @@ from __future__ import annotations
 import enum
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from ..core.tree import DraftTree, Source
 
@@ -230,7 +230,27 @@ class Verified:
         return [g for g, s in zip(self.back.greedy, self.forward.sources) if s is source]
 
 
-class SourceMemory:
+class Locked:
+    """A structure one visitor's generations share (one visitor's race runs two at once), guarded by ``self.lock``:
+    pickled without the lock and its ``TRANSIENT`` fields, which the copy makes anew (a lock does not pickle; on a
+    ZeroGPU Space a visitor's memory crosses into the GPU worker and back: app.gpu_handler)."""
+
+    TRANSIENT: ClassVar[dict[str, Callable[[], Any]]] = {}  # field -> how the copy makes it
+
+    lock: threading.Lock
+
+    def __getstate__(self) -> dict:
+        with self.lock:
+            return {k: v for k, v in self.__dict__.items() if k != "lock" and k not in self.TRANSIENT}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+        for name, make in self.TRANSIENT.items():
+            setattr(self, name, make())
+
+
+class SourceMemory(Locked):
     """What draft sources keep across the requests of one user (or one bench session); never shared.
 
     Sources store under their own name (``slot``), per model (``scope``).  The page keeps one per visitor in
@@ -268,16 +288,6 @@ class SourceMemory:
     def __deepcopy__(self, memo) -> SourceMemory:
         """A fresh, empty memory: gradio deep-copies a ``gr.State`` default for every visitor."""
         return SourceMemory()
-
-    def __getstate__(self) -> dict:
-        """Pickled without its lock (a lock does not pickle; the copy gets its own): on a ZeroGPU Space a visitor's
-        memory crosses into the GPU worker and back (app.gpu_handler)."""
-        with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k != "lock"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.lock = threading.Lock()
 
 
 def extend_chain(source: DraftSource, context: Sequence[int], chain: Candidates, limit: int, budget: int,

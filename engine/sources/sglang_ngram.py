@@ -35,7 +35,7 @@ from typing import ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Locked, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 #: ``--speculative-ngram-match-type`` values.
 MATCH_TYPES = ("BFS", "PROB")
@@ -84,7 +84,7 @@ class TrieNode:
         self.kids: OrderedDict[int, TrieNode] = OrderedDict()  # most recently touched first
 
 
-class NgramTrie:
+class NgramTrie(Locked):
     """SGLang's n-gram trie: frequency and recency per child, least recently used leaves evicted beyond
     ``capacity`` nodes.  Thread-safe: one visitor's race runs two generations at once."""
 
@@ -92,14 +92,6 @@ class NgramTrie:
         self.depth, self.capacity = depth, capacity
         self.root = TrieNode(-1, None)
         self.lru: OrderedDict[TrieNode, None] = OrderedDict()  # every node, most recently used first
-        self.lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k != "lock"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
         self.lock = threading.Lock()
 
     def insert(self, window: Sequence[int]) -> None:

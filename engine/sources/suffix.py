@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Locked, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def speculate(node: list, room: int, limit: int, min_prob: float, match: int) ->
     return Candidates(tuple(tokens), tuple(parents), tuple(probs), tuple(probs), match=match)
 
 
-class SuffixMemory:
+class SuffixMemory(Locked):
     """One user's global suffix tree over their earlier outputs, bounded to ``max_tokens`` tokens.
 
     A request's output joins it when the request finishes (EOS or max new tokens; a stopped run's partial
@@ -167,15 +167,6 @@ class SuffixMemory:
         self.max_tokens = max_tokens
         self.outputs: deque[tuple[int, ...]] = deque()
         self.tokens = 0
-        self.lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        """Pickled without its lock, which the copy makes anew (``SourceMemory.__getstate__``)."""
-        with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k != "lock"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
         self.lock = threading.Lock()
 
     def add(self, output: Sequence[int]) -> None:

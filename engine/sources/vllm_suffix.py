@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Locked, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
 
 
 @dataclass(frozen=True)
@@ -226,24 +226,18 @@ class OrderedTrie:
         return tokens, probs
 
 
-class GlobalTree:
+class GlobalTree(Locked):
     """One user's global tree: responses only, one sequence each, oldest evicted beyond ``max_requests``
     responses or ``max_tokens`` tokens (thread-safe: one user's race runs two generations at once).  Pickled (a
     ZeroGPU worker's copy) between requests, when no response is running."""
+
+    TRANSIENT = {"opened": dict}  # a running response's open nodes: none cross a pickle (between requests)
 
     def __init__(self, depth: int) -> None:
         self.trie = OrderedTrie(depth)
         self.responses: deque[list[int]] = deque()
         self.opened: dict[int, list[int]] = {}  # id of a running response -> its open suffixes' nodes
         self.lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k not in ("lock", "opened")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.lock, self.opened = threading.Lock(), {}
 
     def start(self, max_requests: int, max_tokens: int) -> list[int] | None:
         """A new response sequence (None when the global tree is off), the oldest evicted to stay in bounds."""
