@@ -97,7 +97,8 @@ def test_production_figures_beside_a_run_and_a_wrong_file_refused(drafter_page, 
     expect(summary).to_contain_text("vLLM /metrics", timeout=20_000)
     expect(summary).to_contain_text("2.90")  # 1 + 2280 / 1200, as vLLM's log line says
     expect(summary).to_contain_text("42.2%")  # 2280 / 5400
-    assert page.evaluate(CHART_BARS) == [5]  # the deployment's five positions
+    page.wait_for_function(f"() => JSON.stringify(({CHART_BARS})()) === '[5]'", timeout=20_000)  # the
+    # deployment's five positions, once plotly has drawn them (the summary comes first)
     open_accordion(page, "Method and tree shape")
     pick_method(page, "vllm-ngram")
     page.locator("#drafter textarea, #drafter input").first.fill("prompt_lookup_min=2, prompt_lookup_max=5, "
