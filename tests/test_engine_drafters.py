@@ -17,7 +17,7 @@ import pytest
 
 from engine.core.estimates import AcceptanceStats
 from engine.decoding.config import DecodeConfig
-from engine.sources import Request, SourceMemory, make_sources
+from engine.sources import Request, SourceMemory, Verified, make_sources
 from engine.sources.llamacpp_ngram import simple_draft
 from engine.sources.sglang_ngram import NgramTrie, SglangNgramConfig, _bfs, _prob
 from engine.sources.vllm_ngram import FirstOccurrences
@@ -80,7 +80,7 @@ def suffix_tree(seqs: list[list[int]], depth: int = 24) -> OrderedTrie:
     ([[1, 2, 3]], [7, 8, 9], 24, 1.0, 24, [], []),  # no match
 ])
 def test_vllm_suffix_speculates_as_arctic(seqs, context, most, factor, depth, tokens, probs):
-    got, got_probs, _ = suffix_tree(seqs, depth).speculate(context, most, factor, 0.1)
+    got, got_probs, *_ = suffix_tree(seqs, depth).speculate(context, most, factor, 0.1)
     assert got == tokens and got_probs == pytest.approx(probs)
 
 
@@ -159,16 +159,77 @@ def test_llamacpp_ngram_simple_drafts_as_llamacpp(context, n, m, draft):
     assert simple_draft(context, n, m) == draft
 
 
-def test_arctic_inference_agrees_when_installed():
-    """Where Arctic Inference's suffix cache is installed (vLLM's GPU deployments have it), our tree speculates as its
-    C++ tree on a hand-made request."""
-    cache_mod = pytest.importorskip("arctic_inference.suffix_decoding", reason="Arctic Inference is not installed "
-                                    "(PyPI ships only its source, built beside a CUDA build of vLLM)")
-    cache = cache_mod.SuffixDecodingCache(max_tree_depth=24, max_cached_requests=10)
-    prompt = [1, 2, 3, 4, 5, 9, 1, 2, 3]
-    cache.start_request("r", prompt)
-    draft = cache.speculate("r", prompt, max_spec_tokens=24, max_spec_factor=1.0, min_token_prob=0.1)
-    assert list(draft.token_ids) == suffix_tree([prompt]).speculate(prompt, 24, 1.0, 0.1)[0]
+@pytest.fixture(scope="module")
+def arctic():
+    """Arctic Inference's suffix decoding module (vLLM's suffix drafter), where it is installed."""
+    return pytest.importorskip("arctic_inference.suffix_decoding", reason=(
+        "Arctic Inference is not installed; its suffix tree builds on a CPU from the PyPI source (docs/tests.md)"))
+
+
+def test_vllm_suffix_trie_speculates_as_arctic_on_random_histories(arctic):
+    """Arctic's C++ ``SuffixTree`` and ``OrderedTrie`` take the same random sequences, extended in pieces and removed
+    (small vocabularies: many ties), then speculate on random contexts: the same tokens, probabilities, score and
+    match length, bit for bit (both in single precision)."""
+    import random
+
+    from arctic_inference.suffix_decoding._C import SuffixTree
+
+    for seed in range(150):
+        rng = random.Random(seed)
+        depth, vocab = rng.choice([3, 5, 8, 24]), rng.choice([2, 3, 5, 12])
+        theirs, ours = SuffixTree(depth), OrderedTrie(depth)
+        seqs: dict[int, list[int]] = {}
+        opened: dict[int, list[int]] = {}
+        for _ in range(200):
+            op = rng.random()
+            if op < 0.5 or not seqs:
+                sid, tokens = rng.randrange(6), [rng.randrange(vocab) for _ in range(rng.randint(1, 7))]
+                theirs.extend(sid, tokens)
+                opened[sid] = ours.grow(tokens, opened.get(sid, []))
+                seqs.setdefault(sid, []).extend(tokens)
+            elif op < 0.6:
+                sid = rng.choice(list(seqs))
+                theirs.remove(sid)
+                ours.remove(seqs.pop(sid))
+                del opened[sid]
+            else:
+                context = [rng.randrange(vocab) for _ in range(rng.randint(1, depth))]
+                most, factor = rng.choice([1, 3, 5, 24]), rng.choice([0.3, 0.5, 1.0, 2.0])
+                min_prob = rng.choice([0.0, 0.1, 0.3])
+                draft = theirs.speculate(context, most, factor, 0.0, min_prob, False)
+                got = ours.speculate(context, most, factor, min_prob)
+                assert got == (list(draft.token_ids), list(draft.probs), draft.match_len, draft.score), (seed, context)
+
+
+def test_vllm_suffix_source_drafts_as_arctic_cache(arctic):
+    """vLLM's flow (``vllm/v1/spec_decode/suffix_decoding.py``): each request starts with its prompt, adds each
+    step's verified tokens, then speculates on the last ``max_tree_depth`` tokens; the global tree keeps the last
+    ``max_cached_requests`` responses.  The source drafts what Arctic's ``SuffixDecodingCache`` drafts at each
+    step of six random requests."""
+    import random
+
+    rng = random.Random(0)
+    depth, cached, k = 8, 2, 6
+    cache = arctic.SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=cached)
+    cfg = DecodeConfig.of(method="vllm-suffix", gt_threshold=0.0, vllm_suffix_decoding_max_tree_depth=depth,
+                          vllm_suffix_decoding_max_cached_requests=cached, vllm_suffix_num_speculative_tokens=k)
+    memory, drafted = SourceMemory(), 0
+    for req in range(6):
+        prompt = [rng.randrange(4) for _ in range(rng.randint(2, 12))]
+        (src,) = make_sources(cfg, AcceptanceStats(), memory)
+        src.prefill(prompt, None)
+        cache.start_request(req, prompt)
+        context = list(prompt)
+        for _ in range(25):
+            draft = cache.speculate(req, context, max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1)
+            assert src.propose(Request(context)).tokens == tuple(draft.token_ids), (req, context)
+            drafted += len(draft.token_ids)
+            new = [rng.randrange(4) for _ in range(rng.randint(1, 3))]
+            cache.add_active_response(req, new)
+            context += new
+        cache.stop_request(req)  # the last step's tokens are in the global tree: the source's too, once finished
+        src.observe(Verified(None, 0, None, None, (), tuple(new), context[len(prompt):], finished=True))
+    assert drafted > 100  # inconclusive otherwise
 
 
 @pytest.mark.parametrize("method, engine, key", [

@@ -16,7 +16,11 @@ Source: vLLM, ``vllm/v1/spec_decode/suffix_decoding.py`` (read at commit 044ac3a
   the longer match;
 - of the two trees' drafts the higher score wins, a tie going to the request's own tree;
 - among children of equal count the first in Arctic's sibling list is the most frequent: a new child joins the
-  list's end, and a child whose count grows moves to the head of its new count group (``OrderedTrie``).
+  list's end, and a child whose count grows moves to the head of its new count group (``OrderedTrie``);
+- probabilities, scores and the token cap are computed in single precision, as Arctic's C++ ``float`` computes
+  them (``f32``): in double precision, 3/10 x 1/3 falls below a ``min_token_prob`` of 0.1 and equal scores such as
+  4/7 + 2/7 + 1/7 and 1 compare differently, which drafted other tokens than the engine on 11 of 300 random
+  trie histories (``tests/test_engine_drafters.py``, against Arctic Inference 0.3.0 built from its source).
 
 goose-lens's own suffix source (``suffix.py``) drafts a best-first *tree* from the longest match only; this module
 is the engine's drafter, for people who deploy it.  The global tree belongs to one user (``SourceMemory``) and is
@@ -24,6 +28,7 @@ also bounded in tokens (``memory_tokens``, not a vLLM flag) on a shared server.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -74,6 +79,14 @@ class VllmSuffixConfig:
 
 #: A child's key in ``OrderedTrie.child``: parent * STRIDE + token (token ids stay below it).
 STRIDE = 1 << 32
+
+_FLOAT = struct.Struct("f")
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to single precision, as a C++ ``float`` holds it.  One rounding of the exact double result
+    of ``+ - x /`` on two floats is the float operation's own result (53 >= 2 x 24 + 2 bits)."""
+    return _FLOAT.unpack(_FLOAT.pack(x))[0]
 
 
 class OrderedTrie:
@@ -190,40 +203,44 @@ class OrderedTrie:
         return node
 
     def speculate(self, context: Sequence[int], most: int, factor: float, min_prob: float,
-                  known: Sequence[int] = ()) -> tuple[list, list, int]:
-        """Arctic's ``SuffixTree::speculate`` with a path: (tokens, path probabilities, match length), best score.
+                  known: Sequence[int] = ()) -> tuple[list, list, int, float]:
+        """Arctic's ``SuffixTree::speculate`` with a path: (tokens, path probabilities, match length, score), the
+        best score's, a tie going to the longer match; in single precision, as Arctic computes it.
         ``known``: the nodes of ``context``'s shortest suffixes, longest first (the open nodes of a sequence that ends
         as ``context`` does), read instead of walked from the root."""
-        best: tuple[list, list, int] = ([], [], 0)
-        best_score = 0.0
+        best: tuple[list, list, int, float] = ([], [], 0, 0.0)
+        factor = f32(factor)
         for m in range(1, len(context)):
             node = known[-m] if m <= len(known) else self.find(context[len(context) - m:])
             if node is None:
                 break
-            tokens, probs = self.path(node, max(0, min(most, int(m * factor + 1e-6))), min_prob)
-            if sum(probs) >= best_score:
-                best, best_score = (tokens, probs, m), sum(probs)
+            cap = int(f32(m * factor) + 1e-6)  # Arctic: (int)(match_len * factor + offset + 1e-6), offset 0
+            tokens, probs, score = self.path(node, max(0, min(most, cap)), min_prob)
+            if score >= best[3]:
+                best = (tokens, probs, m, score)
         return best
 
-    def path(self, node: int, most: int, min_prob: float) -> tuple[list[int], list[float]]:
+    def path(self, node: int, most: int, min_prob: float) -> tuple[list[int], list[float], float]:
         """Arctic's ``_speculate_path``: the most frequent child at each step while the running product of count
-        ratios stays >= ``min_prob``, at most ``most`` tokens."""
+        ratios stays >= ``min_prob``, at most ``most`` tokens; (tokens, path probabilities, their sum: the score),
+        in single precision."""
         tokens: list[int] = []
         probs: list[float] = []
-        prob = 1.0
+        prob, score, floor = 1.0, 0.0, f32(min_prob)
         while len(tokens) < most:
             order = self.order.get(node)
             tok = order[0] if order else self.first.get(node)
             if tok is None:
                 break
             kid = self.child[node * STRIDE + tok]
-            prob *= self.count[kid] / self.count[node]
-            if prob < min_prob:
+            prob = f32(prob * f32(self.count[kid] / self.count[node]))
+            if prob < floor:
                 break
             tokens.append(tok)
             probs.append(prob)
+            score = f32(score + prob)
             node = kid
-        return tokens, probs
+        return tokens, probs, score
 
 
 class GlobalTree(Locked):
@@ -288,18 +305,16 @@ class VllmSuffixSource:
         self.local = OrderedTrie(depth)
         self.memory: GlobalTree = memory.kept(self.info.name, depth, lambda: GlobalTree(depth))
         self.response: list[int] | None = None
-        self.seen = self.prompt_len = 0
+        self.prompt: Sequence[int] = ()
+        self.seen = 0
 
     def prefill(self, prompt: Sequence[int], back) -> None:
-        self.prompt_len = len(prompt)
+        self.prompt = prompt
         self.response = self.memory.start(self.own.suffix_decoding_max_cached_requests, self.own.memory_tokens)
 
     def propose(self, request: Request) -> Candidates:
         context = request.context
-        self.local.append(context[self.seen:])
-        if self.response is not None:
-            self.memory.extend(self.response, context[max(self.seen, self.prompt_len):])
-        self.seen = len(context)
+        self._catch_up(context)
         own = self.own
         pattern = request.tail(own.suffix_decoding_max_tree_depth)
         most = min(own.num_speculative_tokens, request.budget) if request.path else own.num_speculative_tokens
@@ -308,10 +323,21 @@ class VllmSuffixSource:
         best = local
         if self.response is not None:
             other = self.memory.speculate(*args, None if request.path else self.response)
-            best = local if sum(local[1]) >= sum(other[1]) else other
-        tokens, probs, m = best
+            best = local if local[3] >= other[3] else other  # Arctic: the request's own tree wins a tie
+        tokens, probs, m, _ = best
         p = [q / prev for q, prev in zip(probs, [1.0, *probs])]
         return Candidates.chain(tokens, p, match=m)
 
     def observe(self, verified: Verified) -> None:
-        pass  # the trees catch up with the context when next asked
+        """The trees catch up with the context when next asked; the last cycle's tokens join the global tree when
+        the generation ends (vLLM adds every step's sampled tokens, the last step's included)."""
+        if verified.finished:
+            self._catch_up([*self.prompt, *verified.output])
+
+    def _catch_up(self, context: Sequence[int]) -> None:
+        """Add the context tokens not yet seen: to the request's own tree, and the output's to the running
+        response in the global tree."""
+        self.local.append(context[self.seen:])
+        if self.response is not None:
+            self.memory.extend(self.response, context[max(self.seen, len(self.prompt)):])
+        self.seen = len(context)
