@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import weakref
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+if (ROOT / ".engines").is_dir():  # the engines' own drafters, where scripts/engine_drafters.sh built them
+    sys.path.append(str(ROOT / ".engines"))
 DATA = Path(os.environ.get("GOOSE_LENS_DATA", ROOT / "assets" / "datasets"))  # the prompt sets the project ships
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -4,10 +4,12 @@ engine's code at the version its module names.
 - vLLM ngram: ``vllm/v1/spec_decode/ngram_proposer.py`` ``_find_longest_matched_ngram_and_propose_tokens`` (commit
   adce4e9a); the cases are that function's results (its docstring example first).
 - vLLM suffix: Arctic Inference ``csrc/suffix_decoding/suffix_tree.cc`` ``SuffixTree::speculate`` /
-  ``_speculate_path`` (v0.1.0 onward), results of the compiled C++ on the same trees.
+  ``_speculate_path`` (v0.1.0 onward), results of the compiled C++ on the same trees; and, where
+  ``scripts/engine_drafters.sh`` built them (CI does), the compiled ``SuffixTree`` and ``SuffixDecodingCache`` of
+  0.3.0 against ours on random histories.
 - SGLang NGRAM: ``ngram_corpus/trie.cpp`` ``buildRecency`` / ``buildFrequency`` (0.5.23); the draft sets of the
   compiled 0.5.5 C++ on the same trie (the two versions agree on these cases; 0.5.23 also drops anchors without
-  children, as here).
+  children, as here); and 0.5.23's compiled n-gram corpus against the source on random requests, where built.
 - llama.cpp ngram-simple: ``common/ngram-map.cpp`` ``common_ngram_simple_draft`` (b10309), the worked example of its
   backward scan first.
 """
@@ -159,11 +161,24 @@ def test_llamacpp_ngram_simple_drafts_as_llamacpp(context, n, m, draft):
     assert simple_draft(context, n, m) == draft
 
 
+def engine_drafter(module: str, what: str):
+    """An engine's own drafter, built on a CPU by scripts/engine_drafters.sh (``.engines/``, on the path from
+    conftest); skipped with a sentence without it, except under CI (``CI`` set: .ci/run builds it)."""
+    import importlib
+    import os
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is not built: .ci/run builds it with scripts/engine_drafters.sh")
+        pytest.skip(f"{what} is not built here (scripts/engine_drafters.sh builds it on a CPU)")
+
+
 @pytest.fixture(scope="module")
 def arctic():
-    """Arctic Inference's suffix decoding module (vLLM's suffix drafter), where it is installed."""
-    return pytest.importorskip("arctic_inference.suffix_decoding", reason=(
-        "Arctic Inference is not installed; its suffix tree builds on a CPU from the PyPI source (docs/tests.md)"))
+    """Arctic Inference's suffix decoding module (vLLM's suffix drafter)."""
+    return engine_drafter("arctic_inference.suffix_decoding", "Arctic Inference's suffix tree")
 
 
 def test_vllm_suffix_trie_speculates_as_arctic_on_random_histories(arctic):
@@ -230,6 +245,51 @@ def test_vllm_suffix_source_drafts_as_arctic_cache(arctic):
         cache.stop_request(req)  # the last step's tokens are in the global tree: the source's too, once finished
         src.observe(Verified(None, 0, None, None, (), tuple(new), context[len(prompt):], finished=True))
     assert drafted > 100  # inconclusive otherwise
+
+
+def _paths(tokens, parents) -> set[tuple[int, ...]]:
+    """A draft tree as the set of its nodes' root paths (sibling order aside: SGLang's is a hash map's)."""
+    def path(i):
+        return () if i is None else (*path(parents[i]), tokens[i])
+    return {path(i) for i in range(len(tokens))}
+
+
+@pytest.mark.parametrize("match_type, depth, n, vocab, capacity", [
+    ("BFS", 6, 12, 4, 1_000_000), ("PROB", 6, 12, 4, 1_000_000),  # small vocabulary: ties everywhere
+    ("BFS", 18, 12, 12, 1_000_000), ("PROB", 18, 12, 12, 1_000_000),  # SGLang's defaults
+    ("BFS", 4, 6, 3, 60), ("PROB", 8, 12, 5, 200),  # a small capacity: least recently used leaves evicted
+])
+def test_sglang_ngram_source_drafts_as_sglang_corpus(match_type, depth, n, vocab, capacity):
+    """SGLang's own n-gram corpus (0.5.23's C++, scripts/engine_drafters.sh) and the source, fed as SGLang's NGRAM
+    worker feeds it (``ngram_worker.py``: match the last ``max_trie_depth`` tokens, verify, insert them): the same
+    draft trees, node for node, at every step of five random requests sharing one trie, for eight seeds."""
+    import random
+
+    corpus_mod = engine_drafter("sglang_ngram", "SGLang's n-gram corpus")
+    cfg = DecodeConfig.of(method="sglang-ngram", gt_threshold=0.0, max_depth=n, speculative_ngram_match_type=match_type,
+                          speculative_ngram_max_trie_depth=depth, speculative_num_draft_tokens=n,
+                          sglang_memory_nodes=capacity)
+    drafted = 0
+    for seed in range(8):
+        rng = random.Random(seed)
+        corpus, memory = corpus_mod.Corpus(capacity, depth, 1, 10, n, match_type), SourceMemory()
+        for req in range(5):
+            prompt = [rng.randint(1, vocab) for _ in range(rng.randint(2, 10))]  # no token 0: SGLang's padding
+            (src,) = make_sources(cfg, AcceptanceStats(), memory)
+            src.prefill(prompt, None)
+            context = list(prompt)
+            for step in range(20):
+                tokens, mask = corpus.match(req, context[-depth:], len(context))
+                theirs = {tuple(tokens[j] for j in range(1, i + 1) if mask[i * n + j])
+                          for i in range(1, n) if tokens[i] != 0}
+                cands = src.propose(Request(context))
+                assert _paths(cands.tokens, cands.parents) == theirs, (seed, req, step)
+                drafted += len(theirs)
+                new = [rng.randint(1, vocab) for _ in range(rng.randint(1, 3))]
+                context += new
+                src.observe(Verified(None, 0, None, None, (), tuple(new), context[len(prompt):], step == 19))
+                corpus.insert([context[-depth:]])
+    assert drafted > 2000  # inconclusive otherwise
 
 
 @pytest.mark.parametrize("method, engine, key", [

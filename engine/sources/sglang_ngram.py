@@ -17,16 +17,18 @@ Source: SGLang 0.5.23 (PyPI wheel), ``sglang/kernels/jit/csrc/ngram_corpus/trie.
   ``max_trie_depth - 1``, scale = ``(max_bfs_breadth - min_bfs_breadth) / M``), one scale less per level, at least
   1; a node's children are taken most recently seen first.  ``PROB``: best first by the product of
   ``freq / sum of freq`` over a node's ``max_bfs_breadth`` most frequent children (ties: smaller token first).
-- Capacity: beyond a bound on nodes the least recently used leaves go (SGLang's ``--speculative-ngram-capacity``,
-  10,000,000 per server; here ``memory_nodes`` per visitor).
+- Capacity: a bound on nodes, the root included; before each suffix is inserted, the least recently used leaves
+  go until all its tokens would fit as new nodes (SGLang's ``--speculative-ngram-capacity``, 10,000,000 per
+  server; here ``memory_nodes`` per visitor).
 
-What differs here: SGLang pads the tree to exactly N slots with token 0 under the root (a static shape for CUDA
-graphs); unused slots are not verified here.  Its sibling order is a hash map's; here it is insertion order (greedy
-acceptance does not depend on it).  The decoding loop bounds every tree by D: set D >= N - 1 for SGLang's trees.
+Checked against SGLang 0.5.23's compiled corpus on random requests, BFS and PROB, with and without eviction: the
+same trees, node for node (``tests/test_engine_drafters.py``).  What differs here: SGLang pads the tree to exactly
+N slots with token 0 under the root (a static shape for CUDA graphs); unused slots are not verified here.  Its
+sibling order is a hash map's; here it is insertion order (greedy acceptance does not depend on it).  The decoding
+loop bounds every tree by D: set D >= N - 1 for SGLang's trees.
 """
 from __future__ import annotations
 
-import heapq
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -64,8 +66,9 @@ class SglangNgramConfig:
                (1 <= self.speculative_ngram_min_bfs_breadth <= self.speculative_ngram_max_bfs_breadth,
                 "speculative_ngram_min_bfs_breadth must be >= 1 and <= speculative_ngram_max_bfs_breadth"),
                one_of(self.speculative_ngram_match_type, MATCH_TYPES, "speculative_ngram_match_type"),
-               (self.speculative_ngram_max_trie_depth >= 2 and self.memory_nodes >= 1,
-                "speculative_ngram_max_trie_depth must be >= 2 and the memory bound >= 1 node")])
+               (self.speculative_ngram_max_trie_depth >= 2, "speculative_ngram_max_trie_depth must be >= 2"),
+               (self.memory_nodes > self.speculative_ngram_max_trie_depth, "the memory bound must be more nodes than "
+                "speculative_ngram_max_trie_depth (the root and one whole n-gram)")])
 
     def serve(self) -> Serve:
         """SGLang's launch flags that run this drafter."""
@@ -95,11 +98,14 @@ class NgramTrie(Locked):
         self.lock = threading.Lock()
 
     def insert(self, window: Sequence[int]) -> None:
-        """``Trie::insert``: every suffix of ``window`` as a root path (``depth`` tokens at most)."""
+        """``Trie::insert``: every suffix of ``window`` as a root path (``depth`` tokens at most); before each, room
+        for all its tokens is made, as if each were new (``Trie::squeeze``: least recently used leaves go first)."""
         with self.lock:
             for i in range(len(window)):
+                suffix = window[i:i + self.depth]
+                self._squeeze(len(suffix) - (self.capacity - 1 - len(self.lru)))  # the root takes one node
                 node, path = self.root, []
-                for tok in window[i:i + self.depth]:
+                for tok in suffix:
                     child = node.kids.get(tok)
                     if child is None:
                         child = node.kids[tok] = TrieNode(tok, node)
@@ -110,12 +116,12 @@ class NgramTrie(Locked):
                 for n in reversed(path):  # ancestors end up in front of their descendants
                     self.lru[n] = None
                     self.lru.move_to_end(n, last=False)
-            while len(self.lru) > self.capacity:
-                leaf, _ = self.lru.popitem()
-                if leaf.kids:  # cannot happen (ancestors are always more recent); kept safe
-                    self.lru[leaf] = None
-                    break
-                del leaf.parent.kids[leaf.token]
+
+    def _squeeze(self, count: int) -> None:
+        """Evict ``count`` least recently used nodes (leaves: ancestors are always more recent)."""
+        for _ in range(count):
+            leaf, _ = self.lru.popitem()
+            del leaf.parent.kids[leaf.token]
 
     def anchors(self, context: Sequence[int]) -> list[tuple[TrieNode, int]]:
         """``Trie::match``: (node, w) for every suffix of ``context`` (w tokens, longest first) whose node has
@@ -211,22 +217,67 @@ def _bfs(anchors: list[tuple[TrieNode, int]], slots: int, own: SglangNgramConfig
 
 
 def _prob(anchors: list[tuple[TrieNode, int]], slots: int, own: SglangNgramConfig) -> Candidates:
-    """``buildFrequency``: best first by the product of normalised frequencies of the top children."""
-    tree, order = _Tree(), 0
-    heap: list = []
+    """``buildFrequency``: best first by the product of normalised frequencies of the top children (``freq / sum x
+    prob``, in that order, as SGLang rounds it); equal products leave the heap in the order SGLang's
+    ``std::priority_queue`` leaves them (``StdMaxHeap``)."""
+    tree, heap = _Tree(), StdMaxHeap()
 
     def push(parent: int | None, node: TrieNode, prob: float) -> None:
-        nonlocal order
         top = sorted(node.kids.values(), key=lambda k: (-k.freq, k.token))[:own.speculative_ngram_max_bfs_breadth]
-        total = sum(k.freq for k in top)
+        total = float(sum(k.freq for k in top)) or 1.0
         for child in top:
-            order += 1
-            heapq.heappush(heap, (-prob * child.freq / total, order, parent, child))
+            heap.push((child.freq / total * prob, parent, child))
 
     for anchor, _ in anchors:
         push(None, anchor, 1.0)
         while heap and len(tree.tokens) < slots:
-            neg, _, parent, node = heapq.heappop(heap)
+            prob, parent, node = heap.pop()
             pos, _ = tree.place(parent, node)
-            push(pos, node, -neg)
+            push(pos, node, prob)
     return tree.candidates(anchors[0][1] if anchors else 0)
+
+
+class StdMaxHeap:
+    """A max-heap on each entry's first item that pops equal keys in the order libstdc++'s ``std::priority_queue``
+    does (``std::push_heap`` / ``std::pop_heap``, ``bits/stl_heap.h``: ``__push_heap`` and ``__adjust_heap``): the
+    order among SGLang's equal-probability candidates, and so which of them fill the last slots."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def push(self, value: tuple) -> None:
+        self.items.append(value)
+        self._sift_up(len(self.items) - 1, value)
+
+    def pop(self) -> tuple:
+        items = self.items
+        top, last = items[0], items.pop()
+        if items:
+            self._adjust(last)
+        return top
+
+    def _sift_up(self, hole: int, value: tuple) -> None:
+        """``__push_heap(first, hole, 0, value)``: parents with a smaller key move down."""
+        items = self.items
+        parent = (hole - 1) // 2
+        while hole > 0 and items[parent][0] < value[0]:
+            items[hole] = items[parent]
+            hole, parent = parent, (parent - 1) // 2
+        items[hole] = value
+
+    def _adjust(self, value: tuple) -> None:
+        """``__adjust_heap(first, 0, len, value)``: the hole at the top goes down to a leaf by the larger child (the
+        left one on a tie), then ``value`` rises from there."""
+        items, n, hole, child = self.items, len(self.items), 0, 0
+        while child < (n - 1) // 2:
+            child = 2 * (child + 1)
+            if items[child][0] < items[child - 1][0]:
+                child -= 1
+            items[hole], hole = items[child], child
+        if n % 2 == 0 and child == (n - 2) // 2:
+            child = 2 * (child + 1)
+            items[hole], hole = items[child - 1], child - 1
+        self._sift_up(hole, value)
