@@ -336,6 +336,21 @@ def test_the_page_bounds_what_a_visitor_may_raise():
                         ).source_config("vllm-ngram").prompt_lookup_max == 400
 
 
+def test_vllm_ngram_takes_a_bound_left_out_from_the_other_as_vllm_does():
+    """``vllm/config/speculative.py``: both bounds unset -> 5..5; one unset -> the other's value (the docs' example
+    gives ``prompt_lookup_max`` 4 alone)."""
+    from engine.product.deploy import with_drafter
+
+    def bounds(text):
+        own = with_drafter(DecodeConfig.of(method="vllm-ngram"), text).source_config("vllm-ngram")
+        return own.prompt_lookup_min, own.prompt_lookup_max
+
+    assert bounds("num_speculative_tokens=5") == (5, 5)
+    assert bounds("prompt_lookup_max=4, num_speculative_tokens=5") == (4, 4)
+    assert bounds("--prompt-lookup-min 8") == (8, 8)
+    assert bounds("prompt_lookup_min=2, prompt_lookup_max=6") == (2, 6)
+
+
 def test_a_visitor_keeps_one_tree_per_source_whatever_settings_they_try():
     memory = SourceMemory()
     for depth in (8, 16, 24, 16):

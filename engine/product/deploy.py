@@ -65,8 +65,10 @@ def drafter_text(cfg: DecodeConfig) -> str:
 
 def with_drafter(cfg: DecodeConfig, text: str, ceiling: float | None = None) -> DecodeConfig:
     """``cfg`` with the method's own settings from ``text`` (``drafter_text``'s form; ``--flag-name value`` pairs
-    and new lines read too; names not given keep their values).  ``ceiling``: the most any number may be raised to
-    (the page's bound on a shared server; a default above it, e.g. a memory bound, may only be lowered).
+    and new lines read too; names not given keep their values, except where the engine fills a setting left out from
+    another one given: the config's ``UNSET``, name left out -> name it copies).  ``ceiling``: the most any number
+    may be raised to (the page's bound on a shared server; a default above it, e.g. a memory bound, may only be
+    lowered).
 
     Raises:
         ConfigError: a name the method's drafter does not have, a value of the wrong kind, above ``ceiling``, or out
@@ -89,8 +91,11 @@ def with_drafter(cfg: DecodeConfig, text: str, ceiling: float | None = None) -> 
         if ceiling is not None and _above(number, known[name], ceiling):
             raise ConfigError(f"Drafter settings: {name} = {_word(number)} is above this page's bound, "
                               f"{max(ceiling, known[name]) if isinstance(known[name], (int, float)) else ceiling:g}.")
-        changes[type(own).FLAT.get(name, name)] = number
-    return cfg.with_(**changes)
+        changes[name] = number
+    for left_out, source in getattr(type(own), "UNSET", {}).items():
+        if left_out not in changes and source in changes:
+            changes[left_out] = changes[source]
+    return cfg.with_(**{type(own).FLAT.get(name, name): value for name, value in changes.items()})
 
 
 def _above(value: Any, default: Any, ceiling: float) -> bool:

@@ -26,8 +26,8 @@ from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, Sourc
 @dataclass(frozen=True)
 class VllmNgramConfig:
     """vLLM's n-gram settings under its own names (``DecodeConfig.source_config("vllm-ngram")``), its defaults
-    (``vllm/config/speculative.py``): with ``prompt_lookup_max`` unset vLLM takes 5, with ``prompt_lookup_min``
-    unset it takes the max; ``num_speculative_tokens`` has no default there (required), 5 is its docs' example."""
+    (``vllm/config/speculative.py``): with both lookup bounds unset vLLM takes 5 for each, with one unset it takes the
+    other's value (``UNSET``); ``num_speculative_tokens`` has no default there (required), 5 is its docs' example."""
 
     prompt_lookup_min: int = field(default=5)  # shortest suffix n-gram looked up (vLLM: the max when unset)
     prompt_lookup_max: int = field(default=5)  # longest suffix n-gram looked up (vLLM default 5)
@@ -38,6 +38,10 @@ class VllmNgramConfig:
                                       "prompt_lookup_max": "vllm_prompt_lookup_max",
                                       "num_speculative_tokens": "vllm_ngram_num_speculative_tokens"}
     extra_rows: ClassVar[int] = 0  # no rows ride along in the forward
+    #: vLLM's rule for a bound left out of the settings given: it takes the other's value (``--drafter
+    #: prompt_lookup_max=4``, its docs' example, is 4..4, not 5..4)
+    UNSET: ClassVar[dict[str, str]] = {"prompt_lookup_min": "prompt_lookup_max",
+                                       "prompt_lookup_max": "prompt_lookup_min"}
 
     def __post_init__(self) -> None:
         check([(1 <= self.prompt_lookup_min <= self.prompt_lookup_max,
