@@ -131,7 +131,7 @@ def test_family_fp32_matches_greedy(name):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_bf16_has_no_bugs(name):
     lm = SimpleNamespace(model=copy.deepcopy(tiny(name)).to(torch.bfloat16), eos_token_ids=())
-    precision.pack_linears(lm.model)  # as load_model serves bf16 on a CPU with native bf16
+    precision.pack_linears(lm.model)  # as load_model serves bf16 on a CPU that runs it
     accepted, found = _bf16_run(lm, prompts(), {"gt_threshold": 0.0}, MAX_NEW)
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name} in bf16"
     bugs = [d.sentence() for d in found if d.kind != "precision tie"]

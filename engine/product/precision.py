@@ -3,10 +3,11 @@
 Speculative decoding trades one forward of n rows for several one-row forwards, so what matters is the
 cost of both: T(1) (an AR step, the bonus-only cycle) and T(16) (a typical verified tree).  On CUDA
 half precision is the fast path by construction (bf16 where the device supports it, else fp16).  On a
-CPU it depends on the machine: a CPU with native bf16 (oneDNN's avx512_core_bf16 / AMX kernels) may run a
-16-row forward of SmolLM2 1.6x faster in bf16 than in fp32, a CPU without it emulates bf16 and runs it
-slower.  The attention kernel matters as much at these sizes: transformers' eager attention (plain matmuls)
-beat its sdpa one by 10-25 % at 1-16 rows in bf16 on one such CPU (issue 17's table).  So ``dtype="auto"``
+CPU it depends on the machine: a CPU with bf16 instructions (oneDNN's avx512_core_bf16 / AMX kernels) may run
+a 16-row forward of SmolLM2 1.6x faster in bf16 than in fp32; oneDNN emulates bf16 on other AVX-512 CPUs, and
+without AVX-512 runs none (fp32 then, unmeasured).  The attention kernel matters as much at these sizes:
+transformers' eager attention (plain matmuls) beat its sdpa one by 10-25 % at 1-16 rows in bf16 on one such CPU
+(issue 17's table).  So ``dtype="auto"``
 on a CPU measures fp32 and bf16, each with sdpa and eager attention, once per (model, CPU, torch version,
 threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a tree, the two forwards a run
 alternates between).  The result is cached next to the cost curves (``$GOOSE_LENS_CACHE/precision``).
@@ -15,7 +16,7 @@ A bf16 model on such a CPU runs its linears on weights reordered once into oneDN
 (``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
 in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step costs what fp32's does and a
 16-row tree ~0.75 of it (docs/results.md, "Packed bf16 linears").  The outputs equal ``F.linear``'s bit for
-bit (checked per layer on probes when packing).
+bit (checked per layer on probes when packing; at every row count only on a CPU with bf16 instructions).
 
 A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its
 linears run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes,
@@ -92,10 +93,22 @@ class PrecisionChoice:
         return BY_NAME[self.dtype]
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU runs bf16 matmuls natively (oneDNN's avx512_core_bf16 or AMX), not by emulation."""
+def cpu_runs_bf16() -> bool:
+    """Whether oneDNN runs bf16 matmuls on this CPU (with bf16 instructions, or emulated on AVX-512), so bf16 and
+    q4 are worth measuring against fp32."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def cpu_has_bf16_instructions() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX tiles).  There oneDNN's packed bf16 weights give
+    ``F.linear``'s results bit for bit at every row count; where oneDNN emulates bf16 on AVX-512, a layer that
+    matched on the probes may round otherwise at other row counts (a model's AR runs on the same packed layers, so
+    a run's divergences from AR stay precision ties)."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     except (AttributeError, RuntimeError):
         return False
 
@@ -219,8 +232,8 @@ def apply(model, name: str) -> int:
 
 
 def packing_enabled() -> bool:
-    """Whether bf16 linears get packed here: a CPU with native bf16, ``$GOOSE_LENS_PACK_LINEARS`` not "0"."""
-    return cpu_has_native_bf16() and os.environ.get(PACK_ENV) != "0"
+    """Whether bf16 linears get packed here: a CPU where oneDNN runs bf16, ``$GOOSE_LENS_PACK_LINEARS`` not "0"."""
+    return cpu_runs_bf16() and os.environ.get(PACK_ENV) != "0"
 
 
 @torch.no_grad()
@@ -361,10 +374,10 @@ def _cpu_name() -> str:
 
 
 def cached_choice(model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice | None:
-    """The CPU precision for ``model_name`` without measuring: fp32 where the CPU has no native bf16, else the
+    """The CPU precision for ``model_name`` without measuring: fp32 where oneDNN runs no bf16 here, else the
     cached choice of this machine (``machine_key``), else None (``cpu_choice`` would measure)."""
-    if not cpu_has_native_bf16():
-        return PrecisionChoice("fp32", "fp32: this CPU has no native bf16", {})
+    if not cpu_runs_bf16():
+        return PrecisionChoice("fp32", "fp32: this CPU runs no bf16", {})
     key = machine_key(model_name)
     try:
         data = json.loads(_cache_file(key, cache_dir).read_text(encoding="utf-8"))
@@ -378,7 +391,7 @@ def cached_choice(model_name: str, cache_dir: str | Path | None = None) -> Preci
 def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice:
     """The CPU precision for ``model`` (loaded in fp32): cached, else measured (a few seconds) and cached.
 
-    fp32 without measuring where the CPU has no native bf16.  A cache folder that is not writable only
+    fp32 without measuring where oneDNN runs no bf16 here.  A cache folder that is not writable only
     costs a re-measurement next time.
     """
     known = cached_choice(model_name, cache_dir)
