@@ -7,10 +7,10 @@ CPU it depends on the machine: a CPU with bf16 instructions (oneDNN's avx512_cor
 a 16-row forward of SmolLM2 1.6x faster in bf16 than in fp32; oneDNN emulates bf16 on other AVX-512 CPUs, and
 without AVX-512 runs none (fp32 then, unmeasured).  The attention kernel matters as much at these sizes:
 transformers' eager attention (plain matmuls) beat its sdpa one by 10-25 % at 1-16 rows in bf16 on one such CPU
-(issue 17's table).  So ``dtype="auto"``
-on a CPU measures fp32 and bf16, each with sdpa and eager attention, once per (model, CPU, torch version,
-threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a tree, the two forwards a run
-alternates between).  The result is cached next to the cost curves (``$GOOSE_LENS_CACHE/precision``).
+(issue 17's table).  So ``dtype="auto"`` on a CPU measures fp32 and bf16, each with sdpa and eager attention,
+once per (model, CPU, torch version, threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a
+tree, the two forwards a run alternates between).  The result is cached next to the cost curves
+(``$GOOSE_LENS_CACHE/precision``).
 
 A bf16 model on such a CPU runs its linears on weights reordered once into oneDNN's blocked layout
 (``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
