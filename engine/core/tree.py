@@ -186,15 +186,16 @@ class DraftTree:
                          tuple(self.sources[i] for i in keep), tuple(self.scores[i] for i in keep),
                          tuple(self.est_accept[i] for i in keep))
 
-    def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> TreeInputs:
-        """The verification forward's inputs, built on ``device`` from the parent array.
+    def device_ancestry(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The tree on ``device``, derived there from the parent array: (tokens (n,) int64, depths (n,) int64,
+        ancestors (n, n) bool, ``[i, j]`` iff node j is node i or one of its ancestors).
 
         One host-to-device copy (tokens and parents, (2, n) int64; on CUDA from pinned memory, non-blocking:
-        ``transfer.upload``); the ancestor relation, depths, positions and mask are derived there, so a GPU cycle
-        builds them without waiting for the device (tests/test_cuda.py checks; ``scatter_`` takes ``True`` as a
-        value, where a tensor-indexed assignment of a Python scalar may copy it to the device and wait).
-        Ancestors by pointer doubling: after j rounds ``anc[i]`` holds the ancestors of node i up to
-        2^(j+1) - 1 levels above it, so ceil(log2(depth + 1)) rounds cover the deepest node.
+        ``transfer.upload``); the ancestor relation and depths are derived there, so a GPU cycle builds them
+        without waiting for the device (tests/test_cuda.py checks; ``scatter_`` takes ``True`` as a value, where a
+        tensor-indexed assignment of a Python scalar may copy it to the device and wait).  Ancestors by pointer
+        doubling: after j rounds ``anc[i]`` holds the ancestors of node i up to 2^(j+1) - 1 levels above it, so
+        ceil(log2(depth + 1)) rounds cover the deepest node.
         """
         n = len(self)
         packed = upload([self.tokens, (0, *self.parents[1:])], torch.long, device)  # (2, n)
@@ -205,7 +206,13 @@ class DraftTree:
         for _ in range(max(0, math.ceil(math.log2(max(self.depths) + 1)) - 1)):
             anc |= anc[up]  # (n, n)
             up = up[up]
-        depth = anc.sum(dim=1) - 1  # (n,) int64
+        return tokens, anc.sum(dim=1) - 1, anc  # depth: ancestors, itself excluded
+
+    def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> TreeInputs:
+        """The verification forward's inputs over ``past_len`` cached positions, built on ``device`` from the
+        parent array (``device_ancestry``: one host-to-device copy, no host sync)."""
+        n = len(self)
+        tokens, depth, anc = self.device_ancestry(device)  # (n,), (n,), (n, n)
         mask = torch.zeros(n, past_len + n, dtype=dtype, device=device)  # (n, past + n): the past is attended
         mask[:, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
         return TreeInputs(tokens[None], (depth + past_len)[None], mask[None, None])

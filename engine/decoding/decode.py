@@ -13,10 +13,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..core import compat, kv_cache
+from ..core import compat
 from ..core.estimates import AcceptanceStats, spine_ratio_tier
+from ..core.forward import EagerPath, ForwardPath, TreeForward
 from ..core.tree import DraftTree, Source
-from ..core.verify import ReadBack, forward_tree, greedy_walk, hsd_chain_walk, read_back, sample_walk
+from ..core.verify import ReadBack, greedy_walk, hsd_chain_walk, read_back, sample_walk
 from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
 from ..sources.base import extend_chain
 from .config import CANDIDATE_TREE_METHODS, DecodeConfig
@@ -88,16 +89,20 @@ class Outcome:
 class Generation:
     """Mutable state of one generation; never shared between generations or users."""
 
-    cache: object  # transformers DynamicCache (see kv_cache)
+    forward: TreeForward  # the model on this generation's trees; owns its KV cache and committed length
     tokens: list[int]  # prompt + generated tokens: the context sources are asked about
     sources: tuple[DraftSource, ...]  # this generation's draft sources (engine/sources)
     stats: AcceptanceStats
     generator: torch.Generator | None = None  # sampling mode: every random draw of this generation
     output: list[int] = field(default_factory=list)
-    past_len: int = 0
     cycles: int = 0
     busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
     curve_ms: float = 0.0  # verification time of every cycle so far by the cost curve (ms), for the GT rate λ
+
+    @property
+    def past_len(self) -> int:
+        """Committed cache positions (the prompt and every committed token before the anchor)."""
+        return self.forward.length
 
     @property
     def anchor(self) -> int:
@@ -157,6 +162,8 @@ class SpecDecoder:
         profile: stage timings for profiling (``Stopwatch``): on a CUDA device each stage waits for the device
             before its lap, so every kernel is charged to its own stage (one more sync per stage: slower).  Off
             (default), or on a CPU, nothing waits beyond the cycle's one read-back.
+        forward: how the model runs a tree (``engine.core.forward``: eager, static or compiled), shared by the
+            model's generations; default: the eager path.  Every path gives the same tokens in fp32.
 
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve (``compat.model_problem``: its
@@ -166,7 +173,7 @@ class SpecDecoder:
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
-                 profile: bool = False) -> None:
+                 profile: bool = False, forward: ForwardPath | None = None) -> None:
         compat.check_model(model)  # first: what cannot be served says why
         if not config.is_resolved:
             raise ValueError("the decoder takes a resolved config: config.resolved(cost_curve) "
@@ -175,6 +182,7 @@ class SpecDecoder:
             raise ValueError("GT 'auto' sizes trees from a cost curve: give the one the config was resolved with")
         self.positions = compat.PositionLimits.of(model)  # trees are trimmed to these (``_build``)
         self.model = model
+        self.forward = forward if forward is not None else EagerPath(model)
         device = torch.device(model.device)
         self._sync = device if profile and device.type == "cuda" else None  # Stopwatch(sync): profiling on CUDA
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
@@ -214,7 +222,7 @@ class SpecDecoder:
             clock.lap("draft")
             plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
-            logits = forward_tree(self.model, session.cache, plan.forward, session.past_len)  # 3. verify
+            logits = session.forward.verify(plan.forward)  # 3. verify: one forward of the whole tree
             back = read_back(logits, self._read_k(session), self._rows(plan, logits))  # the cycle's one host sync
             clock.lap("forward")
             walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
@@ -232,13 +240,12 @@ class SpecDecoder:
         cfg, clock = self.config, Stopwatch(self._sync)
         stats = AcceptanceStats(ema_alpha=cfg.tree.ema_alpha, p_s_ema=cfg.tree.ema_init,
                                 counterfactual=cfg.gt.counterfactual_rates and cfg.gt.auto)
-        cache = kv_cache.new_cache(self.model, len(prompt) + cfg.max_new_tokens)  # trees stay inside
-        session = Generation(cache=cache, tokens=list(prompt), sources=make_sources(cfg, stats, self.memory),
+        forward = self.forward.open(len(prompt) + cfg.max_new_tokens, cfg.max_budget + self.extra_rows)
+        session = Generation(forward=forward, tokens=list(prompt), sources=make_sources(cfg, stats, self.memory),
                              stats=stats)
         if cfg.sampling:
             session.generator = new_generator(cfg.sampler.seed)
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # (1, L)
-        logits = self.model(input_ids=ids, cache=session.cache, use_cache=True).logits[0]  # (L, |V|)
+        logits = forward.prefill(prompt)  # (L, |V|)
         if cfg.sampling:  # the first token, sampled as generate() samples it
             first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=session.generator))
         else:
@@ -248,7 +255,6 @@ class SpecDecoder:
         back = read_back(logits, k) if k else None  # (L rows): every prompt row's successors, when a source reads them
         for src in session.sources:
             src.prefill(prompt, back)
-        session.past_len = len(prompt)
         done = self._append(session, [first])
         clock.lap("harvest")
         timings = clock.total()
@@ -403,8 +409,7 @@ class SpecDecoder:
 
     def _commit(self, s: Generation, plan: Plan, walk: Walk, clock: Stopwatch) -> Committed:
         """Alg. 2 line 15: keep the accepted path's KV rows, append the accepted tokens and the bonus."""
-        kv_cache.keep_path(s.cache, s.past_len, [0, *walk.accepted])
-        s.past_len += 1 + len(walk.accepted)
+        s.forward.commit([0, *walk.accepted])
         clock.lap("cache")
         return self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from ..core import kv_cache
+from ..core.forward import EagerPath, ForwardPath
 from ..core.tree import DraftTree, Source
-from ..core.verify import forward_tree, read_back
+from ..core.verify import read_back
 from ..decoding.cost import CostCurve
 from ..sources.tr import AdjacencyTable, TrSource
 from .paths import cache_root
@@ -38,15 +38,17 @@ MEASUREMENT = 3  # how a cached curve was measured; a curve of an older one is m
 # takes the argmax off an fp32 top-k (0.2-0.8 ms cheaper per forward on a CPU: the old curve overprices trees)
 
 
-def curve_key(model) -> str:
+def curve_key(model, path: str = "eager") -> str:
     """What a curve depends on: the model (its folder's or file's name and a hash of where it came from, never
     a path), device, dtype, attention kernel, the layers' own kernels (a module's ``kernel``: packed bf16
-    linears, 4-bit ones) and torch version."""
+    linears, 4-bit ones), torch version and the forward path that runs the trees (``engine.core.forward``: the
+    eager path's key is as before, the static and compiled paths add their name)."""
     where = str(model.name_or_path)
     name = f"{Path(where).name or where}#{hashlib.sha1(where.encode()).hexdigest()[:8]}"
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     kernels = "".join(f"|{k}" for k in sorted({getattr(m, "kernel", "") for m in model.modules()} - {""}))
-    return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}"
+    forward = "" if path == "eager" else f"|{path}"
+    return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}{forward}"
 
 
 def _sync(device: torch.device) -> None:
@@ -55,7 +57,8 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 7) -> CostCurve:
+def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 7,
+                       path: ForwardPath | None = None) -> CostCurve:
     """Measure a fresh curve; writes nothing (so a page's re-measure stays in that user's session).
 
     Per size n: one verification forward of an n-node chain over ``past`` cached tokens, the
@@ -64,13 +67,14 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     alike, in a new (seeded) order each round: a forward right after a large one runs slow (its cache and
     allocator state; in a fixed order 1 always followed 128, and T(1) of SmolLM2 in q4 read 24-25 ms against the
     loop's 20), and the median drops the rounds that put a size there.  The first round warms up; ``ms`` is the
-    median of ``repeats`` rounds.
+    median of ``repeats`` rounds.  ``path``: the forward path the curve is of (``engine.core.forward``; default
+    the eager path), so the curve prices the forward that runs (a compiled path's padded buckets included).
     """
+    path = path if path is not None else EagerPath(model)
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
-    cache = kv_cache.new_cache(model, past + max(sizes) + 1)
-    prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
-    model(input_ids=prefix, cache=cache, use_cache=True)
+    forward = path.open(past + max(sizes) + 1, max(sizes))
+    forward.prefill(torch.randint(0, vocab, (past,), generator=gen).tolist())
     table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost
     trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
                           (Source.ROOT,) + (TrSource.info.source,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
@@ -82,53 +86,61 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
             tree = trees[n]
             _sync(model.device)
             t0 = time.perf_counter()
-            back = read_back(forward_tree(model, cache, tree, past), table.top_k)  # waits for the device
+            back = read_back(forward.verify(tree), table.top_k)  # waits for the device
             table.store([None, *tree.tokens[:-1]], list(tree.tokens), back.successor_ids, back.successor_scores)
             times[n].append((time.perf_counter() - t0) * 1000)
-            kv_cache.keep_path(cache, past, [])
+            forward.commit([])
     return CostCurve(tuple(sizes), tuple(round(statistics.median(times[n][1:]), 3) for n in sizes), past,
-                     curve_key(model))
+                     curve_key(model, path.name))
 
 
-def _cache_path(model, cache_dir: str | Path | None) -> Path:
+def _path_name(path: ForwardPath | None) -> str:
+    return path.name if path is not None else "eager"
+
+
+def _cache_path(model, cache_dir: str | Path | None, path: ForwardPath | None = None) -> Path:
     folder = cache_root(cache_dir) / "cost"
-    return folder / (hashlib.sha1(curve_key(model).encode()).hexdigest()[:16] + ".json")
+    return folder / (hashlib.sha1(curve_key(model, _path_name(path)).encode()).hexdigest()[:16] + ".json")
 
 
 _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a measurement, no user data)
 
 
-def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None) -> CostCurve:
+def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None,
+                      path: ForwardPath | None = None) -> CostCurve:
     """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
     unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
     sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
-    sizes other than ``SIZES`` or by an older ``MEASUREMENT``."""
-    path = _cache_path(model, cache_dir)
-    known = None if refresh else known_cost_curve(model, cache_dir)
+    sizes other than ``SIZES`` or by an older ``MEASUREMENT``.  ``path``: the forward path whose curve it is
+    (default: the eager one)."""
+    file = _cache_path(model, cache_dir, path)
+    known = None if refresh else known_cost_curve(model, cache_dir, path)
     if known is not None:
         return known
     log.info("cost curve: timing verification forwards of 1-128 rows (once per machine and model, ~10 s on 2 cores)")
     start = time.perf_counter()
-    curve = _loaded[path] = measure_cost_curve(model)
+    curve = _loaded[file] = measure_cost_curve(model, path=path)
     log.info("cost curve: T(1) = %.1f ms, T(16) = %.1f ms (measured in %.0f s)", curve.ms[0],
              curve.ms[curve.nodes.index(16)], time.perf_counter() - start)
-    write_cost_curve(curve, path)
+    write_cost_curve(curve, file)
     return curve
 
 
-def known_cost_curve(model, cache_dir: str | Path | None = None) -> CostCurve | None:
-    """The model's shared cost curve when it is measured already (in memory or the disk cache, as
-    ``cached_cost_curve`` reads it), else None: never measures (for a thread that must not time forwards)."""
-    path = _cache_path(model, cache_dir)
-    if path in _loaded:
-        return _loaded[path]
+def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPath | None = None) -> CostCurve | None:
+    """The model's shared cost curve (of forward ``path``, default eager) when it is measured already (in memory or
+    the disk cache, as ``cached_cost_curve`` reads it), else None: never measures (for a thread that must not time
+    forwards)."""
+    file = _cache_path(model, cache_dir, path)
+    if file in _loaded:
+        return _loaded[file]
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(file.read_text())
         curve = CostCurve.from_dict(data)
     except (ValueError, OSError):
         return None  # absent, unreadable or older format: measured when first needed
-    if curve.key == curve_key(model) and curve.nodes == SIZES and data.get("measurement") == MEASUREMENT:
-        _loaded[path] = curve
+    if curve.key == curve_key(model, _path_name(path)) and curve.nodes == SIZES \
+            and data.get("measurement") == MEASUREMENT:
+        _loaded[file] = curve
         return curve
     return None
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core import compat
+from ..core.forward import ForwardPath
 from ..decoding.config import DecodeConfig
 from ..decoding.cost import CostCurve
 from ..decoding.decode import SpecDecoder
 from .cost_cache import cached_cost_curve
 
 
-def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None) -> tuple[DecodeConfig, CostCurve | None]:
+def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
+            forward: ForwardPath | None = None) -> tuple[DecodeConfig, CostCurve | None]:
     """``config`` resolved (``DecodeConfig.resolved``) and the cost curve it read: ``cost_curve``, else, when the GT
-    rule ("auto", "chord") reads one, the model's cached curve (measured here the first time on this machine).
+    rule ("auto", "chord") reads one, the model's cached curve of the forward path that runs (``forward``; default
+    the eager path), measured here the first time on this machine.
 
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve, before any forward (the curve's too).
@@ -26,17 +29,18 @@ def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None) ->
     """
     compat.check_model(model)
     if cost_curve is None and config.needs_cost_curve:
-        cost_curve = cached_cost_curve(model)
+        cost_curve = cached_cost_curve(model, path=forward)
     return config.resolved(cost_curve), cost_curve
 
 
 def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (), cost_curve: CostCurve | None = None,
                  **options) -> SpecDecoder:
-    """A ``SpecDecoder`` for ``config`` (``resolve``d first); ``options``: ``SpecDecoder``'s ``memory`` and
-    ``profile``.  ``decoder.config`` is the resolved config and ``decoder.cost_curve`` the curve it read.
+    """A ``SpecDecoder`` for ``config`` (``resolve``d first); ``options``: ``SpecDecoder``'s ``memory``, ``profile``
+    and ``forward`` (the model's forward path, whose cost curve GT then reads).  ``decoder.config`` is the resolved
+    config and ``decoder.cost_curve`` the curve it read.
 
     Raises:
         compat.UnsupportedModelError, ConfigError: as ``resolve``.
     """
-    config, curve = resolve(model, config, cost_curve)
+    config, curve = resolve(model, config, cost_curve, options.get("forward"))
     return SpecDecoder(model, config, eos_token_ids, cost_curve=curve, **options)

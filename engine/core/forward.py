@@ -1,0 +1,311 @@
+"""The one seam that runs the model on a draft tree: a ``TreeForward`` owns one generation's KV cache.
+
+Every forward loop of the project goes through it (the decoding loop, the cost curve's measurement, the replay of
+AR's logits for attributing a divergence, the precision's and the thread's timings), so what is timed is what runs.
+A ``ForwardPath`` is a model's way of running it, shared by every generation of that model; ``open`` gives one
+generation its own ``TreeForward`` (its own cache: nothing is shared between generations or users).
+
+Three paths, one interface (``prefill`` → ``verify`` → ``commit``, the committed ``length``):
+
+* ``"eager"``: transformers' ``DynamicCache`` (``kv_cache``), each tree forwarded at its own size; the reference
+  and the fallback.
+* ``"static"``: transformers' ``StaticCache``, allocated once for the run (the prompt, the new tokens and the
+  largest tree) and initialised before any forward; each tree's rows are written at the committed length and the
+  4D tree attention mask ``(1, 1, n, capacity)`` lets every row see the committed prefix and its own ancestors, so
+  the slots past them (rows of earlier trees) are never read.  The shapes of a forward depend on the tree size
+  alone.
+* ``"compiled"``: the static path with each tree padded to a bucket size (``BUCKETS``) and the model's forward
+  compiled by ``torch.compile`` (inductor), one graph per bucket: the shapes a compiled graph needs stay fixed.
+  Padding rows carry token 0 at the committed length's position and see only the committed prefix, so no real row
+  sees them and their logits are never read (tests/test_forward.py checks both).
+
+Sources: gpt-fast's static KV cache and compiled decode step (the model of a forward that costs its arithmetic);
+SGLang's graph runner (trees padded to a captured batch size, inputs copied into fixed buffers); transformers'
+``StaticCache`` (``early_initialization``: the cache exists before any compiled call).  Tree attention as in
+SpecInfer / Medusa.  Ours: the bucket set and the commit of a tree path into a static cache.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+from abc import ABC, abstractmethod
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
+
+from . import kv_cache
+from .transfer import upload
+from .tree import DraftTree
+
+log = logging.getLogger(__name__)
+
+#: Tree sizes a compiled graph is built for (a tree is padded to the next one; larger trees run at their own size,
+#: each size its own graph).  Powers of two: the padding is at most as many rows as the tree's own, and the trees
+#: GT sizes on a CPU (1-32 rows) need 6 graphs.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Capacity of a static cache is rounded up to a multiple of this (tokens), so runs of similar length share one
+#: compiled graph's shapes; the attention reads the whole capacity, so the step stays small.
+CAPACITY_STEP = 256
+PATHS = ("eager", "static", "compiled")
+
+
+class TreeForward(ABC):
+    """One generation's KV cache and the forwards that fill it.
+
+    ``length`` is the number of committed positions.  ``prefill`` fills it with the prompt; ``verify`` runs one
+    tree over it (the cache then also holds the tree's rows, uncommitted); ``commit`` keeps the rows of a path
+    and drops the rest.
+    """
+
+    length: int = 0
+
+    @abstractmethod
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """Forward the prompt (no positions committed before); commits it.
+
+        Args:
+            ids: L >= 1 prompt token ids.
+
+        Returns:
+            (L, |V|) logits, the model's dtype, on the model's device.
+        """
+
+    @abstractmethod
+    def verify(self, tree: DraftTree) -> torch.Tensor:
+        """Score every node of ``tree`` (node 0, the anchor, not yet in the cache) in one forward over the
+        committed prefix: the tree attention mask lets each node see the prefix, its ancestors and itself;
+        position of node i = ``length`` + depth(i).  No host sync: on an accelerator the forward is only enqueued.
+
+        Returns:
+            (n, |V|) logits, the model's dtype, on the model's (first) device; row i predicts the token after node i.
+        """
+
+    @abstractmethod
+    def commit(self, keep: list[int]) -> None:
+        """Keep the rows ``keep`` (indices into the last verified tree, in path order, usually ``[0, *accepted]``)
+        as the next ``len(keep)`` committed positions; drop every other row of that tree."""
+
+
+class ForwardPath(ABC):
+    """A model's way of running trees, shared by all its generations; ``open`` gives one generation its cache.
+
+    Attributes:
+        model: the transformers causal LM.
+        name: "eager", "static" or "compiled".
+    """
+
+    name: str
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    @abstractmethod
+    def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
+        """A fresh ``TreeForward`` for a run of at most ``max_length`` committed positions (prompt + new tokens)
+        whose trees have at most ``max_rows`` nodes (larger ones still run, the static cache is then regrown)."""
+
+
+class EagerForward(TreeForward):
+    """``TreeForward`` over transformers' ``DynamicCache``: each tree forwarded at its size (``kv_cache``)."""
+
+    def __init__(self, model, max_length: int) -> None:
+        self.model = model
+        self.cache = kv_cache.new_cache(model, max_length)
+        self.length = 0
+        self._rows = 0  # rows of the last verified tree, still in the cache
+
+    @torch.no_grad()
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], dtype=torch.long, device=self.model.device)  # (1, L)
+        logits = self.model(input_ids=x, cache=self.cache, use_cache=True).logits[0]  # (L, |V|)
+        self.length = len(ids)
+        return logits
+
+    @torch.no_grad()
+    def verify(self, tree: DraftTree) -> torch.Tensor:
+        if self._rows:
+            self.commit([])  # an uncommitted tree: dropped
+        inputs = tree.device_inputs(self.length, self.model.dtype, self.model.device)
+        out = self.model(
+            input_ids=inputs.input_ids,  # (1, n)
+            attention_mask=inputs.attention_mask,  # (1, 1, n, length + n)
+            position_ids=inputs.position_ids,  # (1, n)
+            cache=self.cache,
+            use_cache=True,
+        )
+        self._rows = len(tree)
+        return out.logits[0]  # (n, |V|)
+
+    def commit(self, keep: list[int]) -> None:
+        kv_cache.keep_path(self.cache, self.length, keep)
+        self.length += len(keep)
+        self._rows = 0
+
+
+class EagerPath(ForwardPath):
+    """The reference path: ``EagerForward`` for every generation."""
+
+    name = "eager"
+
+    def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
+        return EagerForward(self.model, max_length)
+
+
+def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:
+    """The smallest bucket >= ``n`` rows; ``n`` itself beyond the largest."""
+    i = bisect.bisect_left(buckets, n)
+    return buckets[i] if i < len(buckets) else n
+
+
+def static_problem(model) -> str | None:
+    """Why ``model`` cannot run the static path (a sentence), or None: every cache layer transformers' ``StaticCache``
+    builds for it must be a plain full-attention ``StaticLayer`` on one device (no sliding window, no recurrent or
+    shared layers, no model spread over several GPUs)."""
+    try:
+        layers = StaticCache(config=model.config, max_cache_len=1).layers
+    except Exception as exc:  # noqa: BLE001 - any refusal of transformers' own is a reason
+        return f"transformers builds no static cache for it ({exc})"
+    kinds = sorted({type(layer).__name__ for layer in layers if type(layer) is not StaticLayer})
+    if kinds:
+        return f"its cache has {kinds} layers (a static cache of full-attention layers only)"
+    if getattr(model, "hf_device_map", None) and len(set(model.hf_device_map.values())) > 1:
+        return "it is spread over several devices"
+    return None
+
+
+class StaticForward(TreeForward):
+    """``TreeForward`` over transformers' ``StaticCache``: fixed buffers sized to the run, trees padded to a bucket
+    when ``buckets`` is given (the compiled path), the forward run by ``step`` (the model, or its compiled form).
+
+    The cache's slots: 0 .. length - 1 committed; a verified tree's rows (padding included) at length ..
+    length + rows - 1; beyond that, rows of earlier trees, never attended (the mask).  transformers' ``StaticLayer``
+    writes each forward's rows at its ``cumulative_length``, set to ``length`` before each forward.
+    """
+
+    def __init__(self, model, step, max_length: int, max_rows: int, buckets: tuple[int, ...] | None) -> None:
+        self.model, self.step, self.buckets = model, step, buckets
+        self.device, self.dtype = torch.device(model.device), model.dtype
+        self.length = 0
+        self._rows = 0  # rows (padding included) of the last verified tree
+        self._allocate(max_length + (bucket(max_rows, buckets) if buckets else max_rows))
+
+    def _allocate(self, want: int) -> None:
+        """A static cache of at least ``want`` slots (a multiple of ``CAPACITY_STEP``), the committed rows copied."""
+        capacity = -(-want // CAPACITY_STEP) * CAPACITY_STEP
+        text = self.model.config.get_text_config()
+        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        cache.early_initialization(1, heads, head_dim, self.dtype, self.device)  # before any (compiled) forward
+        old = getattr(self, "cache", None)
+        if old is not None:
+            for new_layer, old_layer in zip(cache.layers, old.layers):
+                new_layer.keys[..., :self.length, :] = old_layer.keys[..., :self.length, :]
+                new_layer.values[..., :self.length, :] = old_layer.values[..., :self.length, :]
+        self.cache, self.capacity = cache, capacity
+        self._frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # rows -> (ids, pos, mask)
+
+    def _frame(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The persistent inputs of a forward of ``rows`` rows: ids (1, rows) int64, positions (1, rows) int64,
+        mask (1, 1, rows, capacity) of the model's dtype."""
+        if rows not in self._frames:
+            self._frames[rows] = (torch.zeros(1, rows, dtype=torch.long, device=self.device),
+                                  torch.zeros(1, rows, dtype=torch.long, device=self.device),
+                                  torch.zeros(1, 1, rows, self.capacity, dtype=self.dtype, device=self.device))
+        return self._frames[rows]
+
+    def _seek(self, at: int) -> None:
+        """Every layer writes its next rows at slot ``at`` (its ``cumulative_length``)."""
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(at)
+
+    @torch.no_grad()
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        if len(ids) + 1 > self.capacity:
+            self._allocate(len(ids) + 1)
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, L)
+        self._seek(0)
+        logits = self.model(input_ids=x, cache=self.cache, use_cache=True).logits[0]  # (L, |V|): eager, causal
+        self.length, self._rows = len(ids), 0
+        return logits
+
+    @torch.no_grad()
+    def verify(self, tree: DraftTree) -> torch.Tensor:
+        n = len(tree)
+        rows = bucket(n, self.buckets) if self.buckets else n
+        if self.length + rows > self.capacity:
+            self._allocate(self.length + rows)
+        tokens, depths, anc = tree.device_ancestry(self.device)  # (n,), (n,), (n, n) bool
+        ids, pos, mask = self._frame(rows)
+        low = torch.finfo(self.dtype).min
+        at = self.length
+        ids[0, :n] = tokens
+        pos[0, :n] = depths + at
+        mask.fill_(low)  # (1, 1, rows, capacity): nothing attended ...
+        mask[0, 0, :, :at] = 0  # ... but the committed prefix, by every row (padding rows: by it alone)
+        mask[0, 0, :n, at:at + n].masked_fill_(anc, 0)  # each node: its ancestors and itself
+        if rows > n:
+            ids[0, n:] = 0
+            pos[0, n:] = at
+        self._seek(at)
+        out = self.step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
+        self._rows = rows
+        return out.logits[0, :n]  # (n, |V|): padding rows' logits are never read
+
+    @torch.no_grad()
+    def commit(self, keep: list[int]) -> None:
+        k, at = len(keep), self.length
+        if keep != list(range(k)):  # rows out of place: gathered, then written at at .. at + k - 1
+            src = upload([at + i for i in keep], torch.long, self.device)  # (k,)
+            dst = upload(list(range(at, at + k)), torch.long, self.device)  # (k,)
+            for layer in self.cache.layers:
+                for kv in (layer.keys, layer.values):  # (1, heads, capacity, head_dim) each
+                    kv.index_copy_(2, dst, kv.index_select(2, src))
+        self.length += k
+        self._rows = 0
+
+
+class StaticPath(ForwardPath):
+    """``StaticForward`` for every generation, the model's own forward at each tree's size."""
+
+    name = "static"
+    buckets: tuple[int, ...] | None = None
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        problem = static_problem(model)
+        if problem:
+            raise ValueError(f"the static path cannot serve this model: {problem}")
+        self.step = model
+
+    def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
+        return StaticForward(self.model, self.step, max_length, max_rows, self.buckets)
+
+
+class CompiledPath(StaticPath):
+    """The static path with trees padded to ``BUCKETS`` and the model's forward compiled by ``torch.compile``
+    (inductor, ``dynamic=False``: one graph per bucket and cache capacity, compiled on its first use; the prefill
+    stays eager, as transformers' ``StaticLayer`` asks).  Compiling needs a C++ compiler on a CPU; a failure to
+    compile raises on the first forward that needs it (``engine.product.compiled`` warms the buckets up and falls
+    back to the eager path with one sentence)."""
+
+    name = "compiled"
+    buckets = BUCKETS
+
+    def __init__(self, model, buckets: tuple[int, ...] = BUCKETS) -> None:
+        super().__init__(model)
+        self.buckets = buckets
+        self.step = torch.compile(model, dynamic=False)
+
+
+def make_path(model, name: str = "eager") -> ForwardPath:
+    """The ``ForwardPath`` called ``name`` ("eager", "static", "compiled") for ``model``.
+
+    Raises:
+        ValueError: an unknown name, or a model the static paths cannot serve (``static_problem``).
+    """
+    paths = {"eager": EagerPath, "static": StaticPath, "compiled": CompiledPath}
+    if name not in paths:
+        raise ValueError(f"unknown forward path {name!r}: one of {', '.join(PATHS)}")
+    return paths[name](model)
