@@ -35,18 +35,19 @@ CASES = {
 def _timed(lm, forwards: int) -> float:
     """Median ms of ``forwards`` one-token forwards over a 128-token KV cache."""
     import torch
-    from transformers import DynamicCache
 
-    ids = torch.arange(10, 138).unsqueeze(0)  # [1, 128] int64
+    from engine.core.forward import EagerPath
+    from engine.core.tree import DraftTree
+
     with torch.inference_mode():
-        cache = DynamicCache(config=lm.model.config)
-        lm.model(ids, cache=cache, use_cache=True)
+        forward = EagerPath(lm.model).open(129)  # the seam the decoding loop runs
+        forward.prefill(list(range(10, 138)))  # 128 prompt tokens
         times = []
         for _ in range(forwards + 3):
             start = time.perf_counter()
-            lm.model(torch.tensor([[42]]), cache=cache, use_cache=True)  # [1, 1] int64
+            forward.verify(DraftTree.root_only(42))  # one token
             times.append((time.perf_counter() - start) * 1000)
-            cache.crop(-1)  # back to the 128 prompt tokens
+            forward.commit([])  # back to the 128 prompt tokens
     return statistics.median(times[3:])
 
 

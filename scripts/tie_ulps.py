@@ -20,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.core import kv_cache  # noqa: E402
+from engine.core.forward import EagerPath  # noqa: E402
+from engine.core.tree import DraftTree, Source  # noqa: E402
 from engine.product.bench import DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.loading import load_model  # noqa: E402
 from engine.product.lossless import ulp  # noqa: E402
@@ -34,12 +35,13 @@ def shifts(lm, ids: list[int], max_new_tokens: int, rows: int) -> list[float]:
                          return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
     step = torch.stack([x[0] for x in out.logits])  # (N, |V|) AR's own steps
     new = out.sequences[0, len(ids):].tolist()
-    cache = kv_cache.new_cache(model, len(ids) + len(new) + rows)
-    model(input_ids=torch.tensor([ids[:-1]]), cache=cache, use_cache=True)
+    forward = EagerPath(model).open(len(ids) + len(new) + rows, rows)
+    forward.prefill(ids[:-1])
     seq, batch = [ids[-1], *new[:-1]], []  # row j predicts new[j]
     for start in range(0, len(seq), rows):
-        chunk = torch.tensor([seq[start:start + rows]])
-        batch.append(model(input_ids=chunk, cache=cache, use_cache=True).logits[0])
+        chunk = seq[start:start + rows]  # a chain: each row sees the rows before it, as a causal forward
+        batch.append(forward.verify(DraftTree.chain(chunk, Source.ROOT)))
+        forward.commit(list(range(len(chunk))))
     batch = torch.cat(batch)  # (N, |V|) the same positions, scored ``rows`` at a time
     found = []
     for a, b in zip(step.float(), batch.float()):

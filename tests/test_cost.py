@@ -89,14 +89,20 @@ def test_max_rows_reads_the_curve():
 def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
     """A forward right after a large one runs slow: in a fixed order T(1) always followed T(128) and read 20 % high
     (SmolLM2, q4), so every round shuffles the sizes (seeded: the same orders on every machine)."""
+    from engine.core.forward import EagerPath
     from engine.product import cost_cache as cost
 
     seen = []
-    real = cost.forward_tree
-    monkeypatch.setattr(cost, "forward_tree", lambda model, cache, tree, past: seen.append(len(tree)) or
-                        real(model, cache, tree, past))
+
+    class Watched(EagerPath):  # the eager path, each verified tree's size noted
+        def open(self, max_length, max_rows=1):
+            forward = super().open(max_length, max_rows)
+            verify = forward.verify
+            forward.verify = lambda tree: seen.append(len(tree)) or verify(tree)
+            return forward
+
     sizes = (1, 2, 4, 8, 16)
-    cost.measure_cost_curve(demo_lm.model, sizes=sizes, repeats=4)
+    cost.measure_cost_curve(demo_lm.model, sizes=sizes, repeats=4, path=Watched(demo_lm.model))
     rounds = [tuple(seen[i:i + len(sizes)]) for i in range(0, len(seen), len(sizes))]
     assert len(rounds) == 5 and all(sorted(r) == list(sizes) for r in rounds)
     assert len(set(rounds)) > 1 and len({r.index(1) for r in rounds}) > 1  # 1 does not hold one place

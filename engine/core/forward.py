@@ -37,15 +37,16 @@ from transformers.cache_utils import StaticLayer
 from . import kv_cache
 from .transfer import upload
 from .tree import DraftTree
+from .verify import forward_tree
 
 log = logging.getLogger(__name__)
 
-#: Tree sizes a compiled graph is built for (a tree is padded to the next one; larger trees run at their own size,
-#: each size its own graph).  Powers of two: the padding is at most as many rows as the tree's own, and the trees
-#: GT sizes on a CPU (1-32 rows) need 6 graphs.
+#: Tree sizes a compiled graph is built for (a tree is padded to the next one; a larger tree runs the model's own
+#: forward at its size, on the same static cache).  Powers of two: the padding is at most as many rows as the
+#: tree's own, and the trees GT sizes on a CPU (1-32 rows) need 6 graphs.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-#: Capacity of a static cache is rounded up to a multiple of this (tokens), so runs of similar length share one
-#: compiled graph's shapes; the attention reads the whole capacity, so the step stays small.
+#: Capacity of a static cache is rounded up to a multiple of this (tokens); the attention reads the whole capacity,
+#: so the step stays small.  A compiled graph takes the capacity as a dynamic size: runs of any length share it.
 CAPACITY_STEP = 256
 PATHS = ("eager", "static", "compiled")
 
@@ -126,16 +127,9 @@ class EagerForward(TreeForward):
     def verify(self, tree: DraftTree) -> torch.Tensor:
         if self._rows:
             self.commit([])  # an uncommitted tree: dropped
-        inputs = tree.device_inputs(self.length, self.model.dtype, self.model.device)
-        out = self.model(
-            input_ids=inputs.input_ids,  # (1, n)
-            attention_mask=inputs.attention_mask,  # (1, 1, n, length + n)
-            position_ids=inputs.position_ids,  # (1, n)
-            cache=self.cache,
-            use_cache=True,
-        )
+        logits = forward_tree(self.model, self.cache, tree, self.length)  # (n, |V|)
         self._rows = len(tree)
-        return out.logits[0]  # (n, |V|)
+        return logits
 
     def commit(self, keep: list[int]) -> None:
         kv_cache.keep_path(self.cache, self.length, keep)
@@ -185,6 +179,7 @@ class StaticForward(TreeForward):
 
     def __init__(self, model, step, max_length: int, max_rows: int, buckets: tuple[int, ...] | None) -> None:
         self.model, self.step, self.buckets = model, step, buckets
+        self.compiled = step is not model  # a compiled step: every size it sees that may vary is marked dynamic
         self.device, self.dtype = torch.device(model.device), model.dtype
         self.length = 0
         self._rows = 0  # rows (padding included) of the last verified tree
@@ -203,6 +198,10 @@ class StaticForward(TreeForward):
             for new_layer, old_layer in zip(cache.layers, old.layers):
                 new_layer.keys[..., :self.length, :] = old_layer.keys[..., :self.length, :]
                 new_layer.values[..., :self.length, :] = old_layer.values[..., :self.length, :]
+        if self.compiled:  # one graph per bucket whatever the run's length (the capacity is symbolic)
+            for layer in cache.layers:
+                torch._dynamo.mark_dynamic(layer.keys, 2)
+                torch._dynamo.mark_dynamic(layer.values, 2)
         self.cache, self.capacity = cache, capacity
         self._frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # rows -> (ids, pos, mask)
 
@@ -210,9 +209,11 @@ class StaticForward(TreeForward):
         """The persistent inputs of a forward of ``rows`` rows: ids (1, rows) int64, positions (1, rows) int64,
         mask (1, 1, rows, capacity) of the model's dtype."""
         if rows not in self._frames:
+            mask = torch.zeros(1, 1, rows, self.capacity, dtype=self.dtype, device=self.device)
+            if self.compiled:
+                torch._dynamo.mark_dynamic(mask, 3)
             self._frames[rows] = (torch.zeros(1, rows, dtype=torch.long, device=self.device),
-                                  torch.zeros(1, rows, dtype=torch.long, device=self.device),
-                                  torch.zeros(1, 1, rows, self.capacity, dtype=self.dtype, device=self.device))
+                                  torch.zeros(1, rows, dtype=torch.long, device=self.device), mask)
         return self._frames[rows]
 
     def _seek(self, at: int) -> None:
@@ -234,6 +235,7 @@ class StaticForward(TreeForward):
     def verify(self, tree: DraftTree) -> torch.Tensor:
         n = len(tree)
         rows = bucket(n, self.buckets) if self.buckets else n
+        step = self.step if not self.buckets or rows <= self.buckets[-1] else self.model  # beyond: no graph
         if self.length + rows > self.capacity:
             self._allocate(self.length + rows)
         tokens, depths, anc = tree.device_ancestry(self.device)  # (n,), (n,), (n, n) bool
@@ -249,7 +251,7 @@ class StaticForward(TreeForward):
             ids[0, n:] = 0
             pos[0, n:] = at
         self._seek(at)
-        out = self.step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
+        out = step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
         self._rows = rows
         return out.logits[0, :n]  # (n, |V|): padding rows' logits are never read
 

@@ -110,6 +110,13 @@ class DraftTree:
         """A tree of the anchor alone: verifying it is one plain AR step."""
         return cls((token,), (None,), (Source.ROOT,), (1.0,), (1.0,))
 
+    @classmethod
+    def chain(cls, tokens: list[int], source: Source) -> DraftTree:
+        """A linear chain: node 0 (the anchor) is ``tokens[0]``, node i's parent is node i - 1, every node after the
+        root tagged ``source``; verified, it is a causal forward of ``tokens`` (a prompt's rows, a timed chain)."""
+        n = len(tokens)
+        return cls(tuple(tokens), (None, *range(n - 1)), (Source.ROOT,) + (source,) * (n - 1), (1.0,) * n, (1.0,) * n)
+
     def __len__(self) -> int:
         return len(self.tokens)
 

@@ -24,9 +24,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..core import kv_cache
+from ..core.forward import EagerPath, ForwardPath
 from ..core.tree import DraftTree
-from ..core.verify import forward_tree
 from .precision import dtype_name
 
 #: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a precision tie may have
@@ -101,17 +100,17 @@ def ar_logits(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[i
 
 
 @torch.no_grad()
-def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int]) -> tuple[list[int], torch.Tensor]:
+def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int],
+                     path: ForwardPath | None = None) -> tuple[list[int], torch.Tensor]:
     """The engine's own AR steps over ``tokens``, replayed: the prefill forward, then one one-node tree per
-    token (``verify.forward_tree``, the exact path ``--method ar`` runs).  Teacher-forced with AR's own tokens,
-    it reproduces that run's logits.  Returns (argmax tokens, (len(tokens), |V|) logits, model dtype)."""
-    cache = kv_cache.new_cache(model, len(prompt_ids) + len(tokens) + 1)
-    ids = torch.tensor([list(prompt_ids)], device=model.device)
-    rows = [model(input_ids=ids, cache=cache, use_cache=True).logits[0, -1]]  # (|V|,)
-    past = len(prompt_ids)
+    token (``TreeForward.verify`` of ``path``, default the eager one: the exact path ``--method ar`` runs).
+    Teacher-forced with AR's own tokens, it reproduces that run's logits.  Returns (argmax tokens,
+    (len(tokens), |V|) logits, model dtype)."""
+    forward = (path if path is not None else EagerPath(model)).open(len(prompt_ids) + len(tokens) + 1)
+    rows = [forward.prefill(list(prompt_ids))[-1]]  # (|V|,)
     for token in tokens[:-1]:
-        rows.append(forward_tree(model, cache, DraftTree.root_only(token), past)[0])
-        past += 1
+        rows.append(forward.verify(DraftTree.root_only(token))[0])
+        forward.commit([0])
     logits = torch.stack(rows)  # (len(tokens), |V|)
     return logits.argmax(-1).tolist(), logits
 

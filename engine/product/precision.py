@@ -42,7 +42,9 @@ from pathlib import Path
 
 import torch
 
-from ..core import attention, kv_cache
+from ..core import attention
+from ..core.forward import EagerPath
+from ..core.tree import DraftTree, Source
 from .paths import cache_root
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
@@ -306,19 +308,19 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
         except (ValueError, ImportError, AttributeError):
             continue
         copies[f"{dtype}/{attn}"] = m
-    prefix = torch.randint(0, vocab, (1, past), generator=gen).to(model.device)
-    caches = {}
+    prefix = torch.randint(0, vocab, (past,), generator=gen).tolist()
+    forwards = {}
     for name, m in copies.items():
-        caches[name] = kv_cache.new_cache(m, past + TREE_ROWS + 1)
-        m(input_ids=prefix, cache=caches[name], use_cache=True)
+        forwards[name] = EagerPath(m).open(past + TREE_ROWS + 1, TREE_ROWS)
+        forwards[name].prefill(prefix)
     times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in copies for n in (1, TREE_ROWS)}
     for _ in range(repeats + 1):
         for (v, n), row in times.items():
-            ids = torch.randint(0, vocab, (1, n), generator=gen).to(model.device)
+            chain = DraftTree.chain(torch.randint(0, vocab, (n,), generator=gen).tolist(), Source.ROOT)
             t0 = time.perf_counter()
-            copies[v](input_ids=ids, cache=caches[v], use_cache=True).logits[0].argmax(-1).tolist()
+            forwards[v].verify(chain).argmax(-1).tolist()
             row.append((time.perf_counter() - t0) * 1000)
-            caches[v].crop(-n)
+            forwards[v].commit([])
     return {v: [round(statistics.median(times[(v, n)][1:]), 3) for n in (1, TREE_ROWS)] for v in copies}
 
 

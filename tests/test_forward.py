@@ -1,0 +1,131 @@
+"""The forward seam (engine/core/forward.py): the static and compiled paths give the eager path's tokens in fp32,
+padding rows never change an output, a committed path equals a fresh prefill of it, and a run larger than its
+cache's capacity regrows it.  The compiled path is compiled once per test session, on the demo model."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import greedy_reference
+
+from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, make_path, static_problem
+from engine.core.tree import DraftTree, Source
+from engine.decoding.config import DecodeConfig
+from engine.product.decoding import make_decoder
+
+TR = Source("tr")
+#  0(root)  1  2  3  4  5  6: two branches under the root, a chain of 3 under node 3
+TREE_PARENTS = (None, 0, 0, 0, 3, 2, 4)
+
+
+def _tree(tokens) -> DraftTree:
+    return DraftTree(tuple(tokens), TREE_PARENTS, (Source.ROOT,) + (TR,) * 6, (1.0,) * 7, (1.0,) * 7)
+
+
+@pytest.fixture(scope="session")
+def compiled_demo(demo_lm):
+    """The demo model's compiled path, two buckets (4 and 8 rows): one compile per test session."""
+    return CompiledPath(demo_lm.model, buckets=(4, 8))
+
+
+def test_bucket_is_the_next_size_up_and_a_larger_tree_its_own():
+    assert [bucket(n) for n in (1, 2, 3, 5, 16, 17, 128)] == [1, 2, 4, 8, 16, 32, 128]
+    assert bucket(129) == 129 and bucket(3, (4, 8)) == 4
+    assert BUCKETS == tuple(sorted(BUCKETS))
+
+
+def test_make_path_names_and_refusals(demo_lm):
+    assert [make_path(demo_lm.model, name).name for name in ("eager", "static")] == ["eager", "static"]
+    assert static_problem(demo_lm.model) is None
+    with pytest.raises(ValueError, match="unknown forward path"):
+        make_path(demo_lm.model, "graphs")
+
+
+@torch.no_grad()
+def _logits(path, prompt, tree, keep=None, then=None):
+    """Logits of ``tree`` verified after ``prompt``; with ``keep``, that path committed and ``then`` verified."""
+    forward = path.open(len(prompt) + 16, 8)
+    forward.prefill(prompt)
+    out = forward.verify(tree)
+    if keep is None:
+        return out
+    forward.commit(keep)
+    assert forward.length == len(prompt) + len(keep)
+    return forward.verify(then)
+
+
+@pytest.mark.parametrize("keep", [[0, 3, 4, 6], [0, 1], [0]])
+def test_static_path_scores_like_the_eager_one_after_a_commit(demo_lm, keep):
+    """A tree, then a path of it committed out of place (rows 3, 4, 6 moved to the prefix), then the next tree: the
+    static cache gives the eager cache's logits (fp32, to rounding) and the same argmax."""
+    model = demo_lm.model
+    prompt = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n", chat=False)
+    tree, then = _tree([prompt[-1], 11, 12, 13, 14, 15, 16]), _tree([17, 18, 19, 20, 21, 22, 23])
+    eager = _logits(EagerPath(model), prompt, tree, keep, then)
+    static = _logits(StaticPath(model), prompt, tree, keep, then)
+    torch.testing.assert_close(static, eager, atol=1e-4, rtol=1e-4)
+    assert torch.equal(static.argmax(-1), eager.argmax(-1))
+
+
+@torch.no_grad()
+def test_padding_rows_never_change_an_output(demo_lm):
+    """A 7-node tree padded to 8 rows: whatever the padding row holds, the tree's rows' logits are bit for bit
+    the same (the padding row sees only the committed prefix, and no row sees it)."""
+    from engine.core.forward import StaticForward
+
+    model = demo_lm.model
+    prompt = demo_lm.encode_prompt("for i in range(10):\n", chat=False)
+    tree = _tree([prompt[-1], 11, 12, 13, 14, 15, 16])
+    outs = []
+    for pad in (0, 1234):
+        forward = StaticForward(model, model, len(prompt) + 16, 8, (8,))
+        forward.prefill(prompt)
+        rows = forward.verify(tree)  # fills the 8-row frame, its padding row with token 0
+        ids, pos, mask = forward._frame(8)
+        ids[0, 7], pos[0, 7] = pad, forward.length + pad % 5  # another token and position in the padding row
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=forward.cache, use_cache=True)
+        assert torch.equal(out.logits[0, :7], rows)
+        outs.append(rows)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_static_cache_regrows_past_its_capacity(demo_lm):
+    """A run whose trees pass the capacity it was opened with copies its committed rows into a larger cache."""
+    model = demo_lm.model
+    prompt = demo_lm.encode_prompt("x = 1\n", chat=False)
+    forward = StaticPath(model).open(len(prompt) + 1, 1)
+    forward.prefill(prompt)
+    capacity = forward.capacity
+    for i in range(capacity - len(prompt) + 3):  # one token at a time, past the first capacity
+        forward.verify(DraftTree.root_only(100 + i % 50))
+        forward.commit([0])
+    assert forward.capacity > capacity and forward.length == capacity + 3
+    eager = EagerPath(model).open(forward.length + 1)
+    eager.prefill(prompt + [100 + i % 50 for i in range(capacity - len(prompt) + 3)])
+    torch.testing.assert_close(forward.verify(DraftTree.root_only(7)), eager.verify(DraftTree.root_only(7)),
+                               atol=1e-4, rtol=1e-4)
+
+
+def _run(lm, method, path, prompt, tokens=48):
+    config = DecodeConfig(method=method, max_new_tokens=tokens)
+    traces = list(make_decoder(lm.model, config, (), forward=path).generate(prompt))
+    return [t for c in traces for t in c.new_tokens], sum(len(c.accepted) for c in traces)
+
+
+@pytest.mark.parametrize("method", ["goose", "ar", "pld"])
+def test_static_path_is_lossless_in_fp32(demo_lm, method):
+    prompt = demo_lm.encode_prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                                   chat=False)
+    out, accepted = _run(demo_lm, method, StaticPath(demo_lm.model), prompt)
+    assert out == greedy_reference(demo_lm.model, prompt, 48)
+    assert method == "ar" or accepted > 0, "inconclusive: no draft token was accepted"
+
+
+@pytest.mark.full  # compiles the demo model's forward for two buckets (tens of seconds on 2 cores)
+@pytest.mark.parametrize("method", ["goose", "ar"])
+def test_compiled_path_is_lossless_in_fp32(demo_lm, compiled_demo, method):
+    """Trees padded to the buckets 4 and 8, larger ones on the model's own forward: AR's tokens, drafts accepted."""
+    prompt = demo_lm.encode_prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                                   chat=False)
+    out, accepted = _run(demo_lm, method, compiled_demo, prompt)
+    assert out == greedy_reference(demo_lm.model, prompt, 48)
+    assert method == "ar" or accepted > 0, "inconclusive: no draft token was accepted"
