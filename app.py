@@ -38,19 +38,21 @@ __all__ = ["CSS", "ZERO_GPU", "PageOptions", "build_demo", "generate_gpu_seconds
            "main", "parse_args", "place_models", "spaces"]
 
 
-def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
+def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto",
+                     forward: str | None = None) -> tuple[LoadedModel, str | None]:
     """The model the page starts with, and a notice for the page when the default could not be had.
 
     ``name`` None means the default (``$GOOSE_LENS_MODEL``, else SmolLM2): when it cannot be had (offline,
     no pip, checksum) the page falls back to the embedded demo model and says why.  A model named on the
-    command line is not replaced: its ``ModelLoadError`` propagates.
+    command line is not replaced: its ``ModelLoadError`` propagates.  ``forward``: its forward path
+    (``load_model``'s).
     """
     try:
-        return load_model(name, device=device, dtype=dtype, progress=tqdm_progress("model")), None
+        return load_model(name, device=device, dtype=dtype, progress=tqdm_progress("model"), forward=forward), None
     except ModelLoadError as exc:
         if name is not None:
             raise
-        lm = load_model(DEMO_MODEL, device=device, dtype=dtype)
+        lm = load_model(DEMO_MODEL, device=device, dtype=dtype, forward=forward)
         return lm, (f"⚠ The default model could not be had, so this page runs the small embedded demo model "
                     f"({lm.describe()}) instead: {exc}")
 
@@ -74,7 +76,9 @@ def main(argv=None) -> int:
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
-        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype)
+        # a cold start serves the eager path until settle has measured the forward paths with the precision
+        forward = "eager" if dtype != args.dtype and not args.forward else args.forward
+        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype, forward=forward)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

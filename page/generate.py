@@ -106,9 +106,9 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         yield problem(str(exc))
         return
     try:
-        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
                                memory=session.memory)
-        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model)
+        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model, path=lm.forward)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(), shown_curve=curve.spec() if curve is not None else None,
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)

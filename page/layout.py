@@ -63,7 +63,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 with gr.Column(elem_id="prompt-block"):
                     _prompt_inputs(page, preset)
                 with gr.Column(elem_id="settings-block"):
-                    _lesson_and_presets(page, preset, known_cost_curve(first.model), first.precision)
+                    known = known_cost_curve(first.model, path=first.forward)
+                    _lesson_and_presets(page, preset, known, first.precision)
                     _settings_inputs(page, options)
                     _model_and_trace_files(page, models, options)
             with gr.Column(scale=3, elem_id="right-column"):
@@ -73,7 +74,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     _race_and_cost_views(page, first)
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
-        built = (models.key_of(first), known_cost_curve(first.model) is not None)  # the page as built, below
+        known = known_cost_curve(first.model, path=first.forward)
+        built = (models.key_of(first), known is not None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")
@@ -248,7 +250,8 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
         page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
                                   elem_id="sweep-open")
     with gr.Accordion("Verification cost curve and the GT principle", open=False):
-        curve = known_cost_curve(first.model)  # a cold start measures it once the page is up (page.startup)
+        curve = known_cost_curve(first.model, path=first.forward)  # a cold start measures it once the page is up
+        # (page.startup)
         page.cost_plot = gr.Plot(cost_figure(curve, INITIAL.budget) if curve else cost_figure_pending(),
                                  show_label=False, elem_id="cost-curve")
         page.remeasure = gr.Button("Re-measure on this device (for your session only)")

@@ -45,9 +45,9 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
         return
     stop = lambda: bool(control.get("stop"))  # noqa: E731
     curve = session_curve(session.curve, lm)
-    spec = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
-    curve = spec.cost_curve or curve or cached_cost_curve(lm.model)
-    ar = make_decoder(lm.model, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
+    spec = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
+    curve = spec.cost_curve or curve or cached_cost_curve(lm.model, path=lm.forward)
+    ar = make_decoder(lm, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
     contest = Race({"AR": ar.generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})
     key = ar_key(models, lm, ids, config)

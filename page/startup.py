@@ -52,7 +52,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     lm.warm_up()
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
-        cached_cost_curve(models.get(None).model)
+        default = models.get(None)
+        cached_cost_curve(default.model, path=default.forward)
     except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:

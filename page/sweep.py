@@ -48,8 +48,9 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
     except ConfigError as exc:
         yield problem(str(exc), "sweep_status")
         return
-    curve = session_curve(session.curve, lm) or (cached_cost_curve(lm.model) if spec.needs_cost_curve(config)
-                                                 else None)
+    curve = session_curve(session.curve, lm)
+    if curve is None and spec.needs_cost_curve(config):
+        curve = cached_cost_curve(lm.model, path=lm.forward)
     yield {"sweep_status": sweep_board(None, len(spec.values))}
     try:
         for snap in run_sweep(lm, ids, config, spec, curve, should_stop=lambda: bool(control.get("stop"))):

@@ -208,7 +208,7 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
     def prepare() -> None:  # in a GPU worker
         for lm in placed:
             lm.warm_up()
-            cached_cost_curve(lm.model)
+            cached_cost_curve(lm.model, path=lm.forward)
 
     on_gpu(prepare, min(GPU_MAX_S, GPU_SETUP_S + REMEASURE_S * len(placed)))()
     return models

@@ -41,7 +41,7 @@ def engine_alone(lm, engine: EngineThread) -> tuple[float, float, int]:
     ids, config = dataclasses.replace(INITIAL, prompt=preset["prompt"], prompt_format=preset["format"]).prepare(lm)
 
     def run():
-        traces = list(make_decoder(lm.model, config, lm.eos_token_ids).generate(ids))
+        traces = list(make_decoder(lm, config, lm.eos_token_ids).generate(ids))
         return summarize(traces)
 
     summary = engine.call(run)

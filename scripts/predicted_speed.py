@@ -57,7 +57,7 @@ def main(argv=None) -> int:
             config = DecodeConfig.of(**method_config(m), max_new_tokens=args.max_new_tokens)
             speedups, taus = [], []
             for ids in prompts:
-                cycles = list(make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
+                cycles = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
                 tokens = sum(len(c.new_tokens) for c in cycles)
                 ms = sum(truth.latency(len(c.tree) + c.ptd_rows) for c in cycles)
                 speedups.append(tokens / ms * truth.latency(1))

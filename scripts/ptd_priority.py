@@ -41,7 +41,7 @@ def main() -> int:
                                   max_new_tokens=args.max_new_tokens)
             taus, ptd_share = [], []
             for ids in prompts:
-                s = summarize(list(make_decoder(lm.model, cfg, lm.eos_token_ids).generate(ids)))
+                s = summarize(list(make_decoder(lm, cfg, lm.eos_token_ids).generate(ids)))
                 taus.append(s.tau)
                 ptd_share.append(s.accepted_by_source["ptd"] / max(1, s.new_tokens))
             rows.append({"temperature": temperature, "order": ">".join(order), "median_tau": statistics.median(taus),

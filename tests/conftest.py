@@ -27,6 +27,9 @@ if _PRIVATE_CACHE:
     # ... but converted models (SmolLM2: a 93 MB download and a conversion) are the user's cache, fetched once
     _USER_MODELS.mkdir(parents=True, exist_ok=True)
     (Path(os.environ["GOOSE_LENS_CACHE"]) / "models").symlink_to(_USER_MODELS, target_is_directory=True)
+# the fixed cost curves installed below are the eager path's: tests run it unless they name another path
+# (tests/test_forward.py runs the static and compiled paths and their choice)
+os.environ.setdefault("GOOSE_LENS_FORWARD", "eager")
 
 
 def pytest_addoption(parser):

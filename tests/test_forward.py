@@ -129,3 +129,34 @@ def test_compiled_path_is_lossless_in_fp32(demo_lm, compiled_demo, method):
     out, accepted = _run(demo_lm, method, compiled_demo, prompt)
     assert out == greedy_reference(demo_lm.model, prompt, 48)
     assert method == "ar" or accepted > 0, "inconclusive: no draft token was accepted"
+
+
+def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, monkeypatch):
+    from engine.product import forward_choice
+
+    timed = []
+    monkeypatch.setattr(forward_choice, "measure",
+                        lambda model, paths: timed.append(sorted(paths)) or {"eager": [5.0, 9.0], "static": [4.0, 8.0]})
+    first = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
+    again = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)  # read from the cache
+    assert first.name == again.name == "static" and timed == [["eager", "static"]]
+    assert "14%" in first.reason and first.ms == again.ms
+    assert forward_choice.choose(demo_lm.model, "eager").name == "eager"
+    with pytest.raises(ValueError, match="unknown forward path"):
+        forward_choice.choose(demo_lm.model, "fast")
+
+
+def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentence(demo_lm, tmp_path, monkeypatch):
+    from engine.product import forward_choice
+
+    monkeypatch.setattr(forward_choice, "compiler_problem", lambda: "no C++ compiler is installed")
+    choice = forward_choice.choose(demo_lm.model, "compiled", cache_dir=tmp_path)
+    assert choice.name == "eager" and "no C++ compiler" in choice.reason
+    monkeypatch.setattr(forward_choice, "compiler_problem", lambda: None)
+
+    def refuse(model, paths):
+        raise RuntimeError("inductor refused an op\nwith a long trace")
+
+    monkeypatch.setattr(forward_choice, "measure", refuse)
+    choice = forward_choice.choose(demo_lm.model, "compiled", cache_dir=tmp_path)
+    assert choice.name == "eager" and choice.reason == "eager: compiling the forward failed (inductor refused an op)"

@@ -164,13 +164,13 @@ class Runner:
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
         if method == FP32_AR:  # the exact mode's AR on its own fp32 copy: the "old default" tok/s reference
             config = DecodeConfig.of(method="ar", max_new_tokens=self.args.max_new_tokens)
-            traces = list(make_decoder(self.fp32.model, config, self.lm.eos_token_ids).generate(prompt_ids))
+            traces = list(make_decoder(self.fp32, config, self.lm.eos_token_ids).generate(prompt_ids))
             s = summarize(traces)
             return {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
                     "prefill_s": s.prefill_s}
         config = self.base.with_(**method_config(method))  # the method's own settings win (a "/c=" variant too)
         memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
-        decoder = make_decoder(self.lm.model, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
+        decoder = make_decoder(self.lm, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
                               profile=self.args.profile)  # --profile on CUDA: each stage waits for its kernels
         self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
         traces = list(decoder.generate(prompt_ids))
@@ -519,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         methods.append(FP32_AR)
     run = Runner(lm, args, setup.base, setup.draft, setup.curve, setup.fp32)
     run.peer = setup.peer
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
+          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
     rows, profile = [], []
@@ -591,7 +592,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
     peer = _llamacpp(args.model) if any(m in LLAMACPP_METHODS for m in methods) else None  # before the loads
     attn = {"attn_implementation": args.attn}
-    lm = load_model(args.model, device=args.device, dtype=args.dtype, **attn)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward, **attn)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
     fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
     return _Setup(methods, base, prompts, curve, lm, draft, fp32, peer)
@@ -665,7 +666,8 @@ def _meta(args: argparse.Namespace, argv: list[str] | None, setup: _Setup, curve
     """``results.json``'s meta: the model, the machine, the versions, the command and the run's settings."""
     lm, base, prompts = setup.lm, setup.base, setup.prompts
     return {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
-            "dtype_reason": lm.dtype_reason, "attention": compat.attention_kernel(lm.model.config),
+            "dtype_reason": lm.dtype_reason, "forward": lm.forward.name, "forward_reason": lm.forward_reason,
+            "attention": compat.attention_kernel(lm.model.config),
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

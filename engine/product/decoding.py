@@ -15,6 +15,7 @@ from ..decoding.config import DecodeConfig
 from ..decoding.cost import CostCurve
 from ..decoding.decode import SpecDecoder
 from .cost_cache import cached_cost_curve
+from .loading import LoadedModel
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
@@ -37,10 +38,14 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
                  **options) -> SpecDecoder:
     """A ``SpecDecoder`` for ``config`` (``resolve``d first); ``options``: ``SpecDecoder``'s ``memory``, ``profile``
     and ``forward`` (the model's forward path, whose cost curve GT then reads).  ``decoder.config`` is the resolved
-    config and ``decoder.cost_curve`` the curve it read.
+    config and ``decoder.cost_curve`` the curve it read.  ``model``: a transformers causal LM, or a ``LoadedModel``,
+    whose model runs on its own forward path (``LoadedModel.forward``) unless ``forward`` names another.
 
     Raises:
         compat.UnsupportedModelError, ConfigError: as ``resolve``.
     """
+    if isinstance(model, LoadedModel):
+        options.setdefault("forward", model.forward)
+        model = model.model
     config, curve = resolve(model, config, cost_curve, options.get("forward"))
     return SpecDecoder(model, config, eos_token_ids, cost_curve=curve, **options)

@@ -162,18 +162,20 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"))
+        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"),
+                        forward=args.forward)
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
+          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve)
         traces = list(decoder.generate(prompt_ids))
     except UnsupportedCacheError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -29,7 +29,8 @@ from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..core import attention, compat
-from . import precision
+from ..core.forward import EagerPath, ForwardPath
+from . import forward_choice, precision
 from .engine_thread import EngineThread
 from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
 from .precision import free_memory
@@ -51,6 +52,9 @@ def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> N
     ap.add_argument("--device", default=device, help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--dtype", default="auto", help=f"auto | {' | '.join(DTYPES)} (fp16 on a CPU falls back to auto, "
                     "and says so)")
+    ap.add_argument("--forward", default=None, choices=forward_choice.CHOICES,
+                    help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the faster of eager "
+                         "and static, measured once), eager, static, compiled (torch.compile; minutes to compile)")
 
 
 class ModelLoadError(RuntimeError):
@@ -68,6 +72,13 @@ class LoadedModel:
     dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
     auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/precision.py)
     param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
+    forward_path: ForwardPath | None = None  # how trees run (engine/core/forward.py); None: the eager path
+    forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 16-node tree 8% faster ..." (auto)
+
+    @property
+    def forward(self) -> ForwardPath:
+        """The model's forward path, shared by its generations (``forward_choice.choose``; eager by default)."""
+        return self.forward_path if self.forward_path is not None else EagerPath(self.model)
 
     @property
     def params(self) -> int:
@@ -261,7 +272,7 @@ def check_source(src: ModelSource) -> bool:
 
 def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str = "auto",
                attn_implementation: str | None = None, progress: Progress | None = None,
-               engine: EngineThread | None = None) -> LoadedModel:
+               engine: EngineThread | None = None, forward: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
     Args:
@@ -277,6 +288,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         progress: called with (fraction, message) while a named model is fetched and converted.
         engine: the thread that times forwards (the auto precision's measurement), e.g. the page's engine thread
             (``engine_thread.py``: forwards timed elsewhere can read twice as slow); None: the calling thread.
+        forward: how trees are forwarded (``forward_choice.choose``): "auto" (the faster of the eager and static
+            paths, measured once per model and machine), "eager", "static", "compiled"; None: ``$GOOSE_LENS_FORWARD``,
+            else "auto".
 
     Raises:
         ModelLoadError: the model cannot be had or loaded (missing, offline, checksum, not a causal LM,
@@ -303,8 +317,9 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
                                                                    attn_implementation)
     if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
         attention.use_tree_sdpa(model)
+    path = (engine.call if engine else _call)(forward_choice.choose, model, forward)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
-                       reason, auto, params)
+                       reason, auto, params, path.path, path.reason)
 
 
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,

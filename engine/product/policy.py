@@ -42,7 +42,7 @@ def time_ar(lm: LoadedModel, ids: list[int], config: DecodeConfig, curve,
     """AR's decode-phase speed on this prompt, timed now on the same device, model and dtype: an AR run of the
     engine (one-token forwards, at most ``AR_TIMING_TOKENS``; ~60 ms each for SmolLM2 on a 2-core CPU, ~5 ms for
     the demo model), in engine time (tokens/s).  None when Stop (``should_stop``) ended it first."""
-    ar = make_decoder(lm.model, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
+    ar = make_decoder(lm, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
                       lm.eos_token_ids, cost_curve=curve)
     traces = list(ar.generate(ids, should_stop=should_stop))
     if not traces or not traces[-1].finished:

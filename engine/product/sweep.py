@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.configs(base)  # every value with the other options, before the model loads
         prompt, where = _prompt_text(args)
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        lm = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward)
     except (OSError, ValueError, BenchError, ModelLoadError) as exc:  # ConfigError, CostCurveError: ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else ""), file=sys.stderr)
+    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
+          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
     if curve is None and spec.needs_cost_curve(base):
-        curve = cached_cost_curve(lm.model)  # measured once per machine when absent: not the sweep's time
+        curve = cached_cost_curve(lm.model, path=lm.forward)  # measured once per machine when absent: not the
+        # sweep's time
     lm.warm_up()  # lazy initialisation is not AR's time
     try:
         sweep = _run_printing(lm, prompt_ids, base, spec, curve)

@@ -291,7 +291,7 @@ def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepS
     """
     configs = spec.configs(base_config)
     started = time.perf_counter()
-    ar_decoder = make_decoder(lm.model, base_config.with_(method="ar"), lm.eos_token_ids, cost_curve=cost_curve)
+    ar_decoder = make_decoder(lm, base_config.with_(method="ar"), lm.eos_token_ids, cost_curve=cost_curve)
     curve = cost_curve or ar_decoder.cost_curve
     ar_traces = list(ar_decoder.generate(prompt_ids, should_stop=should_stop))
     if not ar_traces or not ar_traces[-1].finished:  # stopped while AR was timed: nothing to compare with
@@ -302,7 +302,7 @@ def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepS
                   seconds=time.perf_counter() - started)
     yield sweep
     for index, (value, config) in enumerate(zip(spec.values, configs)):
-        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
         curve = curve or decoder.cost_curve
         traces = list(decoder.generate(prompt_ids, should_stop=should_stop))
         run = _measure(sweep, index, value, decoder.config, traces)
