@@ -251,9 +251,14 @@ class StaticForward(TreeForward):
             ids[0, n:] = 0
             pos[0, n:] = at
         self._seek(at)
-        out = step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True)
+        logits = self._run(step, rows)  # (rows, |V|)
         self._rows = rows
-        return out.logits[0, :n]  # (n, |V|): padding rows' logits are never read
+        return logits[:n]  # (n, |V|): padding rows' logits are never read
+
+    def _run(self, step, rows: int) -> torch.Tensor:
+        """One forward of the ``rows``-row frame (its inputs already written) by ``step``: (rows, |V|) logits."""
+        ids, pos, mask = self._frame(rows)
+        return step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True).logits[0]
 
     @torch.no_grad()
     def commit(self, keep: list[int]) -> None:

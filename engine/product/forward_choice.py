@@ -77,18 +77,20 @@ def use_cache_root(cache_dir: str | Path | None = None) -> None:
 
 
 @torch.no_grad()
-def measure(model, paths: dict[str, ForwardPath], past: int = 128, repeats: int = 7) -> dict[str, list[float]]:
-    """Median ms of one verification forward of 1 and of ``TREE_ROWS`` nodes (a chain) over ``past`` cached tokens
-    and its argmax read-back, per path, interleaved within each round; the first round warms up (and compiles a
-    compiled path's two buckets).  Returns {path name: [T(1), T(16)]}."""
+def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, TREE_ROWS), past: int = 128,
+            repeats: int = 7, first: dict | None = None) -> dict[str, list[float]]:
+    """Median ms of one verification forward of each of ``sizes`` nodes (a chain) over ``past`` cached tokens and
+    its argmax read-back (which waits for the device), per path, interleaved within each round; the first round
+    warms up (and compiles or captures a path's buckets).  Returns {path name: [T(n) for n in sizes]}; ``first``,
+    when given, gets {(path name, n): seconds of that first forward}."""
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (past,), generator=gen).tolist()
     forwards = {}
     for name, path in paths.items():
-        forwards[name] = path.open(past + TREE_ROWS + 1, TREE_ROWS)
+        forwards[name] = path.open(past + max(sizes) + 1, max(sizes))
         forwards[name].prefill(prefix)
-    times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in paths for n in (1, TREE_ROWS)}
+    times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in paths for n in sizes}
     for _ in range(repeats + 1):
         for (name, n), row in times.items():
             chain = DraftTree.chain(torch.randint(0, vocab, (n,), generator=gen).tolist(), Source.ROOT)
@@ -96,7 +98,9 @@ def measure(model, paths: dict[str, ForwardPath], past: int = 128, repeats: int 
             forwards[name].verify(chain).argmax(-1).tolist()  # the read-back waits for the device
             row.append((time.perf_counter() - t0) * 1000)
             forwards[name].commit([])
-    return {name: [round(statistics.median(times[(name, n)][1:]), 3) for n in (1, TREE_ROWS)] for name in paths}
+    if first is not None:
+        first.update({key: row[0] / 1000 for key, row in times.items()})
+    return {name: [round(statistics.median(times[(name, n)][1:]), 3) for n in sizes] for name in paths}
 
 
 def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
