@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
-        # a cold start serves the eager path until settle has measured the forward paths with the precision
-        forward = "eager" if dtype != args.dtype and not args.forward else args.forward
+        # the page goes up on the eager path; settle then chooses the forward path (a compiled one compiles there)
+        forward = args.forward or "eager"
         lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype, forward=forward)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -88,8 +88,9 @@ def main(argv=None) -> int:
     models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
     models.busy = MEASURING if dtype != args.dtype else None  # until settle has measured
     demo = build_demo(models, options)
-    if not ZERO_GPU:  # queued first on the engine thread: the cost curve, and a cold start's precision before it
-        engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype)
+    if not ZERO_GPU:  # queued first on the engine thread: a cold start's precision, the forward path, the cost curve
+        engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype,
+                      args.forward)
     print("starting the page …", file=sys.stderr)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)

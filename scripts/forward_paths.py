@@ -4,8 +4,11 @@ docs/results.md, "The forward paths".
 
     python scripts/forward_paths.py [--model smollm2] [--dtype fp32] [--paths eager,static,compiled]
         [--sizes 1,2,4,8,16,32] [--rounds 7]
+    python scripts/forward_paths.py --choose [--model smollm2] [--dtype auto]
 
 Prints one markdown row per path: T(n) medians in ms at each size, and the seconds of its first forward of each.
+``--choose`` instead measures the three paths as ``--forward auto`` weighs them (compiling the compiled one) and
+caches the choice every later start reads.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from engine.core.forward import make_path  # noqa: E402
-from engine.product.forward_choice import measure, use_cache_root  # noqa: E402
+from engine.product.forward_choice import TREE_ROWS, choose, measure, use_cache_root  # noqa: E402
 from engine.product.loading import load_model  # noqa: E402
 
 
@@ -30,10 +33,15 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", default="eager,static,compiled")
     ap.add_argument("--sizes", default="1,2,4,8,16,32")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--choose", action="store_true", help="measure the paths for auto and cache its choice")
     args = ap.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(","))
     use_cache_root()  # a compiled path keeps its artifacts where the project's cache is
     lm = load_model(args.model, device=args.device, dtype=args.dtype, forward="eager")
+    if args.choose:
+        choice = choose(lm.model, "auto", compiled=True)
+        print(f"{lm.describe()}: {choice.reason}; T(1), T({TREE_ROWS}) in ms: {choice.ms}")
+        return 0
     first: dict = {}
     ms = measure(lm.model, {name: make_path(lm.model, name) for name in args.paths.split(",")}, sizes,
                  repeats=args.rounds, first=first)

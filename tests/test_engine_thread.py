@@ -144,12 +144,12 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     measured = dataclasses.replace(demo_lm, name="demo-measured")  # stands in for the auto load (another key)
     seen = {}
 
-    def load(name, device, dtype):
+    def load(name, device, dtype, forward):
         seen["busy"] = RunBoard(models).waiting_words()
         return measured
 
     monkeypatch.setattr(startup, "load_model", load)
-    monkeypatch.setattr(startup, "cached_cost_curve", lambda model: seen.setdefault("curve_of", model))
+    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: seen.setdefault("curve_of", model))
     monkeypatch.setattr(type(measured), "warm_up", lambda self: None)
     models.engine.call(startup.settle, models, "demo", "cpu", True)
     assert seen["busy"] == startup.MEASURING and models.busy is None

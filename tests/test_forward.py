@@ -154,9 +154,44 @@ def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentenc
     assert choice.name == "eager" and "no C++ compiler" in choice.reason
     monkeypatch.setattr(forward_choice, "compiler_problem", lambda: None)
 
-    def refuse(model, paths):
+    def refuse(*args, **kwargs):
         raise RuntimeError("inductor refused an op\nwith a long trace")
 
-    monkeypatch.setattr(forward_choice, "measure", refuse)
+    monkeypatch.setattr(forward_choice, "warm", refuse)
     choice = forward_choice.choose(demo_lm.model, "compiled", cache_dir=tmp_path)
     assert choice.name == "eager" and choice.reason == "eager: compiling the forward failed (inductor refused an op)"
+
+
+def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(demo_lm, tmp_path, monkeypatch):
+    """Where the cached measurement found the compiled path fastest, auto returns it with every bucket warmed."""
+    from engine.product import forward_choice
+
+    monkeypatch.setattr(forward_choice, "compiler_problem", lambda: None)
+    monkeypatch.setattr(forward_choice, "measure", lambda model, paths: {
+        "eager": [5.0, 9.0], "static": [5.0, 9.0], "compiled": [3.0, 7.0]} if "compiled" in paths else
+        {"eager": [5.0, 9.0], "static": [5.0, 9.0]})
+    warmed = []
+    monkeypatch.setattr(forward_choice, "warm", lambda path: warmed.append(path.name) or 1.0)
+    assert forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path).name == "eager"  # not measured yet
+    choice = forward_choice.choose(demo_lm.model, "auto", compiled=True, cache_dir=tmp_path)
+    again = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
+    assert choice.name == again.name == "compiled" and warmed == ["compiled", "compiled"]
+    assert "29%" in choice.reason
+
+
+def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(demo_lm, monkeypatch):
+    from engine.core.forward import StaticPath
+    from engine.product import forward_choice
+    from engine.product.loading import ModelRegistry
+    from page import startup
+
+    models = ModelRegistry(demo_lm)
+    monkeypatch.setattr(forward_choice, "choose", lambda model: forward_choice.PathChoice(
+        StaticPath(model), "static: measured faster"))
+    curves = []
+    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: curves.append(path.name))
+    models.engine.call(startup.settle, models, "demo", "cpu", False)
+    assert models.get(None).forward.name == "static" and models.get(None).forward_reason == "static: measured faster"
+    assert curves == ["static"] and demo_lm.forward.name == "eager"  # the loaded model itself is not changed
+    models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named on the command line: kept
+    assert curves == ["static", "static"]

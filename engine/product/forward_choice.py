@@ -1,14 +1,14 @@
-"""The forward path chosen by measurement: eager, static or compiled (``engine.core.forward``), per model and device.
+"""The forward path chosen by measurement: eager, static or compiled (``engine.core.forward``), per model and machine.
 
 Like the precision (``precision.py``), the path that verifies trees fastest depends on the machine: a static cache
-saves the growing cache's copies, a compiled forward saves the framework's per-op overhead where the model's
-arithmetic is small beside it, and costs a compile first (tens of seconds to minutes per tree-size bucket on 2
-cores).  ``choose`` with "auto" times T(1) and T(16) (an AR step and a typical tree, as the precision's choice
-weighs them) of the eager and static paths, interleaved within each round, and keeps the lower sum; the result is
-cached under ``$GOOSE_LENS_CACHE/forward``.  The compiled path is measured and chosen only when asked
-(``--forward compiled``, or ``$GOOSE_LENS_FORWARD``) or when ``compiled=True``: compiling every bucket on a
-visitor's page would hold the engine thread for minutes (docs/results.md, "The forward paths", has what each path
-costs on this project's machines).
+saves the growing cache's copies, a compiled forward saves the framework's per-op overhead, and costs a compile
+first (about 75 s per tree-size bucket on a 2-core CPU, 10-20 s per bucket from inductor's cache).  ``choose`` with
+"auto" reads a cached measurement of T(1) and T(16) per path (an AR step and a typical tree, as the precision's
+choice weighs them; interleaved within each round) and keeps the lowest sum; without one it times the eager and
+static paths (seconds) and caches that.  The compiled path enters the measurement where an operator asks for it
+once (``python scripts/forward_paths.py --choose``: it compiles two buckets, minutes on 2 cores); from then on
+``auto`` keeps it where it was faster, compiling every bucket before the first run (``warm``), so no cycle waits for
+a compile.  docs/results.md, "The forward paths", has what each path costs.
 
 A compiled path keeps inductor's artifacts in the project's cache root (``$GOOSE_LENS_CACHE/inductor``, set as
 ``TORCHINDUCTOR_CACHE_DIR`` unless the caller set it: torch keys them by its version, the CPU and the graph), so a
@@ -130,15 +130,39 @@ def _compiled(model, cache_dir: str | Path | None) -> tuple[ForwardPath | None, 
     try:
         return make_path(model, "compiled"), ""
     except Exception as exc:  # noqa: BLE001 - any refusal falls back, with its reason
-        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+@torch.no_grad()
+def warm(path: ForwardPath, past: int = 16) -> float:
+    """Run one forward of every bucket of ``path`` (a compiled path compiles each, or loads it from inductor's
+    cache), so no visitor's cycle waits for a compile; returns the seconds it took.  Raises what compiling raises."""
+    buckets = getattr(path, "buckets", None) or (1,)
+    start = time.perf_counter()
+    forward = path.open(past + max(buckets) + 1, max(buckets))
+    forward.prefill(list(range(1, past + 1)))
+    for rows in buckets:
+        forward.verify(DraftTree.chain([1] * rows, Source.ROOT)).argmax(-1).tolist()
+        forward.commit([])
+    return time.perf_counter() - start
 
 
 def choose(model, want: str | None = None, compiled: bool = False,
            cache_dir: str | Path | None = None) -> PathChoice:
     """The forward path for ``model``: ``want`` ("auto", "eager", "static", "compiled"; None reads
-    ``$GOOSE_LENS_FORWARD``, default "auto").  "auto" measures the eager and static paths once per model and machine
-    (cached; with ``compiled`` the compiled one too) and keeps the fastest; a path the model cannot run, or a compile
-    that fails, falls back to the eager path, with the reason in the sentence.
+    ``$GOOSE_LENS_FORWARD``, default "auto").
+
+    "auto" reads this model's and machine's cached measurement; without one it times the eager and static paths
+    (a few seconds; with ``compiled`` the compiled one too, which compiles two buckets: minutes on 2 cores, the
+    measurement ``scripts/forward_paths.py --choose`` makes) and caches it.  It keeps the fastest measured
+    path; the compiled one is then compiled for every bucket before it is returned (``warm``: about a minute and a
+    half from inductor's cache on 2 cores).  A path the model cannot run, or a compile that fails, leaves the eager
+    path, with the reason in the sentence.
 
     Raises:
         ValueError: ``want`` is not one of ``CHOICES``.
@@ -154,46 +178,76 @@ def choose(model, want: str | None = None, compiled: bool = False,
         return PathChoice(eager, f"eager: the static path cannot serve this model: {problem}")
     if want == "static":
         return PathChoice(make_path(model, "static"), "static: as asked")
-    if want == "compiled" or compiled:
-        return _choose_compiled(model, eager, want, cache_dir)
-    file = _cache_file(model, cache_dir)
+    if want == "compiled":
+        return _warmed(model, "compiled: as asked", {}, cache_dir)
+    known = _read(model, cache_dir)
+    if known is None or (compiled and "compiled" not in known["ms"]):
+        known = _measure(model, eager, compiled, cache_dir)
+    if known["path"] == "compiled":
+        return _warmed(model, known["reason"], known["ms"], cache_dir)
+    return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"]), known["reason"],
+                      known["ms"])
+
+
+def _read(model, cache_dir: str | Path | None) -> dict | None:
+    """The cached measurement of ``model`` on this machine ({"path", "reason", "ms"}), or None."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("key") == _key(model) and data.get("path") in ("eager", "static"):
-            return PathChoice(make_path(model, data["path"]), data["reason"], data["ms"])
+        data = json.loads(_cache_file(model, cache_dir).read_text(encoding="utf-8"))
+        if data.get("format") == FORMAT and data.get("key") == _key(model) and data.get("path") in PATHS:
+            return data
     except (OSError, ValueError, TypeError):
         pass
-    ms = measure(model, {"eager": eager, "static": make_path(model, "static")})
+    return None
+
+
+def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | None) -> dict:
+    """Time the eager and static paths (and, with ``compiled``, the compiled one where it compiles), decide, and
+    cache the result; returns it ({"path", "reason", "ms"})."""
+    paths = {"eager": eager, "static": make_path(model, "static")}
+    note = ""
+    if compiled:
+        path, problem = _compiled(model, cache_dir)
+        if path is None:
+            note = f" (the compiled path cannot run here: {problem})"
+        else:
+            paths["compiled"] = path
+    start = time.perf_counter()
+    try:
+        ms = measure(model, paths)
+    except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms: measured without it
+        if "compiled" not in paths:
+            raise
+        note = f" (compiling the forward failed: {_first_line(exc)})"
+        log.warning("forward path: compiling the forward failed: %s", _first_line(exc))
+        del paths["compiled"]
+        ms = measure(model, paths)
     name, reason = decide(ms)
-    log.info("forward path: %s", reason)
+    log.info("forward path: %s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
+             time.perf_counter() - start, TREE_ROWS, ms)
+    data = {"format": FORMAT, "key": _key(model), "path": name, "reason": reason + note, "ms": ms}
+    file = _cache_file(model, cache_dir)
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "key": _key(model), "path": name, "reason": reason, "ms": ms}),
-                       encoding="utf-8")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
         os.replace(tmp, file)
     except OSError:
         pass  # a read-only cache only costs a re-measurement next time
-    return PathChoice(eager if name == "eager" else make_path(model, name), reason, ms)
+    return data
 
 
-def _choose_compiled(model, eager: EagerPath, want: str, cache_dir: str | Path | None) -> PathChoice:
-    """The compiled path, compiled now for 1 and ``TREE_ROWS`` rows and measured beside the others: kept where
-    asked (``want`` "compiled") or where it is the fastest; the eager path, with one sentence, where it fails."""
+def _warmed(model, reason: str, ms: dict, cache_dir: str | Path | None) -> PathChoice:
+    """The compiled path with every bucket compiled (``warm``), or the eager path with the sentence why not."""
     path, problem = _compiled(model, cache_dir)
     if path is None:
         log.warning("forward path: eager, since the compiled path cannot run here: %s", problem)
-        return PathChoice(eager, f"eager: the compiled path cannot run here: {problem}")
-    start = time.perf_counter()
+        return PathChoice(EagerPath(model), f"eager: the compiled path cannot run here: {problem}", ms)
+    log.info("forward path: compiling the forward for %d tree sizes (minutes on 2 cores the first time; "
+             "inductor's cache keeps them for the next start)", len(path.buckets))
     try:
-        ms = measure(model, {"eager": eager, "static": make_path(model, "static"), "compiled": path})
+        took = warm(path)
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms; the eager path serves
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log.warning("forward path: eager, since compiling the forward failed: %s", why)
-        return PathChoice(eager, f"eager: compiling the forward failed ({why[:160]})")
-    took = time.perf_counter() - start
-    name, reason = ("compiled", "compiled: as asked") if want == "compiled" else decide(ms)
-    log.info("forward path: %s (compiled and measured in %.0f s; T(1), T(%d) in ms: %s)", reason, took, TREE_ROWS,
-             ms)
-    chosen = {"eager": eager, "compiled": path}.get(name) or make_path(model, name)
-    return PathChoice(chosen, reason, ms, round(took, 1))
+        log.warning("forward path: eager, since compiling the forward failed: %s", _first_line(exc))
+        return PathChoice(EagerPath(model), f"eager: compiling the forward failed ({_first_line(exc)})", ms)
+    log.info("forward path: %s (compiled in %.0f s)", reason, took)
+    return PathChoice(path, reason, ms, round(took, 1))
