@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.cost_cache import cached_cost_curve
+from engine.product.cost_cache import cached_cost_curve, refine_cost_curve
 from engine.product.decoding import make_decoder
 from engine.product.loading import LoadedModel, ModelRegistry
 from engine.product.page_settings import PageSettings
@@ -127,6 +127,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         if ar_timing_due(config.method, known, stopped):
             yield numbers(run, curve, MEASURING)
             known = time_ar(lm, ids, config, curve, stop)
+        if session_curve(session.curve, lm) is None:  # the shared curve learns from the run's own forwards
+            refine_cost_curve(lm.model, run.traces, path=lm.forward)
         known, speedup = run_speedup(run.traces, config.method, known, stopped)
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock

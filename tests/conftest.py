@@ -30,6 +30,8 @@ if _PRIVATE_CACHE:
 # the fixed cost curves installed below are the eager path's: tests run it unless they name another path
 # (tests/test_forward.py runs the static and compiled paths and their choice)
 os.environ.setdefault("GOOSE_LENS_FORWARD", "eager")
+# ... and they stay fixed: no run corrects them (tests/test_cost.py turns the correction on where it tests it)
+os.environ.setdefault("GOOSE_LENS_REFINE_CURVE", "0")
 
 
 def pytest_addoption(parser):

@@ -6,7 +6,10 @@ logit harvest (``engine.decoding.cost.CostCurve`` holds it and says how the loop
 Storage: one JSON file per (model, device, dtype, attention kernel, packed linears, torch version) under
 ``$GOOSE_LENS_CACHE/cost`` (default ~/.cache/goose-lens/cost), format ``FORMAT``, written atomically
 (temporary file, then ``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
-"re-measure" uses it for one user's session.
+"re-measure" uses it for one user's session.  A curve that fails its check (``CostCurve.problem``: medians
+non-decreasing within noise, rounds' spread bounded; a machine busy while it was measured) is never written, and a
+cached one that fails it is measured again (issue 44: a curve taken while another process compiled read T(2) 107 ms
+against 21.9 idle, was cached, and sized every later run's trees).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import torch
 from ..core.forward import EagerPath, ForwardPath
 from ..core.tree import DraftTree, Source
 from ..core.verify import read_back
-from ..decoding.cost import CostCurve
+from ..decoding.cost import CostCurve, CurveRefiner, round_spread
 from ..sources.tr import AdjacencyTable, TrSource
 from .paths import cache_root
 
@@ -36,6 +39,8 @@ SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel m
 MEASUREMENT = 3  # how a cached curve was measured; a curve of an older one is measured again.  1 timed sizes in a
 # fixed order (T(1), right after T(128), read 20 % high); 2 shuffles them each round; 3 times the read-back that
 # takes the argmax off an fp32 top-k (0.2-0.8 ms cheaper per forward on a CPU: the old curve overprices trees)
+REFINE_ENV = "GOOSE_LENS_REFINE_CURVE"  # "0": the shared curve is never corrected from runs (tests' fixed curves)
+RETRY_PAUSE_S = 2.0  # the pause before measuring again a curve that failed its check (a burst of load may pass)
 
 
 def curve_key(model, path: str = "eager") -> str:
@@ -67,7 +72,8 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     alike, in a new (seeded) order each round: a forward right after a large one runs slow (its cache and
     allocator state; in a fixed order 1 always followed 128, and T(1) of SmolLM2 in q4 read 24-25 ms against the
     loop's 20), and the median drops the rounds that put a size there.  The first round warms up; ``ms`` is the
-    median of ``repeats`` rounds.  ``path``: the forward path the curve is of (``engine.core.forward``; default
+    median of ``repeats`` rounds, ``spread`` their interquartile range / median (``round_spread``), for the check
+    ``CostCurve.problem``.  ``path``: the forward path the curve is of (``engine.core.forward``; default
     the eager path), so the curve prices the forward that runs (a compiled path's padded buckets included).
     """
     path = path if path is not None else EagerPath(model)
@@ -91,7 +97,7 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
             times[n].append((time.perf_counter() - t0) * 1000)
             forward.commit([])
     return CostCurve(tuple(sizes), tuple(round(statistics.median(times[n][1:]), 3) for n in sizes), past,
-                     curve_key(model, path.name))
+                     curve_key(model, path.name), tuple(round(round_spread(times[n][1:]), 3) for n in sizes))
 
 
 def _path_name(path: ForwardPath | None) -> str:
@@ -111,25 +117,49 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
     """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
     unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
     sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
-    sizes other than ``SIZES`` or by an older ``MEASUREMENT``.  ``path``: the forward path whose curve it is
-    (default: the eager one)."""
+    sizes other than ``SIZES`` or by an older ``MEASUREMENT``, or when the cached curve fails its check.  ``path``:
+    the forward path whose curve it is (default: the eager one).
+
+    A fresh curve that fails its check (``CostCurve.problem``) is not written: it is measured once more after
+    ``RETRY_PAUSE_S`` s; a second failure keeps the quieter of the two (``_quieter``) for this process only (in
+    memory, never on disk) with one warning, so the next start measures again."""
     file = _cache_path(model, cache_dir, path)
     known = None if refresh else known_cost_curve(model, cache_dir, path)
     if known is not None:
         return known
     log.info("cost curve: timing verification forwards of 1-128 rows (once per machine and model, ~10 s on 2 cores)")
     start = time.perf_counter()
-    curve = _loaded[file] = measure_cost_curve(model, path=path)
+    curve = measure_cost_curve(model, path=path)
+    problem = curve.problem()
+    if problem is not None:
+        log.info("cost curve: %s; measuring it again", problem)
+        time.sleep(RETRY_PAUSE_S)
+        again = measure_cost_curve(model, path=path)
+        problem = again.problem()
+        if problem is not None:
+            curve = _loaded[file] = _quieter(curve, again)
+            log.warning("cost curve: the machine looked busy while it was measured (%s), so this process uses the "
+                        "better of two measurements (T(1) = %.1f ms) without caching it, and the curve will be "
+                        "measured again at the next start", problem, curve.ms[0])
+            return curve
+        curve = again
+    _loaded[file] = curve
     log.info("cost curve: T(1) = %.1f ms, T(16) = %.1f ms (measured in %.0f s)", curve.ms[0],
-             curve.ms[curve.nodes.index(16)], time.perf_counter() - start)
+             curve.ms[curve.nodes.index(16)] if 16 in curve.nodes else curve.ms[-1], time.perf_counter() - start)
     write_cost_curve(curve, file)
     return curve
 
 
+def _quieter(a: CostCurve, b: CostCurve) -> CostCurve:
+    """Of two curves that both failed their check, the one measured on the quieter machine: the lower sum of medians
+    (another process's load only ever adds time to a forward, never takes it away); ``a`` on a tie."""
+    return b if sum(b.ms) < sum(a.ms) else a
+
+
 def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPath | None = None) -> CostCurve | None:
     """The model's shared cost curve (of forward ``path``, default eager) when it is measured already (in memory or
-    the disk cache, as ``cached_cost_curve`` reads it), else None: never measures (for a thread that must not time
-    forwards)."""
+    the disk cache, as ``cached_cost_curve`` reads it: of this key, ``SIZES`` and ``MEASUREMENT``, passing its
+    check), else None: never measures (for a thread that must not time forwards)."""
     file = _cache_path(model, cache_dir, path)
     if file in _loaded:
         return _loaded[file]
@@ -139,10 +169,55 @@ def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPa
     except (ValueError, OSError):
         return None  # absent, unreadable or older format: measured when first needed
     if curve.key == curve_key(model, _path_name(path)) and curve.nodes == SIZES \
-            and data.get("measurement") == MEASUREMENT:
+            and data.get("measurement") == MEASUREMENT and curve.problem() is None:  # a busy curve cached before
+        # the check existed (no spread: only its medians are checked) is measured again
         _loaded[file] = curve
         return curve
     return None
+
+
+_refiners: dict[Path, CurveRefiner] = {}  # per shared curve: the forwards runs made on it (times, no user data)
+
+
+def refine_cost_curve(model, traces, path: ForwardPath | None = None,
+                      cache_dir: str | Path | None = None) -> CostCurve | None:
+    """Correct the model's shared curve from a finished run's own forwards (``CurveRefiner``: ours; T(n) is the GT
+    principle's, §3.1 Eq. 6): each decoding cycle's forward time (its "forward" lap: the forward and its read-back)
+    at its rows (the tree and the rows riding along).  Where at least 5 recent forwards of a size disagree with the
+    curve beyond the noise band, the corrected curve, resampled at ``SIZES`` and passing its check, replaces the
+    shared one for later runs, in memory and on disk; a run keeps the curve it started with, so its trees replay
+    from the curve it recorded.  Only the curve the process has loaded is refined (a visitor's own re-measured
+    curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
+
+    Args:
+        model: the model the run ran on; traces: its ``CycleTrace``s (prefill included, skipped); path: its forward
+            path (default eager); cache_dir: the cache root.
+
+    Returns:
+        the new shared curve, or None when nothing changed.
+    """
+    file = _cache_path(model, cache_dir, path)
+    prior = _loaded.get(file)
+    if prior is None or prior.nodes != SIZES or os.environ.get(REFINE_ENV) == "0":
+        return None
+    refiner = _refiners.get(file)
+    if refiner is None or refiner.prior is not prior:
+        refiner = _refiners[file] = CurveRefiner(prior)
+    for trace in traces:
+        if trace.mode != "prefill" and "forward" in trace.timings_ms:
+            refiner.observe(len(trace.tree) + trace.ptd_rows, trace.timings_ms["forward"])
+    refined = refiner.curve()
+    if refined is prior:
+        return None
+    fixed = CostCurve(SIZES, tuple(round(refined.latency(n), 3) for n in SIZES), prior.past, prior.key)
+    if fixed.problem() is not None:
+        return None
+    _loaded[file] = fixed
+    _refiners[file] = CurveRefiner(fixed)
+    write_cost_curve(fixed, file)
+    log.info("cost curve: corrected from the runs' own forwards: T(1) %.1f -> %.1f ms, T(16) %.1f -> %.1f ms",
+             prior.latency(1), fixed.latency(1), prior.latency(16), fixed.latency(16))
+    return fixed
 
 
 def write_cost_curve(curve: CostCurve, path: str | Path) -> bool:
