@@ -149,3 +149,43 @@ def test_profiling_synchronises_each_stage_and_only_then(demo_cuda, monkeypatch)
     profiled = list(make_decoder(demo_cuda.model, config, (), profile=True).generate(ids))
     stages = sum(len(t.timings_ms) - 1 for t in profiled)  # a lap per stage ("total" is not one)
     assert len(syncs) == stages and [t.new_tokens for t in profiled] == [t.new_tokens for t in plain]
+
+
+@pytest.fixture(scope="module")
+def demo_cuda_fp32():
+    return load_model("demo", device="cuda", dtype="fp32", forward="eager")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_graph_replay_gives_the_static_paths_tokens_with_one_read_back(demo_cuda, demo_cuda_fp32, lossless_prompts,
+                                                                       read_backs, dtype):
+    """Every bucket replayed (trees of 1 to 64 rows): the tokens of the static path, in fp32 and bf16, each replayed
+    cycle with its one read-back; drafts accepted (else inconclusive)."""
+    from engine.core.forward import StaticPath
+    from engine.core.graphs import GraphedPath
+
+    lm = demo_cuda_fp32 if dtype == "fp32" else demo_cuda
+    config = DecodeConfig.of(max_new_tokens=96)
+    graphed = GraphedPath(lm.model)
+    for text in lossless_prompts[:3]:
+        ids = lm.encode_prompt(text)
+        want = [t for c in make_decoder(lm.model, config, (), forward=StaticPath(lm.model)).generate(ids)
+                for t in c.new_tokens]
+        traces = strict_cycles(make_decoder(lm.model, config, (), forward=graphed), ids, read_backs)
+        assert [t for c in traces for t in c.new_tokens] == want
+    assert sum(len(t.accepted) for t in traces) > 0, "inconclusive: no draft accepted"
+
+
+def test_a_failed_capture_runs_that_bucket_without_a_graph(demo_cuda_fp32, monkeypatch, caplog):
+    from engine.core.graphs import GraphedPath
+    from engine.core.tree import DraftTree
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", refuse)
+    forward = GraphedPath(demo_cuda_fp32.model).open(64, 4)
+    forward.prefill([1, 2, 3])
+    logits = forward.verify(DraftTree.root_only(4))
+    assert forward.graphs[1] is None and logits.shape[0] == 1
+    assert "CUDA graph capture of 1 rows failed" in caplog.text

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ..core.forward import PATHS, EagerPath, ForwardPath, make_path, static_problem
+from ..core.graphs import GraphedPath
 from ..core.tree import DraftTree, Source
 from .cost_cache import curve_key
 from .paths import cache_root
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 ENV = "GOOSE_LENS_FORWARD"  # auto | eager | static | compiled: the path every command and the page use
 FORMAT = 1  # version of the cached choice file
 TREE_ROWS = 16  # the tree size weighed beside one AR step (as precision.TREE_ROWS)
-CHOICES = ("auto", *PATHS)
+CHOICES = ("auto", *PATHS, "graphed")  # graphed: CUDA graphs of the static forward (engine/core/graphs.py)
 
 
 @dataclass(frozen=True)
@@ -180,11 +181,18 @@ def choose(model, want: str | None = None, compiled: bool = False,
         return PathChoice(make_path(model, "static"), "static: as asked")
     if want == "compiled":
         return _warmed(model, "compiled: as asked", {}, cache_dir)
+    if want == "graphed":
+        try:
+            return PathChoice(GraphedPath(model), "graphed: as asked")
+        except ValueError as exc:
+            return PathChoice(eager, f"eager: the graphed path cannot run here: {exc}")
     known = _read(model, cache_dir)
     if known is None or (compiled and "compiled" not in known["ms"]):
         known = _measure(model, eager, compiled, cache_dir)
     if known["path"] == "compiled":
         return _warmed(model, known["reason"], known["ms"], cache_dir)
+    if known["path"] == "graphed":
+        return PathChoice(GraphedPath(model), known["reason"], known["ms"])
     return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"]), known["reason"],
                       known["ms"])
 
@@ -193,7 +201,7 @@ def _read(model, cache_dir: str | Path | None) -> dict | None:
     """The cached measurement of ``model`` on this machine ({"path", "reason", "ms"}), or None."""
     try:
         data = json.loads(_cache_file(model, cache_dir).read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("key") == _key(model) and data.get("path") in PATHS:
+        if data.get("format") == FORMAT and data.get("key") == _key(model) and data.get("path") in CHOICES[1:]:
             return data
     except (OSError, ValueError, TypeError):
         pass
@@ -204,6 +212,8 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     """Time the eager and static paths (and, with ``compiled``, the compiled one where it compiles), decide, and
     cache the result; returns it ({"path", "reason", "ms"})."""
     paths = {"eager": eager, "static": make_path(model, "static")}
+    if torch.device(model.device).type == "cuda":  # captures cost milliseconds there: always measured
+        paths["graphed"] = GraphedPath(model)
     note = ""
     if compiled:
         path, problem = _compiled(model, cache_dir)

@@ -53,8 +53,9 @@ def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> N
     ap.add_argument("--dtype", default="auto", help=f"auto | {' | '.join(DTYPES)} (fp16 on a CPU falls back to auto, "
                     "and says so)")
     ap.add_argument("--forward", default=None, choices=forward_choice.CHOICES,
-                    help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the faster of eager "
-                         "and static, measured once), eager, static, compiled (torch.compile; minutes to compile)")
+                    help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the fastest path "
+                         "measured here, once), eager, static, compiled (torch.compile; minutes to compile), graphed "
+                         "(CUDA graphs)")
 
 
 class ModelLoadError(RuntimeError):
