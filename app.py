@@ -38,21 +38,20 @@ __all__ = ["CSS", "ZERO_GPU", "PageOptions", "build_demo", "generate_gpu_seconds
            "main", "parse_args", "place_models", "spaces"]
 
 
-def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto",
-                     forward: str | None = None) -> tuple[LoadedModel, str | None]:
+def load_start_model(name: str | None, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, str | None]:
     """The model the page starts with, and a notice for the page when the default could not be had.
 
     ``name`` None means the default (``$GOOSE_LENS_MODEL``, else SmolLM2): when it cannot be had (offline,
     no pip, checksum) the page falls back to the embedded demo model and says why.  A model named on the
-    command line is not replaced: its ``ModelLoadError`` propagates.  ``forward``: its forward path
-    (``load_model``'s).
+    command line is not replaced: its ``ModelLoadError`` propagates.  It runs the eager forward path; ``settle``
+    chooses the path once the page is up.
     """
     try:
-        return load_model(name, device=device, dtype=dtype, progress=tqdm_progress("model"), forward=forward), None
+        return load_model(name, device=device, dtype=dtype, progress=tqdm_progress("model")), None
     except ModelLoadError as exc:
         if name is not None:
             raise
-        lm = load_model(DEMO_MODEL, device=device, dtype=dtype, forward=forward)
+        lm = load_model(DEMO_MODEL, device=device, dtype=dtype)
         return lm, (f"⚠ The default model could not be had, so this page runs the small embedded demo model "
                     f"({lm.describe()}) instead: {exc}")
 
@@ -76,9 +75,7 @@ def main(argv=None) -> int:
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
-        # the page goes up on the eager path; settle then chooses the forward path (a compiled one compiles there)
-        forward = args.forward or "eager"
-        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype, forward=forward)
+        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype)  # eager path
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

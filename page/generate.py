@@ -127,8 +127,6 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         if ar_timing_due(config.method, known, stopped):
             yield numbers(run, curve, MEASURING)
             known = time_ar(lm, ids, config, curve, stop)
-        if session_curve(session.curve, lm) is None:  # the shared curve learns from the run's own forwards
-            refine_cost_curve(lm.model, run.traces, path=lm.forward)
         known, speedup = run_speedup(run.traces, config.method, known, stopped)
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
@@ -149,7 +147,9 @@ def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
 def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: ArTiming | None):
     """``generate``'s frames while decoding (``traces``, each recorded in ``live.run``), throttled (``Throttle``),
     the last cycle always drawn in full; returns the last trace (None: no cycle).  The speedup shown meanwhile is
-    live when this visitor has AR's timing on the prompt (``known``), else says AR is timed after the run."""
+    live when this visitor has AR's timing on the prompt (``known``), else says AR is timed after the run.  The
+    run's forward times then correct the model's shared cost curve (``refine_cost_curve``; runs after this one
+    read it)."""
     live_speedup = Speedup(None, "AR is timed after the run") if known is None else None  # else live, below
     throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
     for trace in traces:
@@ -167,6 +167,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
         yield _frame(live, trace, trace, True, live_speedup or Speedup.of(live.run.traces, known))
     if trace is None:  # stopped before the first token: nothing to wait for any more
         yield {"notice": ""}
+    refine_cost_curve(live.lm.model, live.run.traces, path=live.lm.forward)  # the shared curve learns the run's times
     return trace
 
 

@@ -11,11 +11,10 @@ model line of a page opened afterwards name the new model (``page.models.on_visi
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from engine.product import forward_choice, precision
+from engine.product import precision
 from engine.product.cost_cache import cached_cost_curve
-from engine.product.loading import ModelLoadError, ModelRegistry, load_model, resolve, resolve_device
+from engine.product.loading import ModelLoadError, ModelRegistry, load_model, resolve, resolve_device, with_forward
 
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode
@@ -39,8 +38,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
            forward: str | None = None) -> None:
     """What a cold start left for after the page is up, run on the engine thread (``models.engine``): with
     ``measure_precision``, the auto precision of ``name`` measured and, where it is not fp32, the model loaded in it
-    as every visitor's default; then, unless the command line named one (``forward``), its forward path chosen
-    (``forward_choice.choose``: a compiled path is compiled here, before any run) and made the default's; then the
+    as every visitor's default; then its forward path (``forward``, the command line's, else auto:
+    ``loading.with_forward``; a compiled path is compiled here, before any run) made the default's; then the
     default model's cost curve.  ``models.busy`` says so meanwhile; a load
     that fails keeps the fp32 model, and anything else that fails stops the measurement, each with a line on the
     console."""
@@ -49,7 +48,7 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
         if measure_precision:
             log.info("measuring this machine now; the page serves meanwhile and runs wait for it")
             try:
-                lm = load_model(name, device=device, dtype="auto", forward="eager")  # measures, caches the choice
+                lm = load_model(name, device=device, dtype="auto")  # measures, and caches the choice
             except ModelLoadError as exc:
                 log.warning("keeping the fp32 model: %s", exc)
             else:
@@ -58,12 +57,11 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
         default = models.get(None)
-        if not forward:
-            choice = forward_choice.choose(default.model)  # auto (or $GOOSE_LENS_FORWARD): cached, else measured
-            if choice.name != default.forward.name:
-                default = replace(default, forward_path=choice.path, forward_reason=choice.reason)
-                models.make_default(default)
-                log.info("every visitor's runs now take the %s", choice.reason)
+        chosen = with_forward(default, forward)  # named, or auto ($GOOSE_LENS_FORWARD): cached, else measured
+        if chosen.forward.name != default.forward.name:
+            default = chosen
+            models.make_default(default)
+            log.info("every visitor's runs now take the %s", default.forward_reason)
         cached_cost_curve(default.model, path=default.forward)
     except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)

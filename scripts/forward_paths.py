@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(","))
     use_cache_root()  # a compiled path keeps its artifacts where the project's cache is
-    lm = load_model(args.model, device=args.device, dtype=args.dtype, forward="eager")
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)  # the eager path
     if args.choose:
         choice = choose(lm.model, "auto", compiled=True)
         print(f"{lm.describe()}: {choice.reason}; T(1), T({TREE_ROWS}) in ms: {choice.ms}")

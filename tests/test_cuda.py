@@ -153,7 +153,7 @@ def test_profiling_synchronises_each_stage_and_only_then(demo_cuda, monkeypatch)
 
 @pytest.fixture(scope="module")
 def demo_cuda_fp32():
-    return load_model("demo", device="cuda", dtype="fp32", forward="eager")
+    return load_model("demo", device="cuda", dtype="fp32")
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

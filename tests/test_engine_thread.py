@@ -144,7 +144,7 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     measured = dataclasses.replace(demo_lm, name="demo-measured")  # stands in for the auto load (another key)
     seen = {}
 
-    def load(name, device, dtype, forward):
+    def load(name, device, dtype):
         seen["busy"] = RunBoard(models).waiting_words()
         return measured
 

@@ -186,12 +186,23 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
     from page import startup
 
     models = ModelRegistry(demo_lm)
-    monkeypatch.setattr(forward_choice, "choose", lambda model: forward_choice.PathChoice(
-        StaticPath(model), "static: measured faster"))
+    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None: forward_choice.PathChoice(
+        StaticPath(model), "static: measured faster") if want is None else forward_choice.PathChoice(
+        EagerPath(model), f"{want}: as asked"))
     curves = []
     monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: curves.append(path.name))
-    models.engine.call(startup.settle, models, "demo", "cpu", False)
+    models.engine.call(startup.settle, models, "demo", "cpu", False)  # auto
     assert models.get(None).forward.name == "static" and models.get(None).forward_reason == "static: measured faster"
     assert curves == ["static"] and demo_lm.forward.name == "eager"  # the loaded model itself is not changed
-    models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named on the command line: kept
-    assert curves == ["static", "static"]
+    models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named on the command line
+    assert models.get(None).forward.name == "eager" and curves == ["static", "eager"]
+
+
+def test_the_decoder_runs_the_path_it_is_given(demo_lm):
+    """``SpecDecoder`` takes a model (the eager path) or a ``ForwardPath``; ``make_decoder`` a ``LoadedModel``'s own."""
+    from engine.product.loading import with_forward
+
+    lm = with_forward(demo_lm, "static")
+    assert make_decoder(lm, DecodeConfig(method="ar")).forward.name == "static"
+    assert make_decoder(lm.model, DecodeConfig(method="ar")).forward.name == "eager"
+    assert make_decoder(lm, DecodeConfig(method="ar"), forward=EagerPath(lm.model)).forward.name == "eager"

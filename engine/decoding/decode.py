@@ -150,7 +150,9 @@ class SpecDecoder:
     both (``engine.product.decoding.make_decoder`` does, for the page, the CLI and the bench).
 
     Args:
-        model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...).
+        model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...), run on the eager
+            forward path; or a ``ForwardPath`` of one (``engine.core.forward``: eager, static, compiled, graphed),
+            shared by the model's generations.  Every path gives the same tokens in fp32.
         config: a resolved ``DecodeConfig`` (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top
             of each tree (engine/decoding/gt.py); the builders prune at ``config.gt.prune_at``.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
@@ -162,8 +164,6 @@ class SpecDecoder:
         profile: stage timings for profiling (``Stopwatch``): on a CUDA device each stage waits for the device
             before its lap, so every kernel is charged to its own stage (one more sync per stage: slower).  Off
             (default), or on a CPU, nothing waits beyond the cycle's one read-back.
-        forward: how the model runs a tree (``engine.core.forward``: eager, static or compiled), shared by the
-            model's generations; default: the eager path.  Every path gives the same tokens in fp32.
 
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve (``compat.model_problem``: its
@@ -173,7 +173,9 @@ class SpecDecoder:
 
     def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
-                 profile: bool = False, forward: ForwardPath | None = None) -> None:
+                 profile: bool = False) -> None:
+        self.forward = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
+        model = self.forward.model
         compat.check_model(model)  # first: what cannot be served says why
         if not config.is_resolved:
             raise ValueError("the decoder takes a resolved config: config.resolved(cost_curve) "
@@ -182,7 +184,6 @@ class SpecDecoder:
             raise ValueError("GT 'auto' sizes trees from a cost curve: give the one the config was resolved with")
         self.positions = compat.PositionLimits.of(model)  # trees are trimmed to these (``_build``)
         self.model = model
-        self.forward = forward if forward is not None else EagerPath(model)
         device = torch.device(model.device)
         self._sync = device if profile and device.type == "cuda" else None  # Stopwatch(sync): profiling on CUDA
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)

@@ -49,7 +49,7 @@ from .decoding import make_decoder
 from .generate import add_config_options, config_from_args
 from .llamacpp import METHODS as LLAMACPP_METHODS
 from .llamacpp import LlamaCpp, LlamaCppMissing, check_installed
-from .loading import ModelLoadError, add_model_options, load_model, resolve
+from .loading import ModelLoadError, add_model_options, load_model, resolve, with_forward
 from .lossless import attribute, engine_ar_logits
 from .metrics import summarize
 from .models import ensure_gguf
@@ -519,8 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         methods.append(FP32_AR)
     run = Runner(lm, args, setup.base, setup.draft, setup.curve, setup.fp32)
     run.peer = setup.peer
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
-          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
+    print(f"model: {lm.summary()}", file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))
     rows, profile = [], []
@@ -592,7 +591,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
     peer = _llamacpp(args.model) if any(m in LLAMACPP_METHODS for m in methods) else None  # before the loads
     attn = {"attn_implementation": args.attn}
-    lm = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward, **attn)
+    lm = with_forward(load_model(args.model, device=args.device, dtype=args.dtype, **attn), args.forward)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype, **attn) if args.draft_model else None
     fp32 = load_model(args.model, device=args.device, dtype="fp32", **attn) if args.fp32_ar else None
     return _Setup(methods, base, prompts, curve, lm, draft, fp32, peer)

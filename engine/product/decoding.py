@@ -47,5 +47,6 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
     if isinstance(model, LoadedModel):
         options.setdefault("forward", model.forward)
         model = model.model
-    config, curve = resolve(model, config, cost_curve, options.get("forward"))
-    return SpecDecoder(model, config, eos_token_ids, cost_curve=curve, **options)
+    forward = options.pop("forward", None)
+    config, curve = resolve(model, config, cost_curve, forward)
+    return SpecDecoder(forward if forward is not None else model, config, eos_token_ids, cost_curve=curve, **options)

@@ -34,7 +34,7 @@ from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, SOURCES, ConfigErro
 from ..decoding.cost import load_cost_curve
 from .decoding import make_decoder
 from .deploy import drafter_text, serving_dict, with_drafter
-from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress
+from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress, with_forward
 from .lossless import attribute
 from .metrics import summarize
 from .reference import greedy_reference
@@ -162,13 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
                              "(sampling is lossless in distribution: see tests/test_sampling.py)")
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"),
-                        forward=args.forward)
+        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"))
+        lm = with_forward(lm, args.forward)
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
-          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
+    print(f"model: {lm.summary()}", file=sys.stderr)
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:

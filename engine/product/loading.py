@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlparse
@@ -85,6 +85,11 @@ class LoadedModel:
     def params(self) -> int:
         """Number of parameters (tied embeddings counted once)."""
         return self.param_count or sum(p.numel() for p in self.model.parameters())
+
+    def summary(self) -> str:
+        """The command line's model line: ``describe()``, why this precision and which forward path."""
+        return (self.describe() + (f" — {self.dtype_reason}" if self.dtype_reason else "")
+                + (f"; forward path {self.forward_reason}" if self.forward_reason else ""))
 
     def describe(self) -> str:
         """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
@@ -273,7 +278,7 @@ def check_source(src: ModelSource) -> bool:
 
 def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str = "auto",
                attn_implementation: str | None = None, progress: Progress | None = None,
-               engine: EngineThread | None = None, forward: str | None = None) -> LoadedModel:
+               engine: EngineThread | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
     Args:
@@ -289,9 +294,6 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
         progress: called with (fraction, message) while a named model is fetched and converted.
         engine: the thread that times forwards (the auto precision's measurement), e.g. the page's engine thread
             (``engine_thread.py``: forwards timed elsewhere can read twice as slow); None: the calling thread.
-        forward: how trees are forwarded (``forward_choice.choose``): "auto" (the faster of the eager and static
-            paths, measured once per model and machine), "eager", "static", "compiled"; None: ``$GOOSE_LENS_FORWARD``,
-            else "auto".
 
     Raises:
         ModelLoadError: the model cannot be had or loaded (missing, offline, checksum, not a causal LM,
@@ -318,9 +320,17 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
                                                                    attn_implementation)
     if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
         attention.use_tree_sdpa(model)
-    path = (engine.call if engine else _call)(forward_choice.choose, model, forward)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
-                       reason, auto, params, path.path, path.reason)
+                       reason, auto, params)
+
+
+def with_forward(lm: LoadedModel, want: str | None = None, engine: EngineThread | None = None) -> LoadedModel:
+    """``lm`` with its trees run on the forward path ``want`` (``forward_choice.choose``: "auto", "eager",
+    "static", "compiled", "graphed"; None reads ``$GOOSE_LENS_FORWARD``, else "auto": the fastest path measured once
+    per model and machine), chosen (and compiled, for a compiled path) on ``engine`` when given.  ``load_model``
+    gives the eager path; the weights are shared, not copied."""
+    choice = (engine.call if engine else _call)(forward_choice.choose, lm.model, want)
+    return replace(lm, forward_path=choice.path, forward_reason=choice.reason)
 
 
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
@@ -479,7 +489,8 @@ class ModelRegistry:
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             self._check_memory(want_name, want_device, want_dtype)
-            lm = load_model(name, device=device, dtype=dtype, progress=progress, engine=self.engine)
+            lm = with_forward(load_model(name, device=device, dtype=dtype, progress=progress, engine=self.engine),
+                              engine=self.engine)
             self.engine.call(lm.warm_up)
             self.put(lm)
             return lm

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.kv_cache import UnsupportedCacheError
     from .bench import BenchError
     from .generate import config_from_args
-    from .loading import ModelLoadError, load_model
+    from .loading import ModelLoadError, load_model, with_forward
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.configs(base)  # every value with the other options, before the model loads
         prompt, where = _prompt_text(args)
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward)
+        lm = with_forward(load_model(args.model, device=args.device, dtype=args.dtype), args.forward)
     except (OSError, ValueError, BenchError, ModelLoadError) as exc:  # ConfigError, CostCurveError: ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    print(f"model: {lm.describe()}" + (f" — {lm.dtype_reason}" if lm.dtype_reason else "")
-          + (f"; forward path {lm.forward_reason}" if lm.forward_reason else ""), file=sys.stderr)
+    print(f"model: {lm.summary()}", file=sys.stderr)
     if curve is None and spec.needs_cost_curve(base):
         curve = cached_cost_curve(lm.model, path=lm.forward)  # measured once per machine when absent: not the
         # sweep's time
