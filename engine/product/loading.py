@@ -489,8 +489,9 @@ class ModelRegistry:
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             self._check_memory(want_name, want_device, want_dtype)
-            lm = with_forward(load_model(name, device=device, dtype=dtype, progress=progress, engine=self.engine),
-                              engine=self.engine)
+            # the eager path: choosing another (a compile) would hold the engine thread, and every visitor, for
+            # minutes on one visitor's pick; the start model's path is chosen at start-up (page.startup.settle)
+            lm = load_model(name, device=device, dtype=dtype, progress=progress, engine=self.engine)
             self.engine.call(lm.warm_up)
             self.put(lm)
             return lm
