@@ -25,7 +25,8 @@ from page.zerogpu import REMEASURE_S, ZERO_GPU, generate_gpu_seconds, gpu_handle
 
 class RunBoard:
     """Server-wide count of runs holding the model (no user data): lets a waiting visitor read, in words,
-    why their Generate has not started (``models.busy``: a cold start's measurement)."""
+    why their Generate has not started (``models.busy``: a cold start's measurement; ``models.compiling``: the
+    forward compiled between runs)."""
 
     def __init__(self, models: ModelRegistry) -> None:
         self._lock, self.running, self.models = threading.Lock(), 0, models
@@ -47,6 +48,8 @@ class RunBoard:
         """What a visitor who just pressed Generate or Race is waiting for."""
         if self.models.busy:
             return self.models.busy
+        if self.models.compiling and not self.running:
+            return self.models.compiling
         if not self.running:
             return "Starting …"
         return ("Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "

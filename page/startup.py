@@ -11,16 +11,20 @@ model line of a page opened afterwards name the new model (``page.models.on_visi
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import replace
 
-from engine.product import precision
+from engine.product import forward_choice, precision
 from engine.product.cost_cache import cached_cost_curve
-from engine.product.loading import ModelLoadError, ModelRegistry, load_model, resolve, resolve_device, with_forward
+from engine.product.loading import LoadedModel, ModelLoadError, ModelRegistry, load_model, resolve, resolve_device
 
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode
 MEASURING = ("This machine is being measured once, right after a cold start (which precision and forward path "
-             "verify fastest, then the cost curve; about 25 s on 2 cores, longer where the forward is compiled). "
-             "Your run starts when that is done.")
+             "verify fastest, then the cost curve; about 25 s on 2 cores). Your run starts when that is done.")
+COMPILING = ("This machine's forward is being compiled, one tree size at a time between runs (10-90 s each on 2 "
+             "cores); runs take the eager path until every size is compiled, and yours starts when the size being "
+             "compiled now is done.")
 
 
 def provisional_dtype(name: str | None, device: str, dtype: str) -> str:
@@ -39,10 +43,10 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
     """What a cold start left for after the page is up, run on the engine thread (``models.engine``): with
     ``measure_precision``, the auto precision of ``name`` measured and, where it is not fp32, the model loaded in it
     as every visitor's default; then its forward path (``forward``, the command line's, else auto:
-    ``loading.with_forward``; a compiled path is compiled here, before any run) made the default's; then the
-    default model's cost curve.  ``models.busy`` says so meanwhile; a load
-    that fails keeps the fp32 model, and anything else that fails stops the measurement, each with a line on the
-    console."""
+    ``forward_choice.choose``) made the default's, except a compiled path, which ``compile_between_runs`` compiles
+    and switches to while the page serves the eager one; then the default model's cost curve.  ``models.busy``
+    says so meanwhile; a load that fails keeps the fp32 model, and anything else that fails stops the measurement,
+    each with a line on the console."""
     models.busy = MEASURING
     try:
         if measure_precision:
@@ -57,8 +61,11 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
         default = models.get(None)
-        chosen = with_forward(default, forward)  # named, or auto ($GOOSE_LENS_FORWARD): cached, else measured
-        if chosen.forward.name != default.forward.name:
+        choice = forward_choice.choose(default.model, forward, warm_now=False)  # named, or auto: cached, else measured
+        chosen = replace(default, forward_path=choice.path, forward_reason=choice.reason)
+        if forward_choice.cold_buckets(choice.path):
+            compile_between_runs(models, chosen)
+        elif chosen.forward.name != default.forward.name:
             default = chosen
             models.make_default(default)
             log.info("every visitor's runs now take the %s", default.forward_reason)
@@ -67,3 +74,35 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:
         models.busy = None
+
+
+def compile_between_runs(models: ModelRegistry, chosen: LoadedModel) -> threading.Thread:
+    """Compile ``chosen``'s forward path one bucket at a time, each bucket a separate item on the engine thread, so
+    a visitor's run queued meanwhile waits for one bucket (10-90 s on 2 cores), not all (minutes); the page serves
+    the eager path until then (``models.compiling`` says so to a waiting visitor).  When every bucket is compiled,
+    ``chosen`` becomes every visitor's default and its cost curve is measured.  A compile that fails leaves the eager
+    path, with one line on the console.  Returns the (daemon) thread that hands the buckets over."""
+    path, engine = chosen.forward, models.engine
+
+    def switch() -> None:
+        models.make_default(chosen)
+        log.info("every visitor's runs now take the %s", chosen.forward_reason)
+        cached_cost_curve(chosen.model, path=path)
+
+    def hand_over() -> None:
+        models.compiling = COMPILING
+        try:
+            for rows in forward_choice.cold_buckets(path):
+                took = engine.call(forward_choice.warm_bucket, path, rows)
+                log.info("forward path: compiled the %d-row trees in %.0f s", rows, took)
+            engine.call(switch)
+        except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms; the eager path serves
+            log.warning("forward path: eager, since compiling the forward failed: %s", forward_choice.first_line(exc))
+        finally:
+            models.compiling = None
+
+    log.info("forward path: compiling the forward for %d tree sizes between runs; runs take the eager path until "
+             "then", len(forward_choice.cold_buckets(path)))
+    thread = threading.Thread(target=hand_over, name="goose-lens-compile", daemon=True)
+    thread.start()
+    return thread

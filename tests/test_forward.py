@@ -186,7 +186,7 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
     from page import startup
 
     models = ModelRegistry(demo_lm)
-    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None: forward_choice.PathChoice(
+    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **_: forward_choice.PathChoice(
         StaticPath(model), "static: measured faster") if want is None else forward_choice.PathChoice(
         EagerPath(model), f"{want}: as asked"))
     curves = []
@@ -196,6 +196,63 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
     assert curves == ["static"] and demo_lm.forward.name == "eager"  # the loaded model itself is not changed
     models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named on the command line
     assert models.get(None).forward.name == "eager" and curves == ["static", "eager"]
+
+
+def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
+    """settle on a compiled choice of two buckets, bucket 1's compile held until a run is queued behind it: returns
+    (the registry, the order in which the engine thread did things)."""
+    import threading
+
+    from engine.core.forward import CompiledPath
+    from engine.product import forward_choice
+    from engine.product.loading import ModelRegistry
+    from page import startup
+    from page.events import RunBoard
+
+    models, order, started, gate = ModelRegistry(demo_lm), [], threading.Event(), threading.Event()
+    compiled = CompiledPath(demo_lm.model, buckets=(1, 2))  # torch.compile compiles on first use: never here
+    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **_: forward_choice.PathChoice(
+        compiled, "compiled: measured faster"))
+
+    def fake_warm(path, rows):
+        order.append(("bucket", rows, models.get(None).forward.name))
+        if rows == 1:
+            started.set()
+            gate.wait(10)
+        if rows == fail_at:
+            raise RuntimeError("inductor refused an op")
+        path.warmed.add(rows)
+        return 0.0
+
+    monkeypatch.setattr(forward_choice, "warm_bucket", fake_warm)
+    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: order.append(("curve", path.name)))
+    models.engine.call(startup.settle, models, "demo", "cpu", False)
+    assert started.wait(10) and "compiled, one tree size at a time" in RunBoard(models).waiting_words()
+    run = models.engine.submit(lambda: order.append(("run", models.get(None).forward.name)))
+    gate.set()
+    run.result(10)
+    for _ in range(100):
+        if models.compiling is None:
+            break
+        threading.Event().wait(0.1)
+    assert models.compiling is None
+    return models, order
+
+
+def test_the_page_compiles_its_forward_between_runs_and_then_switches(demo_lm, monkeypatch):
+    """A compiled choice is compiled one bucket per engine-thread item: a run queued during bucket 1's compile runs
+    (on the eager path) before bucket 2's; after the last bucket every visitor's default takes the compiled path
+    and its cost curve is measured."""
+    models, order = _compile_between_runs(demo_lm, monkeypatch)
+    models.engine.call(lambda: None)  # the switch, queued after the last bucket, is done
+    assert order == [("curve", "eager"), ("bucket", 1, "eager"), ("run", "eager"), ("bucket", 2, "eager"),
+                     ("curve", "compiled")]
+    assert models.get(None).forward.name == "compiled" and demo_lm.forward.name == "eager"
+
+
+def test_a_compile_that_fails_between_runs_leaves_the_eager_path(demo_lm, monkeypatch):
+    models, order = _compile_between_runs(demo_lm, monkeypatch, fail_at=2)
+    assert models.get(None).forward.name == "eager" and ("curve", "compiled") not in order
 
 
 def test_the_decoder_runs_the_path_it_is_given(demo_lm):

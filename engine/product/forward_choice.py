@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.forward import PATHS, EagerPath, ForwardPath, make_path, static_problem
+from ..core.forward import PATHS, CompiledPath, EagerPath, ForwardPath, make_path, static_problem
 from ..core.graphs import GraphedPath
 from ..core.tree import DraftTree, Source
 from .cost_cache import curve_key
@@ -131,30 +131,43 @@ def _compiled(model, cache_dir: str | Path | None) -> tuple[ForwardPath | None, 
     try:
         return make_path(model, "compiled"), ""
     except Exception as exc:  # noqa: BLE001 - any refusal falls back, with its reason
-        return None, _first_line(exc)
+        return None, first_line(exc)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
+def cold_buckets(path: ForwardPath) -> tuple[int, ...]:
+    """The tree-size buckets of a compiled ``path`` not compiled yet (``warm_bucket``); () for any other path."""
+    if not isinstance(path, CompiledPath):
+        return ()
+    return tuple(rows for rows in path.buckets if rows not in path.warmed)
+
+
 @torch.no_grad()
-def warm(path: ForwardPath, past: int = 16) -> float:
-    """Run one forward of every bucket of ``path`` (a compiled path compiles each, or loads it from inductor's
-    cache), so no visitor's cycle waits for a compile; returns the seconds it took.  Raises what compiling raises."""
-    buckets = getattr(path, "buckets", None) or (1,)
+def warm_bucket(path: ForwardPath, rows: int, past: int = 16) -> float:
+    """Run one forward of ``rows`` tree rows on ``path`` over ``past`` cached tokens (a compiled path compiles that
+    bucket, or loads it from inductor's cache: 60-90 s cold, 10-20 s warm on 2 cores); returns the seconds it took.
+    Raises what compiling raises."""
     start = time.perf_counter()
-    forward = path.open(past + max(buckets) + 1, max(buckets))
+    forward = path.open(past + rows + 1, rows)
     forward.prefill(list(range(1, past + 1)))
-    for rows in buckets:
-        forward.verify(DraftTree.chain([1] * rows, Source.ROOT)).argmax(-1).tolist()
-        forward.commit([])
+    forward.verify(DraftTree.chain([1] * rows, Source.ROOT)).argmax(-1).tolist()
+    if isinstance(path, CompiledPath):
+        path.warmed.add(rows)
     return time.perf_counter() - start
 
 
+def warm(path: ForwardPath) -> float:
+    """Compile every bucket of ``path`` not compiled yet (``warm_bucket``), so no visitor's cycle waits for a
+    compile; returns the seconds it took.  Raises what compiling raises."""
+    return sum(warm_bucket(path, rows) for rows in cold_buckets(path))
+
+
 def choose(model, want: str | None = None, compiled: bool = False,
-           cache_dir: str | Path | None = None) -> PathChoice:
+           cache_dir: str | Path | None = None, warm_now: bool = True) -> PathChoice:
     """The forward path for ``model``: ``want`` ("auto", "eager", "static", "compiled"; None reads
     ``$GOOSE_LENS_FORWARD``, default "auto").
 
@@ -162,8 +175,9 @@ def choose(model, want: str | None = None, compiled: bool = False,
     (a few seconds; with ``compiled`` the compiled one too, which compiles two buckets: minutes on 2 cores, the
     measurement ``scripts/forward_paths.py --choose`` makes) and caches it.  It keeps the fastest measured
     path; the compiled one is then compiled for every bucket before it is returned (``warm``: about a minute and a
-    half from inductor's cache on 2 cores).  A path the model cannot run, or a compile that fails, leaves the eager
-    path, with the reason in the sentence.
+    half from inductor's cache on 2 cores); without ``warm_now`` it is returned uncompiled, its buckets for the
+    caller to compile (``cold_buckets``, ``warm_bucket``: the page does so between runs).  A path the model cannot
+    run, or a compile that fails, leaves the eager path, with the reason in the sentence.
 
     Raises:
         ValueError: ``want`` is not one of ``CHOICES``.
@@ -180,7 +194,7 @@ def choose(model, want: str | None = None, compiled: bool = False,
     if want == "static":
         return PathChoice(make_path(model, "static"), "static: as asked")
     if want == "compiled":
-        return _warmed(model, "compiled: as asked", {}, cache_dir)
+        return _warmed(model, "compiled: as asked", {}, cache_dir, warm_now)
     if want == "graphed":
         try:
             return PathChoice(GraphedPath(model), "graphed: as asked")
@@ -190,7 +204,7 @@ def choose(model, want: str | None = None, compiled: bool = False,
     if known is None or (compiled and "compiled" not in known["ms"]):
         known = _measure(model, eager, compiled, cache_dir)
     if known["path"] == "compiled":
-        return _warmed(model, known["reason"], known["ms"], cache_dir)
+        return _warmed(model, known["reason"], known["ms"], cache_dir, warm_now)
     if known["path"] == "graphed":
         return PathChoice(GraphedPath(model), known["reason"], known["ms"])
     return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"]), known["reason"],
@@ -227,8 +241,8 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms: measured without it
         if "compiled" not in paths:
             raise
-        note = f" (compiling the forward failed: {_first_line(exc)})"
-        log.warning("forward path: compiling the forward failed: %s", _first_line(exc))
+        note = f" (compiling the forward failed: {first_line(exc)})"
+        log.warning("forward path: compiling the forward failed: %s", first_line(exc))
         del paths["compiled"]
         ms = measure(model, paths)
     name, reason = decide(ms)
@@ -246,18 +260,21 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     return data
 
 
-def _warmed(model, reason: str, ms: dict, cache_dir: str | Path | None) -> PathChoice:
-    """The compiled path with every bucket compiled (``warm``), or the eager path with the sentence why not."""
+def _warmed(model, reason: str, ms: dict, cache_dir: str | Path | None, warm_now: bool = True) -> PathChoice:
+    """The compiled path with every bucket compiled (``warm``; left to the caller without ``warm_now``), or the
+    eager path with the sentence why not."""
     path, problem = _compiled(model, cache_dir)
     if path is None:
         log.warning("forward path: eager, since the compiled path cannot run here: %s", problem)
         return PathChoice(EagerPath(model), f"eager: the compiled path cannot run here: {problem}", ms)
+    if not warm_now:
+        return PathChoice(path, reason, ms)
     log.info("forward path: compiling the forward for %d tree sizes (minutes on 2 cores the first time; "
              "inductor's cache keeps them for the next start)", len(path.buckets))
     try:
         took = warm(path)
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms; the eager path serves
-        log.warning("forward path: eager, since compiling the forward failed: %s", _first_line(exc))
-        return PathChoice(EagerPath(model), f"eager: compiling the forward failed ({_first_line(exc)})", ms)
+        log.warning("forward path: eager, since compiling the forward failed: %s", first_line(exc))
+        return PathChoice(EagerPath(model), f"eager: compiling the forward failed ({first_line(exc)})", ms)
     log.info("forward path: %s (compiled in %.0f s)", reason, took)
     return PathChoice(path, reason, ms, round(took, 1))

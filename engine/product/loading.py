@@ -432,6 +432,7 @@ class ModelRegistry:
         self.capacity = capacity
         self.engine = engine or EngineThread()  # where the page runs these models' forwards (engine_thread.py)
         self.busy: str | None = None  # what the engine thread measures before any run (a cold start), for people
+        self.compiling: str | None = None  # what the engine thread compiles between runs (page.startup), for people
         self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self.default_key = self.key_of(first)
