@@ -22,9 +22,22 @@ def show_cycle(run: Run | None, scrubber, drawing: Drawing = Drawing(), model_ke
     line stay: they are the run's totals and say so."""
     if not run or not run.traces:
         return {"explain": "Generate first: the scrubber steps through the cycles of the last run."}
-    k = max(0, min(int(scrubber or 0) + int(step), len(run.traces) - 1))
-    return {"scrubber": k, **cycle_views(run, run.traces[k], models.get(model_key), drawing),
-            "output": marked_output(run, k)}
+    last = len(run.traces) - 1
+    asked = _cycle_number(scrubber) + int(step)
+    k = max(0, min(asked, last))
+    views = cycle_views(run, run.traces[k], models.get(model_key), drawing)
+    if asked != k and not step:  # a typed number out of range: the nearest cycle, and a sentence that says so
+        views["explain"] = f"There is no cycle {asked}: the cycles run from 0 to {last}.  \n{views['explain']}"
+    return {"scrubber": k, **views, "output": marked_output(run, k)}
+
+
+def _cycle_number(value) -> int:
+    """The scrubber's raw value (its events skip gradio's bounds check, so a typed 999 is clamped here instead of
+    failing the event and blanking the tree) as a whole number; anything unreadable is cycle 0."""
+    try:
+        return round(float(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def step_through(run: Run | None, scrubber, drawing: Drawing = Drawing(), session: Session = Session(), *,
@@ -38,7 +51,7 @@ def step_through(run: Run | None, scrubber, drawing: Drawing = Drawing(), sessio
         return
     control = session.start()
     traces = run.traces
-    k = max(0, min(int(scrubber or 0), len(traces) - 1))
+    k = max(0, min(_cycle_number(scrubber), len(traces) - 1))
     drafted = [t.index for t in traces if t.mode in ("tree", "bypass")]
     if traces[k].mode not in ("tree", "bypass") and drafted:
         k = next((i for i in drafted if i >= k), drafted[-1])

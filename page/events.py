@@ -90,8 +90,9 @@ def wire_cycles(page: Page, models: ModelRegistry) -> None:
                           (page.show_ghosts.input, 0), (page.show_all.input, 0)):
         wire(trigger, Endpoint(show_cycle, ("run", "scrubber", "drawing", "model_key"), CYCLE_OUT,
                                fixed={"step": step, "models": models}), page,
-             api_visibility="private", trigger_mode="always_last")
-        # typed values and arrow keys fire input too; the output sets the slider without firing it again
+             api_visibility="private", trigger_mode="always_last", preprocess=False)
+        # typed values and arrow keys fire input too; the output sets the slider without firing it again.
+        # preprocess=False: gradio's bounds check would fail a typed 999 and blank the tree; show_cycle clamps it
 
     def token_clicked(run, show_ghosts, show_all, model_key, evt: gr.SelectData):  # gradio injects evt by type
         return page.keyed(jump_to_token(run, evt.index, Drawing(show_ghosts, show_all), model_key, models=models))
@@ -100,7 +101,7 @@ def wire_cycles(page: Page, models: ModelRegistry) -> None:
                        [page[n] for n in CYCLE_OUT], api_visibility="private")
     wire(page.step_btn.click, Endpoint(step_through, ("run", "scrubber", "drawing", "session"),
                                        ("scrubber", "tree_plot", "explain", "output"), bound), page,
-         api_name="step_through")
+         api_name="step_through", preprocess=False)  # the scrubber's raw value, clamped by the handler
     wire(page.export_btn.click, Endpoint(export_trace, ("run", "model_key"), ("export_file",), bound), page,
          api_visibility="private")
     wire(page.import_file.upload, Endpoint(import_trace, ("import_file", "drawing", "model_key"), IMPORT_OUT, bound),
