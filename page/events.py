@@ -11,7 +11,7 @@ from engine.product.page_settings import RANGES
 from page.contract import Drawing, Endpoint, Page, wire
 from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step_through
 from page.drafter import method_fields, serve_fields
-from page.frames import keep_in_range, or_skip
+from page.frames import VIEW_RANGES, keep_in_range, or_skip
 from page.generate import GENERATE_OUT, generate
 from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model, remeasure_curve
 from page.presets import preset_fields
@@ -144,7 +144,8 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
     # toast while the box kept the number, so these two read the raw values (preprocess=False) and bring it back
     wire(page.budget.change, Endpoint(cost_plot_for, ("budget", "model_key", "curve"), ("cost_plot",),
                                       {"models": models}), page, api_visibility="private", preprocess=False)
-    for name in RANGES:  # at once, with a sentence (queued: toasts show only from the queue; it holds no model)
+    for name in (*RANGES, *VIEW_RANGES):  # at once, with a sentence (queued: toasts show only from the queue; it
+        # holds no model)
         box = page[name]
         box.input(lambda value, n=name: or_skip(keep_in_range(value, name=n, cap=options.max_new_tokens)), box, box,
                   api_visibility="private", show_progress="hidden", concurrency_limit=None, preprocess=False)

@@ -12,7 +12,7 @@ from engine.product.cost_cache import curve_key
 from engine.product.generate import command_line
 from engine.product.loading import LoadedModel, ModelRegistry
 from engine.product.metrics import summarize
-from engine.product.page_settings import PageSettings
+from engine.product.page_settings import PageSettings, bring_inside
 from engine.product.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
@@ -79,17 +79,28 @@ def problem(message: str, where: str = "notice") -> dict:
     return {where: f"⚠ {message}"}
 
 
+#: The page's own numbers, not a run's settings: each slider's range and its name for people, kept in range as
+#: ``RANGES``' are (``keep_in_range``)
+VIEW_RANGES = {"pace": (0.0, 2.0, "slow motion (s pause per cycle)"),
+               "race_seconds": (0, 60, "race length on screen (s)")}
+
+
 def keep_in_range(value, *, name: str, cap: int | None = None) -> float | None:
-    """A number typed into a settings box (``name``, a ``RANGES`` field) outside the page's range (``cap``: the
-    page's max new tokens): the nearest bound, which goes back into the box at once, with a sentence saying so in a
-    toast (not gradio's red "Error" toast, after which the box kept the typed number while its slider showed the
-    bound); None when it is inside."""
+    """A number typed into a settings box (``name``, a ``RANGES`` or ``VIEW_RANGES`` field) outside the page's range
+    (``cap``: the page's max new tokens), or a fraction where a whole number belongs: the nearest allowed value,
+    which goes back into the box at once, with a sentence saying so in a toast (not gradio's red "Error" toast,
+    after which the box kept the typed number while its slider showed the bound); None when it is allowed."""
     if value is None:
         return None
-    inside, notes = PageSettings(auto_r=False, auto_c=False, **{name: value}).clamped(cap)
+    if name in VIEW_RANGES:
+        inside, note = bring_inside(value, *VIEW_RANGES[name])
+        notes = [note] if note else []
+    else:
+        settings, notes = PageSettings(auto_r=False, auto_c=False, **{name: value}).clamped(cap)
+        inside = getattr(settings, name)
     for note in notes:
         gr.Warning(note)
-    return getattr(inside, name) if notes else None
+    return inside if notes else None
 
 
 def or_skip(value):

@@ -15,7 +15,7 @@ from engine.sources import REGISTRY, SourceMemory
 from page.contract import Drawing, Endpoint, Page, wire
 from page.drafter import NO_DRAFTER
 from page.events import wire_events
-from page.frames import INITIAL
+from page.frames import INITIAL, VIEW_RANGES
 from page.help import HOW_TO_READ
 from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, using_words
 from page.presets import PRESETS, start_preset
@@ -139,7 +139,7 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
     with gr.Accordion("Run and display", open=False):
         page.max_new_tokens = _slider("max_new_tokens", s.max_new_tokens, 1, "Max new tokens",
                                       high=options.max_new_tokens)
-        page.pace = gr.Slider(0.0, 2.0, value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
+        page.pace = gr.Slider(*VIEW_RANGES["pace"][:2], value=0.0, step=0.1, label="Slow motion (s pause per cycle)")
         page.show_ghosts = gr.Checkbox(value=Drawing.show_ghosts, label="Show GT-pruned candidates as ghosts")
         page.show_all = gr.Checkbox(value=Drawing.show_all, label="Draw every node (no +N / ⋯N folding; the tree "
                                     "grows taller than the screen)")
@@ -173,20 +173,6 @@ def _model_and_trace_files(page: Page, models: ModelRegistry, options: PageOptio
         page.import_file = gr.UploadButton("Import a trace (.json) to replay it", file_types=[".json"], type="filepath",
                                            elem_id="import-trace")  # a button, not gr.File: gr.File's upload
         # progress logged "Method not implemented." twice per file on the browser console (gradio's, #12002)
-    with gr.Accordion("Production numbers: your deployment's acceptance beside this drafter here", open=False,
-                      elem_id="production-section"):
-        page.production = gr.State(None)  # this visitor's imported figures (``Production``)
-        gr.Markdown("Upload what your server reports: vLLM's `/metrics` text, SGLang's `/generate` JSON (its "
-                    "`meta_info`), or llama.cpp's `/completion` JSON (its `timings`). Then run the same drafter here "
-                    "(the method menu and its drafter settings) on a prompt of yours and compare.")
-        with gr.Row():
-            page.import_production = gr.UploadButton("Import deployment numbers", type="filepath",
-                                                     elem_id="import-production")  # any file: a curl-saved
-            # /metrics has no extension; another kind gets one sentence
-            page.compare_btn = gr.Button("Compare with the last run", elem_id="compare-production")
-        page.production_notice = gr.Markdown(elem_id="production-notice")  # a file that could not be read
-        page.production_summary = gr.Markdown(elem_id="production-summary")
-        page.production_chart = gr.Plot(show_label=False, elem_id="production-chart")
     with gr.Accordion("How to read this", open=False):
         gr.Markdown(HOW_TO_READ)
     gr.Markdown("Presets: " + "; ".join(f"{p['label']} ({p['license']})" for p in PRESETS), elem_classes=["small"])
@@ -210,7 +196,8 @@ def _run_views(page: Page) -> None:
     page.output = gr.HighlightedText(label="Output so far, coloured by the source of each token (click a token to "
                                            "see its cycle)", color_map=COLOR_MAP, show_legend=True,
                                      combine_adjacent=False, elem_id="output")
-    page.speed_plot = gr.Plot(label="Speed and τ per cycle", elem_id="speed-chart")
+    page.speed_plot = gr.Plot(show_label=False, elem_id="speed-chart")  # its panels' titles name it: a label
+    # floated over the first one on a phone
     with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
         page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.max_depth), elem_id="theory")
 
@@ -226,7 +213,8 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
     with gr.Accordion("Race: AR and the chosen method on one device, one clock", open=False):
         with gr.Row():
             page.race_btn = gr.Button("Race", variant="primary")
-            page.race_seconds = gr.Slider(0, 60, value=RACE_SECONDS, step=1, label="Race length on screen: about N s "
+            page.race_seconds = gr.Slider(*VIEW_RANGES["race_seconds"][:2], value=RACE_SECONDS, step=1,
+                                          label="Race length on screen: about N s "
                                           "(engine time scaled, proportions kept; 0 = real time)",
                                           elem_id="race-seconds")
         with gr.Row():
@@ -255,6 +243,20 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
         page.cost_plot = gr.Plot(cost_figure(curve, INITIAL.budget) if curve else cost_figure_pending(),
                                  show_label=False, elem_id="cost-curve")
         page.remeasure = gr.Button("Re-measure on this device (for your session only)")
+    with gr.Accordion("Production numbers: your deployment's acceptance beside this drafter here", open=False,
+                      elem_id="production-section"):  # the wide column: its table needs the room
+        page.production = gr.State(None)  # this visitor's imported figures (``Production``)
+        gr.Markdown("Upload what your server reports: vLLM's `/metrics` text, SGLang's `/generate` JSON (its "
+                    "`meta_info`), or llama.cpp's `/completion` JSON (its `timings`). Then run the same drafter here "
+                    "(the method menu and its drafter settings) on a prompt of yours and compare.")
+        with gr.Row():
+            page.import_production = gr.UploadButton("Import deployment numbers", type="filepath",
+                                                     elem_id="import-production")  # any file: a curl-saved
+            # /metrics has no extension; another kind gets one sentence
+            page.compare_btn = gr.Button("Compare with the last run", elem_id="compare-production")
+        page.production_notice = gr.Markdown(elem_id="production-notice")  # a file that could not be read
+        page.production_summary = gr.Markdown(elem_id="production-summary")
+        page.production_chart = gr.Plot(show_label=False, elem_id="production-chart")
 
 
 def placeholder_figure():

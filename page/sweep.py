@@ -9,7 +9,7 @@ import gradio as gr
 from engine.decoding.config import ConfigError
 from engine.product.cost_cache import cached_cost_curve
 from engine.product.loading import ModelRegistry
-from engine.product.page_settings import PageSettings
+from engine.product.page_settings import RANGES, PageSettings
 from engine.product.run import Run, Speedup
 from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.sweep import summary as sweep_summary
@@ -45,6 +45,7 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
     try:
         ids, config = settings.prepare(lm)
         spec = SweepSpec.parse(sweep_param or "", sweep_values or "")
+        _check_page_range(spec)
     except ConfigError as exc:
         yield problem(str(exc), "sweep_status")
         return
@@ -96,3 +97,19 @@ def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing
     return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index),
             "command": run_command(run)}
+
+
+def _check_page_range(spec: SweepSpec) -> None:
+    """A swept value outside the range the page's own slider allows (``RANGES``: B up to 128, not the config's
+    1024), refused as a typed value would be brought inside.
+
+    Raises:
+        ConfigError: one sentence naming the first such value and the page's range.
+    """
+    if spec.parameter not in RANGES:
+        return
+    low, high, words = RANGES[spec.parameter]
+    for value in spec.values:
+        if isinstance(value, (int, float)) and not low <= value <= high:
+            raise ConfigError(f"{words} = {value:g} is outside this page's range, {low:g} to {high:g} (its "
+                              "slider's): sweep values inside it")

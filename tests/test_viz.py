@@ -377,3 +377,17 @@ def test_step_through_numbers_the_stages_the_cycle_has():
     both = make_trace()
     assert stage_sentence(both, "pld", TEXT.get).startswith("**1a · drafts: PLD spine**")
     assert stage_sentence(both, "tr", TEXT.get).startswith("**1b · drafts: TR branch**")
+
+
+def test_a_cycle_title_says_what_none_accepted_means():
+    """Issue 47, finding 9: the title read "1 token (none)" where no draft token was accepted; it now says what
+    happened (the bonus token only; an AR step; the prefill's token)."""
+    from dataclasses import replace
+
+    from viz.tree_figure import default_title
+
+    tree_cycle = replace(make_trace(), accepted=(), new_tokens=(9,))
+    assert "1 token (no draft accepted: the bonus token only)" in default_title(tree_cycle)
+    assert "(one AR step: no drafts)" in default_title(replace(tree_cycle, mode="ar"))
+    assert "(the prefill's own next token)" in default_title(replace(tree_cycle, mode="prefill"))
+    assert "(none" not in default_title(tree_cycle)

@@ -287,7 +287,18 @@ def default_title(trace: CycleTrace) -> str:
            if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
     note = _shape_note(trace)
     return (f"cycle {trace.index} · {trace.mode} · {count_words(len(trace.tree), 'node')} · "
-            f"{count_words(n, 'token')} ({trace.path_category}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
+            f"{count_words(n, 'token')} ({_outcome(trace)}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
+
+
+def _outcome(trace: CycleTrace) -> str:
+    """The accepted path's kind in words (``CycleTrace.path_category``), its "none" said for what it is."""
+    if trace.path_category != "none":
+        return trace.path_category
+    if trace.mode == "prefill":
+        return "the prefill's own next token"
+    if trace.mode == "ar":
+        return "one AR step: no drafts"
+    return "no draft accepted: the bonus token only"
 
 
 SUBTITLE = "<br><sup>"  # in a title text: what follows goes on the second, smaller line (``_title``)

@@ -7,6 +7,7 @@ prompt plus new tokens beyond the model's context.  No gradio here: the page (``
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +58,8 @@ class PageSettings:
     def clamped(self, max_new_tokens: int | None = None) -> tuple[PageSettings, list[str]]:
         """These settings with every number brought into the page's range (``RANGES``; ``max_new_tokens`` caps
         max new tokens lower, e.g. public mode's 512), and one sentence per value that was moved, e.g. "Node
-        budget B = 500 is above this page's maximum, 128: the run uses 128."  Values that are not numbers are left
+        budget B = 500 is above this page's maximum, 128: the run uses 128." (``bring_inside``: a whole-number
+        setting also takes the nearest whole number).  Values that are not numbers are left
         for ``to_config`` to refuse; r and c are left as they are while adaptive / auto."""
         changes, notes = {}, []
         unused = {"spine_ratio": self.auto_r, "gt_threshold": self.auto_c}  # set aside while r / c are auto
@@ -66,18 +68,10 @@ class PageSettings:
                 continue
             if name == "max_new_tokens" and max_new_tokens is not None:
                 high = min(high, max_new_tokens)
-            value = getattr(self, name)
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            inside = min(max(number, low), high)
-            if inside != number:
-                side = "above this page's maximum" if number > high else "below this page's minimum"
-                shown = type(low)(inside)
+            shown, note = bring_inside(getattr(self, name), low, high, words)
+            if note:
                 changes[name] = shown
-                notes.append(f"{words[:1].upper()}{words[1:]} = {value:g} is {side}, {shown:g}: the run uses "
-                             f"{shown:g}.")
+                notes.append(note)
         return replace(self, **changes), notes
 
     def to_config(self) -> DecodeConfig:
@@ -118,9 +112,34 @@ class PageSettings:
         return "chat" if self.prompt_format != "raw" and lm.has_chat_template else "raw"
 
 
-def _number(value: Any, what: str, kind: type) -> int | float:
-    """``kind(value)``; ``ConfigError`` naming ``what`` when it is not a number."""
+def bring_inside(value: Any, low: float, high: float, words: str) -> tuple[Any, str | None]:
+    """``value`` brought into ``[low, high]`` (a whole number where ``low`` is an int: B = 2.5 runs as 3), and the
+    sentence that says so (None: it was inside and whole, or not a number, which ``to_config`` refuses), e.g.
+    "Node budget B = 500 is above this page's maximum, 128: the run uses 128." (``words``: the setting's name)."""
     try:
-        return kind(value)
+        number = float(value)
+    except (TypeError, ValueError):
+        return value, None
+    if number != number:  # NaN: not a number either
+        return value, None
+    inside = min(max(number, low), high)
+    shown = type(low)(math.floor(inside + 0.5)) if isinstance(low, int) else type(low)(inside)
+    if inside != number:
+        why = f"is {'above' if number > high else 'below'} this page's {'maximum' if number > high else 'minimum'}, "
+        why += f"{type(low)(inside):g}"
+    elif shown != number:
+        why = "is not a whole number"
+    else:
+        return value, None
+    return shown, f"{words[:1].upper()}{words[1:]} = {number:g} {why}: the run uses {shown:g}."
+
+
+def _number(value: Any, what: str, kind: type) -> int | float:
+    """``kind(value)``; ``ConfigError`` naming ``what`` when it is not a number, or not a whole one for an int."""
+    try:
+        number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{what} must be a number (got {value!r})") from None
+    if kind is int and not number.is_integer():
+        raise ConfigError(f"{what} must be a whole number (got {value!r})")
+    return kind(number)

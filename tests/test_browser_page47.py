@@ -1,0 +1,109 @@
+"""Issue 47 in a real browser: a speedup a speaker can trust, the tree kept on bad input, the phone, one colour per
+source.  Each test names the finding it covers (the issue's numbered list) as the page showed it before the fix;
+the harness is ``test_browser``'s (Playwright driving Debian's headless Chromium), waits are on events."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
+    SCREEN,
+    TITLE,
+    browser,
+    expect,
+    open_accordion,
+    open_page,
+    serve,
+    set_number,
+)
+from test_browser_truth import PHONE, run_to_end
+
+pytestmark = pytest.mark.full  # the quick tier's one browser test is test_browser.py's first-click test
+
+
+@pytest.fixture(scope="module")
+def page47(demo_lm):
+    """The page on the demo model (fp32)."""
+    demo_lm.warm_up()
+    demo, url = serve(demo_lm)
+    yield url
+    demo.close()
+
+
+def cycles_run(page) -> int:
+    return int(re.search(r"prefill \+ (\d+) cycle", page.locator("#stats").inner_text()).group(1))
+
+
+@pytest.mark.parametrize("viewport", [SCREEN, PHONE], ids=["1280x800", "390x844"])
+def test_2_a_cycle_number_out_of_range_is_clamped_with_a_sentence_and_the_tree_stays(page47, browser, viewport):
+    """Finding 2: typing 999 (or -4) in the Cycle box gave a red toast, an "Error" badge in place of the tree and
+    over its sentence.  Now the nearest cycle is shown, with one sentence saying there is no such cycle."""
+    page = open_page(browser, page47, viewport)
+    run_to_end(page)
+    last, number = cycles_run(page), page.locator("#cycle-scrubber input[type=number]")
+    for typed, shown in (("999", last), ("-4", 0)):
+        number.fill(typed)
+        number.press("Enter")
+        expect(page.locator("#explain")).to_contain_text(f"There is no cycle {typed}: the cycles run from 0 to {last}")
+        page.wait_for_function(f"(k) => {TITLE}.startsWith('cycle ' + k + ' ')", arg=shown, timeout=20_000)
+        expect(number).to_have_value(str(shown))
+        expect(page.locator("#explain")).to_contain_text(f"Cycle {shown} of {last}")
+    assert page.locator(".toast-body").count() == 0
+    assert "Error" not in page.locator("#draft-tree").inner_text()
+    page.close()
+
+
+def typed(page, name: str, value: str, held: str, said: str) -> None:
+    """Type ``value`` into the number box ``name``: it goes back to ``held`` with a toast that says ``said``."""
+    box = page.get_by_role("spinbutton", name=name)
+    box.fill(value)
+    box.press("Enter")
+    expect(box).to_have_value(held, timeout=10_000)
+    expect(page.locator(".toast-body").filter(has_text=said).first).to_be_visible()
+
+
+#: JS: the fill of every chart's plot area and the colour of its first axis label, on the page's background
+CHART_COLOURS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent).map(p => {
+  const bg = p.querySelector('.bg'), text = p.querySelector('svg text'), svg = p.querySelector('.main-svg');
+  const shown = (el) => el && parseFloat(getComputedStyle(el).fillOpacity) > 0;  // plotly draws a clear area as
+  // fill rgb(0, 0, 0) at fill-opacity 0
+  return {id: p.closest('[id]').id, area: shown(bg) ? getComputedStyle(bg).fill : null,
+          paper: getComputedStyle(svg).backgroundColor, text: text ? getComputedStyle(text).fill : null}; })"""
+
+
+def test_9_smaller_every_number_kept_in_range_the_production_table_roomy_dark_charts(page47, browser):
+    """Finding 9: Race length 999 and Slow motion 50 stayed in their boxes with no word; B = 2.5 was accepted;
+    the Sweep took B up to 1024 while the slider stops at 128; the production section sat in the narrow column
+    (its table squeezed, its header without the arrow the others have); in dark mode the speed chart kept plotly's
+    light plot area."""
+    page = open_page(browser, page47)
+    open_accordion(page, "Run and display")
+    set_number(page, "Slow motion (s pause per cycle)", 0.5)
+    typed(page, "Slow motion (s pause per cycle)", "50", "2", "Slow motion (s pause per cycle) = 50 is above")
+    open_accordion(page, "Method and tree shape")
+    set_number(page, "Node budget B (anchor included)", 16)
+    typed(page, "Node budget B (anchor included)", "2.5", "3", "Node budget B = 2.5 is not a whole number")
+    open_accordion(page, "Race: AR and the chosen method on one device, one clock")
+    name = "Race length on screen: about N s (engine time scaled, proportions kept; 0 = real time)"
+    set_number(page, name, 5)
+    typed(page, name, "999", "60", "Race length on screen (s) = 999 is above this page's maximum, 60")
+    open_accordion(page, "Sweep: one parameter, many values, one prompt")
+    page.get_by_label("Values (comma-separated; sources: pld+tr, …)").fill("4, 1024")
+    page.get_by_role("button", name="Sweep", exact=True).click()
+    expect(page.locator("#sweep-status")).to_contain_text("B = 1024 is outside this page's range, 1 to 128")
+
+    section = page.locator("#production-section")
+    section.scroll_into_view_if_needed()
+    box, arrow = section.bounding_box(), section.locator(".label-wrap .icon").bounding_box()
+    assert box["width"] > 0.6 * SCREEN["width"], box  # the wide column
+    assert box["x"] <= arrow["x"] and arrow["x"] + arrow["width"] <= box["x"] + box["width"], (box, arrow)
+
+    set_number(page, "Slow motion (s pause per cycle)", 0)
+    run_to_end(page)
+    page.get_by_role("button", name="☾ light / dark").click()
+    page.wait_for_function("() => document.body.classList.contains('dark')")
+    for chart in page.evaluate(CHART_COLOURS):
+        assert chart["area"] in (None, "transparent", "rgba(0, 0, 0, 0)"), chart  # no light plot area
+        assert chart["paper"] in ("transparent", "rgba(0, 0, 0, 0)"), chart
+        assert chart["text"] in (None, "rgb(229, 231, 235)"), chart
+    page.close()
