@@ -50,7 +50,7 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
                                      show_all=bool(drawing.show_all)),
             "explain": cycle_words(run, trace, text),
             "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
-                                   int(run.config.get("max_depth", INITIAL.max_depth)))}
+                                   int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)}
 
 
 def cycle_words(run: Run, trace, text) -> str:

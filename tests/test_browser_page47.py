@@ -107,3 +107,21 @@ def test_9_smaller_every_number_kept_in_range_the_production_table_roomy_dark_ch
         assert chart["paper"] in ("transparent", "rgba(0, 0, 0, 0)"), chart
         assert chart["text"] in (None, "rgb(229, 231, 235)"), chart
     page.close()
+
+
+def test_8_the_theory_panel_compares_like_with_like(page47, browser):
+    """Finding 8: "measured τ 1.66", "Eq. 1 bound for cycle 76's shape … 2.53", then "correlated acceptances in
+    real text make the measured τ exceed it".  Now the panel sets the tree cycles' own τ beside the bound's mean
+    over the same cycles, and its sentence says which side the run is on, as the numbers do."""
+    page = open_page(browser, page47)
+    run_to_end(page)
+    open_accordion(page, "Theory: Proposition 1's expected yield vs the measured τ")
+    theory = page.locator("#theory")
+    expect(theory).to_contain_text("Eq. 1 bound, mean over the same")
+    text = theory.inner_text()
+    measured = float(re.search(r"measured τ over the (\d+) tree cycles.*?([\d.]+)\s*$", text, re.M).group(2))
+    bound = float(re.search(r"Eq\. 1 bound, mean over the same \d+ cycles' shapes\s+([\d.]+)", text).group(1))
+    verdict = text.strip().splitlines()[-1]
+    assert ("at or above" in verdict) == (measured >= bound) and ("is below" in verdict) == (measured < bound), text
+    assert f"{measured:.2f}" in verdict and f"{bound:.2f}" in verdict
+    page.close()

@@ -391,3 +391,24 @@ def test_a_cycle_title_says_what_none_accepted_means():
     assert "(one AR step: no drafts)" in default_title(replace(tree_cycle, mode="ar"))
     assert "(the prefill's own next token)" in default_title(replace(tree_cycle, mode="prefill"))
     assert "(none" not in default_title(tree_cycle)
+
+
+def test_the_theory_panel_compares_like_with_like():
+    """Issue 47, finding 8: the panel set the whole run's τ against the bound for one cycle's shape, then said
+    correlated acceptances make the measured τ exceed it while the table showed it below.  Now the bound is the
+    mean over the run's tree cycles' shapes, beside what those cycles committed, and the sentence follows the
+    numbers."""
+    from types import SimpleNamespace
+
+    from engine.core.theory import spine_yield_bound, tree_shape
+    from viz.explain import theory_panel
+
+    trace = make_trace()  # 3 accepted + the bonus: 4 tokens
+    for p_t, side in ((0.4, "at or above"), (0.9, "is below")):
+        summary = SimpleNamespace(cycles=2, forwards=3, p_s=0.5, p_t=p_t, tau=2.5)
+        text = theory_panel(summary, trace, 16, 6, [trace, trace])
+        expected = spine_yield_bound(0.5, p_t, *tree_shape(trace.tree), 6)
+        assert "| measured τ over the 2 tree cycles (accepted + bonus per forward) | **4.00** |" in text
+        assert f"| Eq. 1 bound, mean over the same 2 cycles' shapes | **{expected:.2f}** |" in text
+        assert side in text.split("\n")[-1] and (expected <= 4.0) == (side == "at or above")
+        assert "| cycle 1: its tokens (accepted + bonus) / Eq. 1 bound for its shape" in text
