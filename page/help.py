@@ -25,8 +25,11 @@ HOW_TO_READ = f"""
   time the page spends drawing is not counted.
 * **The scrubber** (◀ ▶, drag, arrow keys or a typed number) steps through every recorded cycle; clicking a
   token in the output jumps to its cycle, and the tokens of the cycle on screen are marked {SHOWN!r}.
-* **Greedy** (temperature 0) output is token-for-token the output of plain AR decoding; **sampling** output
-  has exactly the distribution of plain AR sampling.
+* **Greedy** (temperature 0) output in fp32 (the exact mode) is token for token the output of plain AR decoding.
+  In bf16, fp16 or q4 a forward over many tree rows rounds differently from AR's one-token step, so where two
+  next tokens are almost equally likely a run may part from AR's text: a *precision tie*, not a bug; the Race
+  and the Sweep say, for every run that parts, whether it is a tie or a bug.  **Sampling** output has exactly
+  the distribution of plain AR sampling.
 * **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
   tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
   text; click a point to open its run in the tree viewer (`python -m engine.product.sweep` sweeps from a shell).

@@ -14,6 +14,7 @@ from engine.product.run import Run, Speedup
 from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.sweep import summary as sweep_summary
 from engine.product.sweep_figure import sweep_figure
+from engine.product.sweep_runs import Attributions
 from page.contract import Drawing, Session
 from page.frames import cycle_views, numbers, problem, run_command, session_curve, token_text
 from viz.charts import speed_figure
@@ -53,24 +54,28 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
     if curve is None and spec.needs_cost_curve(config):
         curve = cached_cost_curve(lm.model, path=lm.forward)
     yield {"sweep_status": sweep_board(None, len(spec.values))}
+    attributions = Attributions(lm.model, ids)  # a run that parts from AR: a precision tie or a bug, as it arrives
     try:
         for snap in run_sweep(lm, ids, config, spec, curve, should_stop=lambda: bool(control.get("stop"))):
             state = SweepOnPage(snap, settings.prompt, settings.format_used(lm))
-            yield {"sweep_plot": sweep_figure(snap), "sweep_status": sweep_board(snap, snap.total),
+            found = {} if snap.sampling else attributions.of(snap)
+            yield {"sweep_plot": sweep_figure(snap, found), "sweep_status": sweep_board(snap, snap.total, found),
                    "sweep_state": state,
                    "sweep_open": gr.Radio(choices=[(r.label, r.index) for r in snap.runs], value=None)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the sweep stopped
         yield problem(f"The sweep stopped: {exc}. The runs so far stay in the table.", "sweep_status")
 
 
-def sweep_board(snap: Sweep | None, total: int) -> str:
-    """Markdown: a progress bar (AR and each value one step), the sentence on the texts and the table so far."""
+def sweep_board(snap: Sweep | None, total: int, divergences: dict | None = None) -> str:
+    """Markdown: a progress bar (AR and each value one step), the sentence on the texts and the table so far, a run
+    that parted from AR attributed (``divergences``: a precision tie or a bug, as the Race says it)."""
     done = 0 if snap is None else round(snap.fraction * (total + 1))
     bar = "▰" * done + "▱" * (total + 1 - done)
     if snap is None:
         return f"{bar} timing AR on this prompt …"
     step = "done" if snap.complete or snap.stopped else f"run {len(snap.runs) + 1} of {total} …"
-    return f"{bar} {step} ({snap.seconds:.1f} s)\n\n{sweep_summary(snap)}\n\n{markdown_table(snap)}"
+    return (f"{bar} {step} ({snap.seconds:.1f} s)\n\n{sweep_summary(snap, divergences)}\n\n"
+            f"{markdown_table(snap, divergences)}")
 
 
 def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing = Drawing(), model_key=None, *,

@@ -4,6 +4,7 @@ the harness is ``test_browser``'s (Playwright driving Debian's headless Chromium
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
@@ -124,4 +125,38 @@ def test_8_the_theory_panel_compares_like_with_like(page47, browser):
     verdict = text.strip().splitlines()[-1]
     assert ("at or above" in verdict) == (measured >= bound) and ("is below" in verdict) == (measured < bound), text
     assert f"{measured:.2f}" in verdict and f"{bound:.2f}" in verdict
+    page.close()
+
+
+def test_5_every_divergence_shown_is_attributed(page47, browser, monkeypatch):
+    """Finding 5: "How to read this" promised AR's text token for token in every precision, and every Sweep point
+    that parted was a red ✖ with no word on tie or bug.  Now the help names precision ties, and a sweep run that
+    parts is attributed in the sentence, the table and the point (here a run made to part by hand: its token is
+    not the model's near-tie, so it is called a bug)."""
+    import page.sweep as page_sweep
+
+    real = page_sweep.run_sweep
+
+    def parting(*args, **kwargs):  # the last run's token 2 replaced: it parts from AR there
+        for snap in real(*args, **kwargs):
+            runs = list(snap.runs)
+            if len(runs) == 2 and runs[1].first_difference is None:
+                wrong = (runs[1].tokens[2] + 1) % 1000
+                runs[1] = replace(runs[1], tokens=(*runs[1].tokens[:2], wrong, *runs[1].tokens[3:]),
+                                  first_difference=2)
+            yield replace(snap, runs=tuple(runs))
+
+    monkeypatch.setattr(page_sweep, "run_sweep", parting)
+    page = open_page(browser, page47)
+    open_accordion(page, "How to read this")
+    expect(page.locator("body")).to_contain_text("a precision tie, not a bug; the Race and the Sweep say, for every "
+                                                 "run that parts, whether it is a tie or a bug")
+    open_accordion(page, "Run and display")
+    set_number(page, "Max new tokens", 24)
+    open_accordion(page, "Sweep: one parameter, many values, one prompt")
+    page.get_by_label("Values (comma-separated; sources: pld+tr, …)").fill("4, 16")
+    page.get_by_role("button", name="Sweep", exact=True).click()
+    status = page.locator("#sweep-status")
+    expect(status).to_contain_text("B = 16 parted from AR at token 2 (NOT a tie: a bug)", timeout=120_000)
+    expect(status).to_contain_text("no: token 2 (NOT a tie: a bug)")
     page.close()

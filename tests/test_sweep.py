@@ -3,6 +3,7 @@ model, stop, the figure, the sentence and the CLI."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import DATA, ROOT, read_jsonl
@@ -224,3 +225,30 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith(message), err
     assert [p.name for p in tmp_path.iterdir()] == ["empty-folder"]  # nothing written
+
+
+def test_a_run_that_parted_is_attributed_where_it_is_shown(monkeypatch):
+    """Issue 47, finding 5: every Sweep point on the default model was a red ✖ ("B = 4 parted from AR at token 75")
+    with no word on tie or bug.  Now each parted run is attributed as it arrives (AR's logits replayed once), and
+    the sentence, the table, the hover and the marker say which, as the Race does."""
+    from engine.product import sweep_runs
+    from engine.product.lossless import Divergence
+    from page.sweep import sweep_board
+
+    replays, kinds = [], {3: "precision tie", 37: "bug"}
+    monkeypatch.setattr(sweep_runs, "engine_ar_logits", lambda model, ids, tokens: replays.append(1) or (None, "L"))
+    monkeypatch.setattr(sweep_runs, "attribute", lambda model, ids, want, got, logits: Divergence(
+        position=got[0], kind=kinds[got[0]], ar_token=1, run_token=2, ar_logit=1.0, run_logit=1.0, gap_ulps=0.0,
+        dtype="bfloat16"))
+    hand = _hand_sweep({0: 3, 5: 37})
+    hand = replace(hand, runs=tuple(replace(r, tokens=(r.first_difference,)) if r.first_difference is not None
+                                    else r for r in hand.runs))
+    attributions = sweep_runs.Attributions(model=None, prompt_ids=[1, 2])
+    found = attributions.of(hand)
+    assert attributions.of(hand) == found and len(replays) == 1  # AR replayed once, each run attributed once
+    board = sweep_board(hand, 6, found)
+    assert "B = 4 parted from AR at token 3 (a precision tie) and B = 128 at token 37 (NOT a tie: a bug)." in board
+    assert "| no: token 3 (a precision tie) |" in board and "| no: token 37 (NOT a tie: a bug) |" in board
+    fig = sweep_figure(hand, found)
+    assert list(fig.data[0].marker.symbol) == ["diamond"] + ["circle"] * 4 + ["x"]
+    assert "(a precision tie)" in fig.data[0].hovertext[0]

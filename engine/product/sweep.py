@@ -174,7 +174,7 @@ def _run_printing(lm, prompt_ids: list[int], base: DecodeConfig, spec: SweepSpec
 
 def _report_text(sweep: Sweep, divergences: dict[int, Divergence], decode) -> str:
     """The table, the sentence and one line per run that parted from AR (``sweep.md``'s body, also printed)."""
-    text = markdown_table(sweep) + "\n" + summary(sweep) + "\n"
+    text = markdown_table(sweep, divergences) + "\n" + summary(sweep, divergences) + "\n"
     for index, d in divergences.items():
         text += f"\n{sweep.runs[index].label}: {d.sentence(decode)}.\n"
     return text

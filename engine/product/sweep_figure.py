@@ -2,7 +2,8 @@
 
 Three stacked panels share a categorical x axis, the values in the order the sweep ran them.  Every point
 carries ``customdata`` = its run's index (``SweepRun.index``), so a click can open that run.  A run whose text
-parted from AR's is drawn as a red cross, a run a stop cut short as an open circle.
+parted from AR's is drawn as a red cross where that is a bug or not attributed yet, an amber diamond where it is a
+precision tie (``sweep_runs.Attributions``); a run a stop cut short as an open circle.
 """
 from __future__ import annotations
 
@@ -11,31 +12,42 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .lossless import Divergence
 from .sweep_runs import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
 
 LINE = "#1d4ed8"  # the runs
-PARTED = "#dc2626"  # a run whose text parted from AR's
+PARTED = "#dc2626"  # a run whose text parted from AR's: a bug, or not attributed yet
+TIE = "#d97706"  # a run whose text parted from AR's at a precision tie
 REFERENCE = "#6b7280"  # AR's tokens/s and speedup 1.0
 PANELS = ("τ (tokens per verification forward)", "tokens/s (decode phase)", "speedup over AR (decode phase)")
 
 
-def _hover(run: SweepRun, sampling: bool) -> str:
+def _hover(run: SweepRun, sampling: bool, divergences: dict[int, Divergence]) -> str:
     return (f"<b>{html.escape(run.label)}</b><br>τ {run.tau:.2f} · {run.tok_per_s:.1f} tok/s (decode phase) · "
             f"{speedup_cell(run)} over AR<br>"
             f"{run.mean_nodes:.1f} nodes per forward · {run.cycles} forwards<br>"
-            f"same text as AR: {html.escape(same_text_cell(run, sampling))}")
+            f"same text as AR: {html.escape(same_text_cell(run, sampling, divergences))}")
 
 
-def sweep_figure(sweep: Sweep) -> go.Figure:
+def _marker(run: SweepRun, divergences: dict[int, Divergence]) -> tuple[str, str]:
+    """(symbol, colour) of a run's points: see the module docstring."""
+    if run.first_difference is None:
+        return ("circle" if run.finished else "circle-open"), LINE
+    found = divergences.get(run.index)
+    return ("diamond", TIE) if found is not None and found.kind == "precision tie" else ("x", PARTED)
+
+
+def sweep_figure(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> go.Figure:
     """τ, decode-phase tokens/s and speedup over AR per value of ``sweep`` (one panel each, x = the values as
-    written, in the sweep's order); AR's tokens/s dotted, speedup 1.0 dashed.  The title names only the
-    parameter, the number of values and the prompt count (no model, device or path)."""
-    runs, spec = sweep.runs, sweep.spec
+    written, in the sweep's order); AR's tokens/s dotted, speedup 1.0 dashed; a run that parted from AR marked as
+    ``divergences`` (``sweep_runs.Attributions``) attributes it.  The title names only the parameter, the number of
+    values and the prompt count (no model, device or path)."""
+    runs, spec, divergences = sweep.runs, sweep.spec, divergences or {}
     xs = [spec.text(v) for v in spec.values]  # every value, run or not: the axis keeps the sweep's order
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=PANELS)
-    symbols = ["x" if r.first_difference is not None else "circle" if r.finished else "circle-open" for r in runs]
-    colors = [PARTED if r.first_difference is not None else LINE for r in runs]
-    hover = [_hover(r, sweep.sampling) for r in runs]
+    symbols, colors = zip(*(_marker(r, divergences) for r in runs)) if runs else ((), ())
+    symbols, colors = list(symbols), list(colors)
+    hover = [_hover(r, sweep.sampling, divergences) for r in runs]
     for row, (name, ys) in enumerate((("τ", [r.tau for r in runs]), ("tok/s", [r.tok_per_s for r in runs]),
                                       ("speedup", [r.speedup for r in runs])), start=1):
         fig.add_trace(go.Scatter(x=[r.text for r in runs], y=ys, mode="lines+markers", name=name,

@@ -330,10 +330,11 @@ def _measure(sweep: Sweep, index: int, value: Any, config: DecodeConfig, traces:
                     finished=finished)
 
 
-def summary(sweep: Sweep) -> str:
+def summary(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> str:
     """One sentence on the sweep's texts: "All 6 runs produced AR's text token for token.", "B = 128 parted
-    from AR at token 37." (token 0 = the first new token), a stop, or, in sampling mode, that texts differ by
-    design and nothing was compared."""
+    from AR at token 37 (a precision tie)." (token 0 = the first new token; the verdict from ``divergences``,
+    ``Attributions``, where known), a stop, or, in sampling mode, that texts differ by design and nothing was
+    compared."""
     if sweep.sampling:
         return (f"Sampling (temperature {sweep.base.sampler.temperature:g}): each run draws its own text by design, "
                 "so no text is compared with AR's.")
@@ -348,8 +349,11 @@ def summary(sweep: Sweep) -> str:
     parted = [r for r in runs if r.first_difference is not None]
     if parted:
         first, *rest = parted
-        return _sentence(head, _join([f"{first.label} parted from AR at token {first.first_difference}",
-                                      *(f"{r.label} at token {r.first_difference}" for r in rest)]))
+        verdict = {r.index: _verdict(divergences, r) for r in parted}
+        return _sentence(head, _join([f"{first.label} parted from AR at token {first.first_difference}"
+                                      f"{verdict[first.index]}",
+                                      *(f"{r.label} at token {r.first_difference}{verdict[r.index]}"
+                                        for r in rest)]))
     if not runs:
         return _sentence(head, "no run yet")
     so_far = " so far" if sweep.stopped else ""
@@ -357,6 +361,15 @@ def summary(sweep: Sweep) -> str:
         return _sentence(head, f"the run{so_far} produced AR's text token for token")
     return _sentence(head, f"{'the' if sweep.stopped else 'all'} {len(runs)} runs{so_far} produced AR's text "
                            "token for token")
+
+
+def _verdict(divergences: dict[int, Divergence] | None, run: SweepRun) -> str:
+    """" (a precision tie)", " (NOT a tie: a bug)", " (one output stops earlier)", or "" where not attributed."""
+    found = (divergences or {}).get(run.index)
+    if found is None:
+        return ""
+    return {"precision tie": " (a precision tie)", "bug": " (NOT a tie: a bug)"}.get(found.kind,
+                                                                                  " (one output stops earlier)")
 
 
 def _join(parts: list[str]) -> str:
@@ -369,30 +382,46 @@ def _sentence(head: str, body: str) -> str:
     return text + "."
 
 
+class Attributions:
+    """Each greedy run of a sweep that parted from AR, attributed as it arrives: where, and whether it is a
+    precision tie or a bug (``lossless.attribute``, reading AR's own one-token steps, replayed once, at the first
+    run that parts: ``len(ar_tokens)`` forwards; none while nothing parts).  The page calls ``of`` on every
+    snapshot, the command line once at the end (``diagnose``)."""
+
+    def __init__(self, model, prompt_ids: list[int]) -> None:
+        self.model, self.prompt_ids = model, list(prompt_ids)
+        self.found: dict[int, Divergence] = {}  # by SweepRun.index
+        self._seen: set[int] = set()
+        self._logits = None  # AR's own logits at every step, once a run has parted
+
+    def of(self, sweep: Sweep) -> dict[int, Divergence]:
+        """The divergences of ``sweep``'s runs so far, by ``SweepRun.index`` (runs that did not part: absent)."""
+        for r in sweep.runs:
+            if r.first_difference is None or r.index in self._seen:
+                continue
+            if self._logits is None:
+                _, self._logits = engine_ar_logits(self.model, self.prompt_ids, list(sweep.ar_tokens))
+            want = list(sweep.ar_tokens) if r.finished else list(sweep.ar_tokens[: len(r.tokens)])
+            found = attribute(self.model, self.prompt_ids, want, list(r.tokens), self._logits)
+            self._seen.add(r.index)
+            if found is not None:
+                self.found[r.index] = found
+        return dict(self.found)
+
+
 def diagnose(model, prompt_ids: list[int], sweep: Sweep) -> dict[int, Divergence]:
-    """Each greedy run that parted from AR, by ``SweepRun.index``: where, and whether it is a precision tie or a
-    bug (``lossless.attribute``, reading AR's own one-token steps, replayed once: ``len(ar_tokens)`` forwards).
-    Empty when nothing parted (no forward then)."""
-    parted = [r for r in sweep.runs if r.first_difference is not None]
-    if not parted:
-        return {}
-    _, logits = engine_ar_logits(model, prompt_ids, list(sweep.ar_tokens))
-    out = {}
-    for r in parted:
-        want = list(sweep.ar_tokens) if r.finished else list(sweep.ar_tokens[: len(r.tokens)])
-        d = attribute(model, prompt_ids, want, list(r.tokens), logits)
-        if d is not None:
-            out[r.index] = d
-    return out
+    """Each greedy run that parted from AR, by ``SweepRun.index`` (``Attributions``); empty when nothing parted."""
+    return Attributions(model, prompt_ids).of(sweep)
 
 
-def same_text_cell(run: SweepRun, sampling: bool = False) -> str:
-    """The table's "same text as AR" cell: "yes", "no: token 37", "not compared" (sampling); "(stopped)" after
-    a partial run's."""
+def same_text_cell(run: SweepRun, sampling: bool = False, divergences: dict[int, Divergence] | None = None) -> str:
+    """The table's "same text as AR" cell: "yes", "no: token 37", "no: token 37 (a precision tie)" (attributed in
+    ``divergences``), "not compared" (sampling); "(stopped)" after a partial run's."""
     if sampling:
         cell = "not compared (sampling)"
     else:
-        cell = "yes" if run.first_difference is None else f"no: token {run.first_difference}"
+        cell = ("yes" if run.first_difference is None
+                else f"no: token {run.first_difference}{_verdict(divergences, run)}")
     return cell if run.finished else f"{cell} (stopped)"
 
 
@@ -404,16 +433,16 @@ def speedup_cell(run: SweepRun) -> str:
     return "no speedup" if run.cycles > 1 and run.tau < NO_GAIN_TAU else "–"
 
 
-def markdown_table(sweep: Sweep) -> str:
+def markdown_table(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> str:
     """The sweep as a markdown table: AR's row first, then one row per run (value, τ, decode-phase tok/s, speedup,
-    nodes, same text as AR)."""
+    nodes, same text as AR: attributed where ``divergences`` has the run)."""
     rows = [f"| {sweep.spec.info.what} | τ | tok/s (decode phase) | speedup over AR | mean nodes | same text as AR |",
             "|---|---|---|---|---|---|"]
     if sweep.ar is not None:
         rows.append(f"| AR (reference) | 1.00 | {sweep.ar.tok_per_s:.1f} | 1.00× | 1.0 | – |")
     for r in sweep.runs:
         rows.append(f"| {r.label} | {r.tau:.2f} | {r.tok_per_s:.1f} | {speedup_cell(r)} | {r.mean_nodes:.1f} | "
-                    f"{same_text_cell(r, sweep.sampling)} |")
+                    f"{same_text_cell(r, sweep.sampling, divergences)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -435,5 +464,5 @@ def to_dict(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> d
                   "gt_threshold": r.config.gt.threshold if r.config is not None else None,
                   "divergence": divergences[r.index].to_dict() if r.index in divergences else None}
                  for r in sweep.runs],
-        "stopped": sweep.stopped, "seconds": sweep.seconds, "summary": summary(sweep),
+        "stopped": sweep.stopped, "seconds": sweep.seconds, "summary": summary(sweep, divergences),
     }
