@@ -123,7 +123,10 @@ def _settings_inputs(page: Page, options: PageOptions) -> None:
                                 "nearest engine setting for goose-lens's own methods, and what differs)", lines=2,
                                 buttons=["copy"], interactive=False, elem_id="serve")
         page.sources = gr.CheckboxGroup(SOURCE_CHOICES, value=list(s.sources), label="Draft sources (Goose, Iso)")
-        page.budget = _slider("budget", s.budget, 1, "Node budget B (anchor included)")
+        page.budget = _slider("budget", s.budget, 1, "Node budget B (anchor included)",
+                              info="A cycle whose spine match is confident gets up to "
+                                   f"{INITIAL.to_config().max_budget - s.budget} nodes more, and its r is raised "
+                                   "towards 1 (Goose §4.3); the line under the tree says when.")
         page.auto_r = gr.Checkbox(value=s.auto_r, label="Adaptive spine ratio r (EMA tiers)")
         page.spine_ratio = _slider("spine_ratio", s.spine_ratio, 0.05, "Spine ratio r (untick adaptive to set it)",
                                    interactive=not s.auto_r)

@@ -14,6 +14,7 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     expect,
     open_accordion,
     open_page,
+    pick_preset,
     serve,
     set_number,
 )
@@ -159,4 +160,39 @@ def test_5_every_divergence_shown_is_attributed(page47, browser, monkeypatch):
     status = page.locator("#sweep-status")
     expect(status).to_contain_text("B = 16 parted from AR at token 2 (NOT a tie: a bug)", timeout=120_000)
     expect(status).to_contain_text("no: token 2 (NOT a tie: a bug)")
+    page.close()
+
+
+def test_4_a_budget_or_r_raised_past_what_was_set_says_so(page47, browser):
+    """Finding 4: with B = 16 and a fixed r = 0.9, trees of 52-56 nodes and r 0.99-1.0 on screen, while the serve
+    box said "one tree of up to B nodes".  Goose §4.3's confidence schedule raises them on purpose: now the serve
+    box says by how much, and the line under a tree whose budget or r was raised names both numbers and why."""
+    page = open_page(browser, page47)
+    pick_preset(page, "HumanEval/12")
+    open_accordion(page, "Method and tree shape")
+    set_number(page, "Node budget B (anchor included)", 16)
+    page.get_by_label("Adaptive spine ratio r (EMA tiers)").uncheck()
+    set_number(page, "Spine ratio r (untick adaptive to set it)", 0.9)
+    set_number(page, "Max depth D of the TR branches (the PLD spine and bypass chains are not bounded by D)", 2)
+    page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
+    set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0)
+    expect(page.locator("#serve textarea")).to_have_value(re.compile(
+        r"up to B = 16 nodes \(a cycle whose spine match is confident gets up to 40 more, 56 at full confidence"))
+    run_to_end(page)
+    number, raised = page.locator("#cycle-scrubber input[type=number]"), 0
+    for k in range(1, cycles_run(page) + 1):
+        number.fill(str(k))
+        number.press("Enter")
+        page.wait_for_function(f"(k) => {TITLE}.startsWith('cycle ' + k + ' ')", arg=k, timeout=20_000)
+        nodes = int(re.search(r" (\d+) nodes? ", page.evaluate(TITLE)).group(1))
+        line = page.locator("#explain").inner_text()
+        if nodes > 16:
+            assert re.search(r"budget \d+ \(B = 16 raised by the spine match's confidence", line), line
+            raised += 1
+        ratio = re.search(r"r = ([\d.]+)", line)
+        if ratio and ratio.group(1) != "0.90":
+            assert "(the fixed r = 0.90 raised by the spine match's confidence" in line, line
+        if raised >= 3:
+            break
+    assert raised, "no tree grew past B = 16: inconclusive"
     page.close()

@@ -48,12 +48,28 @@ def stats_line(summary, run, cost: str = "") -> str:
 
 
 def cycle_line(trace, run) -> str:
-    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto"
-    (cycle 0 is the prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people)."""
+    """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto" (cycle 0 is the
+    prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people).  Where Goose §4.3's
+    confidence schedule took the cycle's budget above the run's B, or its r above a fixed r, the line says so
+    with both numbers (``_raised``)."""
     rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
-    ratio = f" · r = {trace.spine_ratio:.2f}" if trace.spine_ratio is not None else ""
     gt = f" · {gt_words(run.config.get('gt_threshold'), trace)}" if trace.mode != "prefill" else ""
-    return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{ratio}{gt}"
+    return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{_raised(trace, run.config)}{gt}"
+
+
+def _raised(trace, config: dict) -> str:
+    """" · r = 0.91" and, where the match's confidence raised them (Goose §4.3: budget B + int(m × extension),
+    r + m (1 − r)), " · budget 56 (B = 16 raised by …)" and "(the fixed r = 0.90 raised …)"."""
+    if trace.spine_ratio is None:
+        return ""
+    why = f"by the spine match's confidence {trace.confidence or 0:.2f}, Goose §4.3"
+    fixed, words = config.get("spine_ratio"), f" · r = {trace.spine_ratio:.2f}"
+    if fixed is not None and round(trace.spine_ratio, 6) != round(float(fixed), 6):
+        words += f" (the fixed r = {float(fixed):.2f} raised {why})"
+    budget = config.get("budget")
+    if trace.budget is not None and budget is not None and trace.budget > int(budget):
+        words += f" · budget {trace.budget} (B = {int(budget)} raised {why})"
+    return words
 
 
 def marked_output(run, shown: int | None) -> list[tuple[str, str]]:

@@ -30,7 +30,8 @@ def serving(cfg: DecodeConfig) -> Serve:
         tree = cfg.source_config("sglang-ngram").serve()
         serve = Serve("SGLang", {**tree.flags, "speculative-num-draft-tokens": cfg.tree.budget},
                       differs=f"No engine ships {'Goose' if cfg.method == 'goose' else 'Iso(k)'}: it mixes "
-                              f"{', '.join(cfg.sources)} drafts in one tree of up to B nodes, sized each cycle; "
+                              f"{', '.join(cfg.sources)} drafts in one tree of up to B = {cfg.tree.budget} nodes"
+                              f"{_raised_words(cfg)}, sized each cycle; "
                               "SGLang's NGRAM is the nearest, a tree of N nodes from a trie of earlier outputs.")
     deepest = cfg.source_config("sglang-ngram").speculative_num_draft_tokens - 1  # SGLang's deepest tree
     if cfg.method == "sglang-ngram" and cfg.tree.max_depth < deepest:
@@ -39,6 +40,14 @@ def serving(cfg: DecodeConfig) -> Serve:
     if cfg.gt.threshold != 0:
         serve = replace(serve, differs=f"{serve.differs} {GT_WORDS}".strip())
     return serve
+
+
+def _raised_words(cfg: DecodeConfig) -> str:
+    """How far Goose §4.3's confidence schedule may raise a cycle's budget past B (and r towards 1), or ""."""
+    if cfg.max_budget == cfg.tree.budget:
+        return ""
+    return (f" (a cycle whose spine match is confident gets up to {cfg.max_budget - cfg.tree.budget} more, "
+            f"{cfg.max_budget} at full confidence, and r raised towards 1: Goose §4.3)")
 
 
 def serving_dict(cfg: DecodeConfig) -> dict:
