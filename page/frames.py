@@ -17,7 +17,7 @@ from engine.product.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
 from viz.frame_text import cycle_line, stats_line
-from viz.tree_figure import tree_figure
+from viz.tree_figure import GhostMarks, ghost_marks, tree_figure
 
 INITIAL = PageSettings()  # the settings components' initial values
 
@@ -48,15 +48,16 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
     text = token_text(run, lm)
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
-            "explain": cycle_words(run, trace, text),
+            "explain": cycle_words(run, trace, text, ghost_marks(trace, bool(drawing.show_ghosts),
+                                                                  bool(drawing.show_all))),
             "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
                                    int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)}
 
 
-def cycle_words(run: Run, trace, text) -> str:
+def cycle_words(run: Run, trace, text, marks: GhostMarks | None = None) -> str:
     """The line and sentence under the tree for cycle ``trace`` of ``run`` ("Cycle k of N": N the run's cycles so
-    far); ``text``: token id -> text."""
-    return f"{cycle_line(trace, run)} — {explain_cycle(trace, text)}"
+    far); ``text``: token id -> text; ``marks``: where the tree drawn has the cycle's ghosts."""
+    return f"{cycle_line(trace, run, marks)} — {explain_cycle(trace, text, marks)}"
 
 
 def session_curve(curve, lm: LoadedModel):

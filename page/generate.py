@@ -30,6 +30,7 @@ from page.frames import (
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.lesson import what_is_it
+from viz.tree_figure import ghost_marks
 
 GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
                 "ar_clock", "lesson", "prompt_format", "notice")
@@ -181,4 +182,5 @@ def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = N
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index), **numbers(run, live.curve, speedup)}
     if heavy:
         return {**frame, **cycle_views(run, drawn, live.lm, live.drawing), "speed_plot": speed_figure(run.traces)}
-    return {**frame, "explain": cycle_words(run, drawn, live.text)}
+    marks = ghost_marks(drawn, bool(live.drawing.show_ghosts), bool(live.drawing.show_all))
+    return {**frame, "explain": cycle_words(run, drawn, live.text, marks)}

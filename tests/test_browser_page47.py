@@ -18,7 +18,7 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     serve,
     set_number,
 )
-from test_browser_truth import PHONE, run_to_end
+from test_browser_truth import HOVERS, PHONE, run_to_end
 
 pytestmark = pytest.mark.full  # the quick tier's one browser test is test_browser.py's first-click test
 
@@ -195,4 +195,40 @@ def test_4_a_budget_or_r_raised_past_what_was_set_says_so(page47, browser):
         if raised >= 3:
             break
     assert raised, "no tree grew past B = 16: inconclusive"
+    page.close()
+
+
+#: JS: the names of the tree's legend entries
+LEGEND = "() => [...document.querySelectorAll('#draft-tree .legendtext')].map(t => t.textContent)"
+
+
+def test_6_every_count_of_pruned_candidates_names_marks_the_legend_names(page47, browser):
+    """Finding 6: "pruned 44 (the 44 ghosts)" while most were folded into "+9/+5" squares whose legend entry said
+    "folded rejected nodes", and "(the 4 ghosts)" where none was drawn.  Now, cycle by cycle with folding on, the
+    sentence counts the ghosts drawn (hover: "pruned by GT, never verified") and those in the +N folds, whose
+    legend entry names both."""
+    page = open_page(browser, page47)
+    run_to_end(page)
+    number, checked = page.locator("#cycle-scrubber input[type=number]"), 0
+    for k in range(1, min(cycles_run(page), 20) + 1):
+        number.fill(str(k))
+        number.press("Enter")
+        page.wait_for_function(f"(k) => {TITLE}.startsWith('cycle ' + k + ' ')", arg=k, timeout=20_000)
+        said = page.locator("#explain").inner_text()
+        pruned = re.search(r"pruned (\d+)", said)
+        if not pruned:
+            continue
+        ghosts = sum("pruned by GT, never verified" in h for h in page.evaluate(HOVERS))
+        total, words = int(pruned.group(1)), said[pruned.end():]
+        both = re.match(r" \((\d+) drawn as ghosts, (\d+) in the \+N folds\)", words)
+        if both:
+            assert (ghosts, int(both.group(1)) + int(both.group(2))) == (int(both.group(1)), total), said
+        elif re.match(r" \((all )?in (a|the) \+N folds?\)", words):
+            assert ghosts == 0, said
+        else:
+            assert ghosts == total and re.match(r" \(the (\d+ )?ghosts?\)", words), (said, ghosts)
+        if ghosts < total:
+            assert "folded nodes (+N: rejected, or GT ghosts)" in page.evaluate(LEGEND), said
+        checked += 1
+    assert checked, "no cycle with pruned candidates: inconclusive"
     page.close()

@@ -66,7 +66,7 @@ def test_figure_has_all_sources_accepted_path_ghosts_and_hover():
     assert {name: (tr.marker.color, [t for t, x in zip(tr.text, tr.x) if x is not None])
             for name, tr in labels.items()} == {
         "anchor": ("#4b5563", ["def"]), "PLD spine": ("#0072B2", ["␣f", "(", "x"]),
-        "TR branch": ("#E69F00", ["↵", ")", "y", ":"]), "folded rejected nodes (+N)": ("#4b5563", []),
+        "TR branch": ("#E69F00", ["↵", ")", "y", ":"]), "folded nodes (+N: rejected, or GT ghosts)": ("#4b5563", []),
         "bonus token": ("#D55E00", [":"])}
     assert labels["bonus token"].marker.symbol == ("star",)
     assert {tr.textfont.size for tr in labels.values()} == {16}  # legible from the back row
@@ -363,6 +363,20 @@ def test_palette_every_mark_distinct_for_colour_blind_eyes():
     assert _closest_pair({"path": "#7c3aed", "pld": "#2563eb"})[0] < 5  # the check catches the old pair
 
 
+def test_each_source_has_one_colour_in_the_tree_and_the_text():
+    """Issue 47, finding 6: SGLang's nodes were brown and its tokens pink-red, llama.cpp's khaki and mint, and
+    vLLM suffix's tokens nearer PLD's blue than its own violet.  Each source's token tint is now nearest (CIE76,
+    normal vision) its own node colour of all the sources' node colours."""
+    import math
+
+    from engine.sources import REGISTRY
+
+    colours = {i.name: i.colour for i in REGISTRY}
+    for source in REGISTRY:
+        near = sorted((math.dist(_lab(source.tint, "normal"), _lab(c, "normal")), name) for name, c in colours.items())
+        assert near[0][1] == source.name, (source.name, near[:2])
+
+
 def test_step_through_numbers_the_stages_the_cycle_has():
     """A cycle with no PLD drafts used to start at "1b"; its one source stage is "1", two are "1a", "1b"."""
     from viz.lesson import stage_sentence, stages_of
@@ -412,3 +426,18 @@ def test_the_theory_panel_compares_like_with_like():
         assert f"| Eq. 1 bound, mean over the same 2 cycles' shapes | **{expected:.2f}** |" in text
         assert side in text.split("\n")[-1] and (expected <= 4.0) == (side == "at or above")
         assert "| cycle 1: its tokens (accepted + bonus) / Eq. 1 bound for its shape" in text
+
+
+def test_a_count_of_pruned_candidates_says_where_the_drawing_has_them():
+    """Issue 47, finding 6: "(the 44 ghosts)" while most sat in "+N" folds.  ``ghost_marks`` counts them as the
+    figure draws them, and the words follow."""
+    from viz.explain import ghost_words
+    from viz.tree_figure import GhostMarks, ghost_marks
+
+    trace = make_trace()  # one ghost, nothing to fold
+    assert ghost_marks(trace) == GhostMarks(1, 0, 0) and ghost_marks(trace, show_ghosts=False) == GhostMarks(0, 0, 1)
+    assert ghost_words(1, ghost_marks(trace)) == " (the ghost)"
+    assert ghost_words(44, GhostMarks(12, 32, 0)) == " (12 drawn as ghosts, 32 in the +N folds)"
+    assert ghost_words(4, GhostMarks(0, 4, 0)) == " (all in the +N folds)"
+    assert ghost_words(4, GhostMarks(0, 0, 4)) == " (not drawn: ghosts are switched off)"
+    assert ghost_words(0, GhostMarks(0, 0, 0)) == ""

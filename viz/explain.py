@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from engine.decoding.trace import CycleTrace
 from engine.sources import REGISTRY, info
-from viz.tree_figure import count_words, visible_token
+from viz.tree_figure import GhostMarks, count_words, visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -33,31 +33,49 @@ def confidence_note(trace: CycleTrace) -> str | None:
             f"budget {trace.budget}")
 
 
-def gt_note(trace: CycleTrace) -> str | None:
+def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
+    """Where the drawing has a cycle's ``pruned`` candidates (``marks``, ``tree_figure.ghost_marks``; None: each a
+    ghost of its own), in the legend's words: " (the 7 ghosts)", " (3 drawn as ghosts, 4 in the +N folds)",
+    " (all in the +N folds)", " (ghosts are switched off)"; "" when none was pruned."""
+    if not pruned:
+        return ""
+    drawn, folded, hidden = marks or (pruned, 0, 0)
+    if hidden:
+        return " (not drawn: ghosts are switched off)"
+    if not folded:
+        return f" ({'the ghost' if pruned == 1 else f'the {pruned} ghosts'})"
+    if not drawn:
+        return f" ({'in a +N fold' if pruned == 1 else 'all in the +N folds'})"
+    return f" ({drawn} drawn as ghosts, {folded} in the +N folds)"
+
+
+def gt_note(trace: CycleTrace, marks: GhostMarks | None = None) -> str | None:
     """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes, pruned 52 (the 52
     ghosts): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token counted).  Kept = the verified
     tree's nodes (anchor included), pruned = ``trace.ghosts``, so the sentence, the title and the dotted ghosts read
     one list (both the chord floor the builders prune at and the size choice make ghosts: GT §3,
-    engine/decoding/gt.py).  None when GT "auto" did not size the cycle (a fixed c, or a trace without the fields)."""
+    engine/decoding/gt.py); ``marks`` says where the drawing has them (``ghost_words``).  None when GT "auto" did
+    not size the cycle (a fixed c, or a trace without the fields)."""
     if trace.gt_nodes is None or trace.gt_candidates is None:
         return None
     pruned = len(trace.ghosts)
-    drawn = f" ({'the ghost' if pruned == 1 else f'the {pruned} ghosts'})" if pruned else ""
+    drawn = ghost_words(pruned, marks)
     if len(trace.tree) == 1:
         return f"GT pruned every draft{drawn}: none was expected to pay for its time"
     return (f"GT kept {count_words(len(trace.tree), 'node')}, pruned {pruned}{drawn}: "
             f"{1 + trace.gt_expected:.1f} tokens expected for {trace.gt_cost_ms:.1f} ms on the cost curve")
 
 
-def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
+def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: GhostMarks | None = None) -> str:
     """E.g. "spine matched 6 tokens and broke at '1' (the target wanted '2'); TR branch '2' continued for
-    2 more; bonus ')' → 9 tokens from one forward of 40 nodes"."""
+    2 more; bonus ')' → 9 tokens from one forward of 40 nodes"; ``marks``: where the drawing has the cycle's
+    ghosts (``gt_note``)."""
     q = lambda t: _q(token_text, t)  # noqa: E731
     n_new, n_nodes = len(trace.new_tokens), len(trace.tree)
     if trace.mode == "prefill":
         return f"prefill: one forward over the prompt gives the first token {q(trace.bonus)}"
     if trace.mode == "ar":
-        why = gt_note(trace) or "no draft source had a candidate"
+        why = gt_note(trace, marks) or "no draft source had a candidate"
         return f"{why}: plain AR step, token {q(trace.bonus)}"
     tree, accepted = trace.tree, trace.accepted
     note = confidence_note(trace)
@@ -81,8 +99,8 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str]) -> str:
         parts.append("no draft token matched")
     cut = " (cut by EOS / max new tokens)" if n_new < len(accepted) + 1 else ""
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
-    if gt_note(trace):
-        parts.append(gt_note(trace))
+    if gt_note(trace, marks):
+        parts.append(gt_note(trace, marks))
     return f"{trace.mode}: " + "; ".join(parts)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from engine.product.run import decode_phase
 from engine.sources import REGISTRY
-from viz.explain import TOKEN_COLORS
-from viz.tree_figure import count_words
+from viz.explain import TOKEN_COLORS, ghost_words
+from viz.tree_figure import GhostMarks, count_words
 
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name: i.method_label for i in REGISTRY},
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}
@@ -18,10 +18,12 @@ SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen comm
 COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart from every source's tint
 
 
-def gt_words(gt_threshold, trace) -> str:
+def gt_words(gt_threshold, trace, marks: GhostMarks | None = None) -> str:
     """The GT rule, e.g. "GT: auto" (its counts are in the cycle's sentence, ``viz.explain.gt_note``) or
-    "c = 0.100, 3 pruned" (pruned: the cycle's ghosts; c = 0: pruning off); without a cycle, the rule alone."""
-    pruned = f", {len(trace.ghosts)} pruned" if trace is not None and trace.ghosts else ""
+    "c = 0.100, 3 pruned (the 3 ghosts)" (pruned: the cycle's ghosts, where the drawing has them: ``marks``,
+    ``viz.explain.ghost_words``; c = 0: pruning off); without a cycle, the rule alone."""
+    pruned = (f", {len(trace.ghosts)} pruned{ghost_words(len(trace.ghosts), marks)}"
+              if trace is not None and trace.ghosts else "")
     if gt_threshold == "auto":
         return "GT: auto" if trace is not None and trace.gt_nodes is not None else "GT: auto" + pruned
     try:
@@ -47,13 +49,13 @@ def stats_line(summary, run, cost: str = "") -> str:
             f"{gt_words(run.config.get('gt_threshold'), None)}{sent}" + (f"  \n{cost}" if cost else ""))
 
 
-def cycle_line(trace, run) -> str:
+def cycle_line(trace, run, marks: GhostMarks | None = None) -> str:
     """The cycle on screen in a few words, e.g. "**Cycle 20 of 60** · r = 0.91 · GT: auto" (cycle 0 is the
     prefill; its mode, nodes and tokens are in the tree's title; numbers rounded for people).  Where Goose §4.3's
     confidence schedule took the cycle's budget above the run's B, or its r above a fixed r, the line says so
-    with both numbers (``_raised``)."""
+    with both numbers (``_raised``); ``marks``: where the drawing has the cycle's ghosts (``gt_words``)."""
     rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
-    gt = f" · {gt_words(run.config.get('gt_threshold'), trace)}" if trace.mode != "prefill" else ""
+    gt = f" · {gt_words(run.config.get('gt_threshold'), trace, marks)}" if trace.mode != "prefill" else ""
     return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{_raised(trace, run.config)}{gt}"
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -40,7 +41,8 @@ SOURCE_STYLE = {Source.ROOT: (ANCHOR_COLOR, "anchor"), **{i.source: (i.colour, i
 BONUS_COLOR = "#D55E00"  # vermillion
 ACCEPT_COLOR = "#56B4E9"  # the accepted path: sky blue reads on a light and on a dark page
 EDGE_COLOR = "#9ca3af"
-GROUP_COLOR = ANCHOR_COLOR  # folded rejected nodes ("+N"), squares
+GROUP_COLOR = ANCHOR_COLOR  # folded nodes ("+N"), squares
+FOLDED_LABEL = "folded nodes (+N: rejected, or GT ghosts)"  # a fold holds rejected nodes, ghosts, or both
 
 LABEL_PX = 16  # label font size: legible from the back row of a room at 1280×800
 CHAR_PX = 9.8  # width of one monospace character at LABEL_PX (DejaVu Sans Mono: 0.602 em, rounded up)
@@ -327,6 +329,34 @@ def _shape_note(trace: CycleTrace) -> str:
     return f" · confidence {trace.confidence:.2f}, {chain}, budget {trace.budget}"
 
 
+def folded_graph(trace: CycleTrace, show_ghosts: bool = True, show_all: bool = False) -> nx.DiGraph:
+    """The graph ``tree_figure`` draws: ``tree_graph``, ghosts left out without ``show_ghosts``, folded to fit the
+    screen (``fit_rows``, ``fit_columns``) unless ``show_all``."""
+    g = tree_graph(trace)
+    if not show_ghosts:
+        g.remove_nodes_from([v for v, d in g.nodes(data=True) if d["kind"] == "ghost"])
+    return g if show_all else fit_columns(fit_rows(g, MAX_ROWS), MAX_COLUMNS)
+
+
+class GhostMarks(NamedTuple):
+    """Where a cycle's GT-pruned candidates are on its drawing: each a ghost marker of its own (``drawn``), inside
+    a "+N" / "⋯N" fold (``folded``), or not drawn since ghosts are switched off (``hidden``)."""
+
+    drawn: int
+    folded: int
+    hidden: int
+
+
+def ghost_marks(trace: CycleTrace, show_ghosts: bool = True, show_all: bool = False) -> GhostMarks:
+    """How ``tree_figure`` with these switches draws ``trace``'s ghosts (``GhostMarks``), so a sentence that counts
+    them names the marks the legend names."""
+    if not show_ghosts:
+        return GhostMarks(0, 0, len(trace.ghosts))
+    g = folded_graph(trace, True, show_all)
+    drawn = sum(d["kind"] == "ghost" for _, d in g.nodes(data=True))
+    return GhostMarks(drawn, len(trace.ghosts) - drawn, 0)
+
+
 def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts: bool = True,
                 title: str | None = None, stage: str | None = None, show_all: bool = False) -> go.Figure:
     """Plotly figure of ``trace``'s draft tree.
@@ -346,11 +376,7 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     """
     if stage is not None and stage not in STAGES:
         raise ValueError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")
-    g = tree_graph(trace)
-    if not show_ghosts:
-        g.remove_nodes_from([v for v, d in g.nodes(data=True) if d["kind"] == "ghost"])
-    if not show_all:
-        g = fit_columns(fit_rows(g, MAX_ROWS), MAX_COLUMNS)
+    g = folded_graph(trace, show_ghosts, show_all)
     pos = tidy_layout(g)
     n_rows = max(1, int(max(y for _, y in pos.values())) + 1)
     n_cols = max(x for x, _ in pos.values()) + 1
@@ -368,7 +394,7 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     for src, (color, label) in styles.items():  # a folded chain ("⋯N") keeps its source's colour
         _add_nodes(fig, drawn, lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color,
                    label)
-    _add_nodes(fig, drawn, lambda d: d["kind"] == "group", GROUP_COLOR, "folded rejected nodes (+N)")
+    _add_nodes(fig, drawn, lambda d: d["kind"] == "group", GROUP_COLOR, FOLDED_LABEL)
     _add_nodes(fig, drawn, lambda d: d["kind"] == "bonus", BONUS_COLOR, "bonus token", symbol="star")
     _add_legend_marks(fig, styles)
     _lay_out(fig, title or default_title(trace), n_rows, span)
@@ -466,7 +492,7 @@ def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
     a faded dot), the folded nodes and the
     bonus token, each in its node trace's legend group (a click hides the group); then what a node's look means."""
     marks = [(color, label, "circle") for color, label in styles.values()]
-    for color, label, symbol in (*marks, (GROUP_COLOR, "folded rejected nodes (+N)", "square"),
+    for color, label, symbol in (*marks, (GROUP_COLOR, FOLDED_LABEL, "square"),
                                  (BONUS_COLOR, "bonus token", "star")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, legendgroup=label, hoverinfo="skip",
                                  marker=dict(color=color, size=MARKER_PX, symbol=symbol)))

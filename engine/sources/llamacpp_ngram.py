@@ -70,7 +70,7 @@ class LlamacppNgramSource:
 
     info = SourceInfo("llamacpp-ngram", "llama.cpp ngram-simple", "llama.cpp", "#C3B469", Role.SPINE,
                       "copied after the most recent earlier occurrence of the last n tokens (llama.cpp's "
-                      "ngram-simple drafter)", tint="#00FF96", method_label="llama.cpp ngram-simple (engine's "
+                      "ngram-simple drafter)", tint="#e1bb8e", method_label="llama.cpp ngram-simple (engine's "
                       "drafter, chain)")
     top_k = 0
 

@@ -143,7 +143,7 @@ class SglangNgramSource:
 
     info = SourceInfo("sglang-ngram", "SGLang ngram", "SGLang", "#785A2D", Role.SPINE,
                       "from a trie of the n-grams of recent outputs, matched on every suffix (SGLang's NGRAM "
-                      "drafter, a tree)", tint="#FF3C69", method_label="SGLang NGRAM (engine's drafter, tree)",
+                      "drafter, a tree)", tint="#9f744f", method_label="SGLang NGRAM (engine's drafter, tree)",
                       candidate_tree=True)
     top_k = 0
 

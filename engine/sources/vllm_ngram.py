@@ -95,7 +95,7 @@ class VllmNgramSource:
 
     info = SourceInfo("vllm-ngram", "vLLM ngram", "vLLM-ngram", "#9600FF", Role.SPINE,
                       "copied after the earliest earlier occurrence of the longest suffix n-gram (vLLM's ngram "
-                      "drafter)", tint="#A578FF", method_label="vLLM ngram (engine's drafter, chain)")
+                      "drafter)", tint="#ff00fb", method_label="vLLM ngram (engine's drafter, chain)")
     top_k = 0
 
     config_type = VllmNgramConfig

@@ -294,7 +294,7 @@ class VllmSuffixSource:
     info = SourceInfo("vllm-suffix", "vLLM suffix", "vLLM-suffix", "#9678FF", Role.SPINE,
                       "the most frequent continuation of the best-scoring suffix match, over this request and this "
                       "visitor's earlier responses (vLLM's suffix drafter, Arctic Inference)",
-                      tint="#8796E1", method_label="vLLM suffix (engine's drafter, chain)")
+                      tint="#5b7ae8", method_label="vLLM suffix (engine's drafter, chain)")
     top_k = 0
 
     config_type = VllmSuffixConfig
