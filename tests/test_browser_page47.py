@@ -232,3 +232,51 @@ def test_6_every_count_of_pruned_candidates_names_marks_the_legend_names(page47,
         checked += 1
     assert checked, "no cycle with pruned candidates: inconclusive"
     page.close()
+
+
+#: JS: every node label of the tree cut short ("…") although nothing is to its right on its row: no marker or
+#: label within half a row, no edge crossing the row, up to the plot area's right edge (px, as drawn)
+CUT_WITH_ROOM = """() => {
+  const gd = document.querySelector('#draft-tree .js-plotly-plot'), L = gd._fullLayout;
+  const ox = gd.getBoundingClientRect().left + L._size.l, oy = gd.getBoundingClientRect().top + L._size.t;
+  const px = (x) => ox + L.xaxis.l2p(x), py = (y) => oy + L.yaxis.l2p(y);
+  const rowPx = Math.abs(py(1) - py(0)), right = ox + L._size.w;
+  const boxes = [...gd.querySelectorAll('.scatterlayer .textpoint text, .scatterlayer path.point')]
+    .map(e => [e, e.getBoundingClientRect()]).filter(([e, r]) => r.width > 0);
+  const segs = [];
+  for (const t of gd.data) if ((t.name || '').endsWith('edges')) for (let i = 0; i + 1 < t.x.length; i++)
+    if (t.x[i] !== null && t.x[i + 1] !== null) segs.push([px(t.x[i]), py(t.y[i]), px(t.x[i + 1]), py(t.y[i + 1])]);
+  const cut = [];
+  for (const [e, r] of boxes) {
+    if (e.tagName !== 'text' || !e.textContent.endsWith('…')) continue;
+    const mid = (r.top + r.bottom) / 2, band = rowPx / 2;
+    const onRow = (y) => Math.abs(y - mid) < band;
+    const blocked = boxes.some(([f, q]) => f !== e && q.left >= r.right - 1 && onRow((q.top + q.bottom) / 2))
+      || segs.some(([x0, y0, x1, y1]) => Math.max(x0, x1) > r.right && Math.min(y0, y1) < mid + band / 2
+                   && Math.max(y0, y1) > mid - band / 2 && (y0 !== y1 || Math.abs(y0 - mid) < band / 2))
+      || right - r.right < 40;
+    if (!blocked) cut.push(e.textContent);
+  }
+  return cut;
+}"""
+
+
+def test_7_a_label_is_whole_where_there_is_room(page47, browser):
+    """Finding 7: token labels were cut short ("␣rema…", "␣farm…") with free space beside them, even in Full
+    screen.  Now a label is cut only where a marker, a label or an edge is next to it on its row, or the plot's
+    edge (big trees: B = 128, c = 0, the last cycles)."""
+    page = open_page(browser, page47)
+    open_accordion(page, "Method and tree shape")
+    set_number(page, "Node budget B (anchor included)", 128)
+    page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
+    set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0)
+    run_to_end(page)
+    number, labels = page.locator("#cycle-scrubber input[type=number]"), 0
+    for k in range(max(1, cycles_run(page) - 5), cycles_run(page) + 1):
+        number.fill(str(k))
+        number.press("Enter")
+        page.wait_for_function(f"(k) => {TITLE}.startsWith('cycle ' + k + ' ')", arg=k, timeout=20_000)
+        assert page.evaluate(CUT_WITH_ROOM) == [], k
+        labels += page.locator("#draft-tree .scatterlayer .textpoint text").count()
+    assert labels > 30, "too few labels drawn: inconclusive"
+    page.close()

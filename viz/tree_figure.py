@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import networkx as nx
@@ -386,8 +386,9 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     visible = _stage_nodes(g, stage)
     labels = {v: _label(g.nodes[v], token_text, chars, stage) for v in visible}
     drawn = _Drawn(g, pos, visible, labels, token_text, walked=stage in (None, "walk", "bonus"))
-    fig = go.Figure()
-    _add_edges(fig, drawn, _label_ends(drawn, px_per_col), px_per_col)
+    fig, ends = go.Figure(), _label_ends(drawn, px_per_col)
+    _add_edges(fig, drawn, ends, px_per_col)
+    drawn = _widen_leaf_labels(drawn, ends[1], span, px_per_col, stage)
     drawn_sources = {Source.ROOT} | {d.get("source") for _, d in g.nodes(data=True)}  # the legend names these: 8
     # sources and 6 marks would not fit beside a tree
     styles = {src: style for src, style in SOURCE_STYLE.items() if src in drawn_sources}
@@ -413,6 +414,31 @@ class _Drawn:
     labels: dict
     token_text: Callable[[int], str]
     walked: bool
+
+
+MAX_ROOMY_CHARS = 24  # a leaf's label where its row is free to the right (visible_token's own limit)
+
+
+def _widen_leaf_labels(drawn: _Drawn, ends: dict, span: float, px_per_col: float, stage: str | None) -> _Drawn:
+    """``drawn`` with each leaf's label as long as the free room on its row allows (to the next marker within
+    0.75 rows, the next edge that crosses the row, or the plot's right edge; at most ``MAX_ROOMY_CHARS``), so a
+    label is whole where there is room instead of cut to the columns' common width.  The edges were routed by
+    the common labels (``ends``: per column), so nothing an edge passes is covered."""
+    g, pos, visible = drawn.g, drawn.pos, drawn.visible
+    edges = [(pos[u][0] + ends[pos[u][0]], *sorted((pos[u][1], pos[w][1])))
+             for u, w in g.edges if u in visible and w in visible]  # (x where it turns, its rows' span)
+    labels = dict(drawn.labels)
+    for v in visible:
+        x, y = pos[v]
+        if any(w in visible for w in g.successors(v)) or g.nodes[v]["kind"] in ("group", "run"):
+            continue
+        room = span - 0.35 - x
+        room = min([room] + [pos[u][0] - x - 0.5 for u in visible if pos[u][0] > x and abs(pos[u][1] - y) < 0.75]
+                   + [turn - x for turn, low, high in edges if turn > x and low - 0.5 < y < high + 0.5])
+        chars = min(MAX_ROOMY_CHARS, int((room * px_per_col - MARKER_PX / 2 - 8) / CHAR_PX))
+        if chars > len(html.unescape(labels[v])):
+            labels[v] = _label(g.nodes[v], drawn.token_text, chars, stage)
+    return replace(drawn, labels=labels)
 
 
 def _label_ends(drawn: _Drawn, px_per_col: float) -> tuple[dict, dict]:
