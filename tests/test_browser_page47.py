@@ -280,3 +280,29 @@ def test_7_a_label_is_whole_where_there_is_room(page47, browser):
         labels += page.locator("#draft-tree .scatterlayer .textpoint text").count()
     assert labels > 30, "too few labels drawn: inconclusive"
     page.close()
+
+
+def test_3_on_a_phone_the_tree_scrolls_whole_and_the_speed_chart_keeps_its_title(page47, browser):
+    """Finding 3: at 390×844 the tree was cut off and could not be scrolled (its 880 px inside 326 px, sideways
+    overflow hidden; a swipe zoomed the chart into blank space), its title read "1 token (none" and its legend
+    "folded rejecte"; the speed chart's label covered its title.  Now the tree's box scrolls sideways to the tree's
+    whole width, where its title and legend end, a swipe is the page's, and the speed chart has no label over it."""
+    page = open_page(browser, page47, PHONE)
+    run_to_end(page)
+    box = page.locator("#draft-tree")
+    box.scroll_into_view_if_needed()
+    geometry = box.evaluate("""b => { const s = getComputedStyle(b); return {x: s.overflowX, client: b.clientWidth,
+      scroll: b.scrollWidth,
+      drag: [...b.querySelectorAll('.nsewdrag')].map(d => getComputedStyle(d).pointerEvents)}}""")
+    assert geometry["x"] in ("auto", "scroll") and geometry["scroll"] > geometry["client"], geometry
+    assert geometry["drag"] and set(geometry["drag"]) == {"none"}, geometry
+    box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+    seen = box.evaluate("""b => { const edge = b.getBoundingClientRect().right + 1;
+      return {svg: b.querySelector('.main-svg').getBoundingClientRect().right <= edge,
+              cut: [...b.querySelectorAll('.gtitle, .legendtext')].filter(t => t.getBoundingClientRect().right > edge)
+                   .map(t => t.textContent)}; }""")
+    assert seen == {"svg": True, "cut": []}, seen  # scrolled to its end, the figure ends inside the box, text whole
+    labels = page.locator("#speed-chart").evaluate("""c => [...c.querySelectorAll('label, [data-testid=block-label]')]
+      .filter(l => l.offsetParent && l.textContent.trim()).map(l => l.textContent.trim())""")
+    assert labels == [], labels  # no label floated over the chart's first panel title
+    page.close()
