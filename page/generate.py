@@ -13,7 +13,7 @@ from engine.product.cost_cache import cached_cost_curve, refine_cost_curve
 from engine.product.decoding import make_decoder
 from engine.product.loading import LoadedModel, ModelRegistry
 from engine.product.page_settings import PageSettings
-from engine.product.policy import ar_timing_due, run_speedup, time_ar
+from engine.product.policy import ArBeside, ar_timing_due, run_speedup
 from engine.product.run import MEASURING, ArTiming, Run, Speedup
 from page.contract import Drawing, Session
 from page.frames import (
@@ -96,7 +96,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
 
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
-    an AR run timed now (``engine.product.policy.time_ar``; not part of the run's engine time), kept in
+    AR timed step for step beside the run, under the same load (``engine.product.policy.ArBeside``; not part of the
+    run's engine time), kept in
     ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's cost sentence reads it too.
     """
     control = session.start()
@@ -121,13 +122,15 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
         yield from _prefill_note(len(ids))
-        trace = yield from _stream(live, decoder.generate(ids, should_stop=stop), pace, control, known)
+        beside = ArBeside(lm, ids, config, curve, stop) if ar_timing_due(config.method, known, False) else None
+        traces = decoder.generate(ids, should_stop=stop)
+        trace = yield from _stream(live, beside.paced(traces) if beside else traces, pace, control, known)
         if trace is None:  # stopped before the first token (``_stream`` cleared the notice)
             return
         stopped = stop()
-        if ar_timing_due(config.method, known, stopped):
+        if beside is not None and not stopped:
             yield numbers(run, curve, MEASURING)
-            known = time_ar(lm, ids, config, curve, stop)
+            known = beside.finish()
         known, speedup = run_speedup(run.traces, config.method, known, stopped)
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
@@ -148,10 +151,10 @@ def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
 def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: ArTiming | None):
     """``generate``'s frames while decoding (``traces``, each recorded in ``live.run``), throttled (``Throttle``),
     the last cycle always drawn in full; returns the last trace (None: no cycle).  The speedup shown meanwhile is
-    live when this visitor has AR's timing on the prompt (``known``), else says AR is timed after the run.  The
+    live when this visitor has AR's timing on the prompt (``known``), else says AR is timed beside it.  The
     run's forward times then correct the model's shared cost curve (``refine_cost_curve``; runs after this one
     read it)."""
-    live_speedup = Speedup(None, "AR is timed after the run") if known is None else None  # else live, below
+    live_speedup = Speedup(None, "AR is timed beside the run") if known is None else None  # else live, below
     throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
     for trace in traces:
         live.run.record(trace, cycle_segments(trace, live.text))

@@ -306,3 +306,22 @@ def test_3_on_a_phone_the_tree_scrolls_whole_and_the_speed_chart_keeps_its_title
       .filter(l => l.offsetParent && l.textContent.trim()).map(l => l.textContent.trim())""")
     assert labels == [], labels  # no label floated over the chart's first panel title
     page.close()
+
+
+def test_1_the_speedup_after_generate_is_timed_beside_ar_and_says_when_it_cannot_tell(page47, browser):
+    """Finding 1: Generate read "0.91× ± 0.53" beside a Race of 1.36× on the same prompt: AR was timed after the
+    run, under another load than the run's (the browser drawing it).  Now AR is timed step for step beside the run,
+    and where the interval holds 1× the page says "too close to call" and points to the Race instead."""
+    page = open_page(browser, page47)
+    run_to_end(page)
+    cell = page.locator("#big-numbers #speedup")
+    expect(cell).to_have_attribute("title", re.compile("AR timed step for step beside this run"))
+    shown = cell.inner_text()
+    figure = re.search(r"([\d.]+)× ± ([\d.]+)", shown)
+    assert figure, shown
+    value, margin = float(figure.group(1)), float(figure.group(2))
+    if value - margin < 1 < value + margin:
+        assert "too close to call" in shown and "the Race times both on one clock" in shown, shown
+    else:
+        assert "too close to call" not in shown, shown
+    page.close()

@@ -197,6 +197,10 @@ def big_numbers(summary, speedup=None) -> str:
         tau, speed = f"{summary.tau:.2f}", f"{summary.tok_per_s:.0f}"
     if speedup is not None and speedup.none:  # τ ≈ 1: nothing to gain, whatever the clocks read
         shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
+    elif speedup is not None and speedup.undecided:  # 1× inside the interval: words, not a number read as "slower"
+        shown, grey = ('<span style="font-size:.45em">too close to call</span><span style="font-size:.35em;'
+                       f'font-weight:400"><br>{speedup.value:.2f}× ± {speedup.margin:.2f}: the Race times both on '
+                       'one clock</span>'), ""
     elif speedup is not None and speedup.value is not None:
         margin = (f'<span style="font-size:.4em;font-weight:400"> ± {speedup.margin:.2f}</span>'
                   if speedup.margin is not None else "")

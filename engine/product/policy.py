@@ -5,7 +5,8 @@ No drawing and no page here: the page (``page/``) asks these and shows the answe
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.trace import CycleTrace
@@ -19,8 +20,8 @@ RACE_SECONDS = 20  # the race plays over about this many seconds by default (a 1
 
 
 def ar_timing_due(method: str, known: ArTiming | None, stopped: bool) -> bool:
-    """Whether AR is timed after a run of ``method``: not for an AR run (its own speed is AR's), not when the
-    visitor has AR's timing on this prompt already (``known``), not after Stop."""
+    """Whether AR is timed beside a run of ``method`` (``ArBeside``): not for an AR run (its own speed is AR's), not
+    when the visitor has AR's timing on this prompt already (``known``), not after Stop."""
     return method != "ar" and known is None and not stopped
 
 
@@ -37,17 +38,33 @@ def run_speedup(traces: Sequence[CycleTrace], method: str, known: ArTiming | Non
     return known, Speedup.of(traces, known) if known is not None else Speedup(None, "not measured: stopped")
 
 
-def time_ar(lm: LoadedModel, ids: list[int], config: DecodeConfig, curve,
-            should_stop: Callable[[], bool]) -> ArTiming | None:
-    """AR's decode-phase speed on this prompt, timed now on the same device, model and dtype: an AR run of the
-    engine (one-token forwards, at most ``AR_TIMING_TOKENS``; ~60 ms each for SmolLM2 on a 2-core CPU, ~5 ms for
-    the demo model), in engine time (tokens/s).  None when Stop (``should_stop``) ended it first."""
-    ar = make_decoder(lm, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
-                      lm.eos_token_ids, cost_curve=curve)
-    traces = list(ar.generate(ids, should_stop=should_stop))
-    if not traces or not traces[-1].finished:
-        return None
-    return ArTiming.of(traces, "ar")
+class ArBeside:
+    """AR timed step for step beside a run, as the Race times its lanes: after each of the run's cycles, AR's own
+    decoder (its own KV cache; the same model, device, dtype and engine thread) takes as many one-token steps as
+    that cycle committed, so both are timed under the same load on the machine (the page's browser drawing on the
+    same cores, another visitor's page, another process); the steps AR has left when the run ends run then.  AR
+    decodes at most ``AR_TIMING_TOKENS``.  Each step is engine time of AR's own; the run's engine time is not
+    touched (a cycle's clock stops while its consumer waits)."""
+
+    def __init__(self, lm: LoadedModel, ids: list[int], config: DecodeConfig, curve,
+                 should_stop: Callable[[], bool]) -> None:
+        ar = make_decoder(lm, config.with_(method="ar", max_new_tokens=min(config.max_new_tokens, AR_TIMING_TOKENS)),
+                          lm.eos_token_ids, cost_curve=curve)
+        self._steps = ar.generate(ids, should_stop=should_stop)
+        self.traces: list[CycleTrace] = []
+
+    def paced(self, traces: Iterator[CycleTrace]) -> Iterator[CycleTrace]:
+        """``traces`` (the run's cycles) as they come, AR's steps for each cycle's tokens run after it."""
+        for trace in traces:
+            yield trace
+            self.traces.extend(islice(self._steps, len(trace.new_tokens)))
+
+    def finish(self) -> ArTiming | None:
+        """AR's remaining steps run; its decode-phase timing (source "beside"), or None when Stop ended it."""
+        self.traces.extend(self._steps)
+        if not self.traces or not self.traces[-1].finished:
+            return None
+        return ArTiming.of(self.traces, "beside")
 
 
 def race_predicted_s(known: ArTiming | None, curve, max_new_tokens: int, prompt_tokens: int) -> float:

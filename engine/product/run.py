@@ -172,8 +172,9 @@ class ArTiming:
                    None if rel is None else float(rel))
 
 
-SOURCE_WORDS = {"ar": "AR timed on this device", "race": "AR's lane of the race, on its clock"}
-SHORT_WORDS = {"ar": "AR timed here", "race": "race's AR lane"}
+SOURCE_WORDS = {"ar": "AR timed on this device", "race": "AR's lane of the race, on its clock",
+                "beside": "AR timed step for step beside this run (the same load on the machine)"}
+SHORT_WORDS = {"ar": "AR timed here", "race": "race's AR lane", "beside": "AR timed beside the run"}
 
 
 #: decode-phase τ (tokens per verification forward after the prefill) below which a run can have no speedup: each
@@ -228,10 +229,20 @@ class Speedup:
                           f"{ar.tokens} tokens{spread}",
                    short=f"decode phase · {SHORT_WORDS.get(ar.source, ar.source)}", margin=margin)
 
+    @property
+    def undecided(self) -> bool:
+        """Whether the 95 % interval holds 1×: the clocks cannot tell the run from AR (the page says so in words and
+        points to the Race rather than show a number that may read as "slower")."""
+        return self.value is not None and self.margin is not None and self.value - self.margin < 1 < (
+            self.value + self.margin)
+
     def words(self) -> str | None:
-        """The value as people read it: "1.52× ± 0.06", "1.52×", "no speedup"; None when not measured."""
+        """The value as people read it: "1.52× ± 0.06", "1.52×", "no speedup", "too close to call (1.01× ± 0.27)";
+        None when not measured."""
         if self.none:
             return "no speedup"
+        if self.undecided:
+            return f"too close to call ({self.value:.2f}× ± {self.margin:.2f})"
         if self.value is None:
             return None
         return f"{self.value:.2f}×" + (f" ± {self.margin:.2f}" if self.margin is not None else "")
