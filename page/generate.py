@@ -97,9 +97,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
     AR timed step for step beside the run, under the same load (``engine.product.policy.ArBeside``; not part of the
-    run's engine time), kept in
-    ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's cost sentence reads it too.
-    """
+    run's engine time), kept in ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's
+    cost sentence reads it too."""
     control = session.start()
     lm = models.get(session.model_key)
     try:
@@ -114,10 +113,9 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(), shown_curve=curve.spec() if curve is not None else None,
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
-        text, command = token_text(run, lm), run_command(run)
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}
-        live = LiveRun(run, lm, drawing, command, text, curve)
+        live = LiveRun(run, lm, drawing, run_command(run), token_text(run, lm), curve)
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
@@ -127,14 +125,13 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         trace = yield from _stream(live, beside.paced(traces) if beside else traces, pace, control, known)
         if trace is None:  # stopped before the first token (``_stream`` cleared the notice)
             return
-        stopped = stop()
-        if beside is not None and not stopped:
+        if beside is not None and not stop():
             yield numbers(run, curve, MEASURING)
             known = beside.finish()
-        known, speedup = run_speedup(run.traces, config.method, known, stopped)
+        known, speedup = run_speedup(run.traces, config.method, known, stop())
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
-        yield {**numbers(run, curve, speedup), "run": run, "command": command, "ar_clock": clock,
+        yield {**numbers(run, curve, speedup), "run": run, "command": live.command, "ar_clock": clock,
                "lesson": what_is_it(curve, lm.precision)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
