@@ -216,6 +216,31 @@ def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
     assert cached_cost_curve(model, cache_dir=tmp_path) == clean and load_cost_curve(str(file)) == clean
 
 
+def test_a_curve_flagged_twice_alike_is_this_machines_own_and_cached(demo_lm, tmp_path, monkeypatch):
+    """Seen on an idle AVX2 machine: SmolLM2 fp32's T(7) read 216 ms above T(8)'s 167, in both measurements, so the
+    curve was never cached and each start measured it twice (a minute).  Two flagged measurements that agree within
+    ``AGREE_REL`` at every size are the machine's own curve: cached, and read back."""
+    from engine.product import cost_cache as cost
+
+    model = demo_lm.model
+    kernel = _sized(model, lambda n: 216.0 if n == 7 else 100.0 + n)
+    alike = _sized(model, lambda n: 210.0 if n == 7 else 102.0 + n)
+    busier = _sized(model, lambda n: 216.0 if n == 7 else 160.0 + n)
+    given = []
+    monkeypatch.setattr(cost, "measure_cost_curve", lambda model, path=None: given.pop(0))
+    monkeypatch.setattr(cost, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(cost, "_loaded", {})
+    given[:] = [kernel, alike]
+    assert cached_cost_curve(model, cache_dir=tmp_path) == kernel and not given
+    (file,) = tmp_path.glob("cost/*.json")
+    cost._loaded.clear()
+    assert cost.known_cost_curve(model, tmp_path) == kernel  # read back at the next start
+    file.unlink()
+    cost._loaded.clear()
+    given[:] = [kernel, busier]  # flagged twice, not alike: load, as before
+    assert cached_cost_curve(model, cache_dir=tmp_path) == kernel and not list(tmp_path.glob("cost/*.json"))
+
+
 def test_the_refined_curve_converges_to_observed_times():
     """A prior measured on a busy machine (2x too slow) meets a run's forwards: where 5 or more forwards of a size
     disagree beyond the noise band, the curve takes their median; sizes between are the prior scaled by the ratio
