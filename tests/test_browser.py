@@ -255,7 +255,8 @@ def test_speedup_appears_beside_tau_after_a_run(page_url, browser):
     speedup = page.locator("#big-numbers #speedup")
     page.wait_for_function("() => /\\d×/.test(document.querySelector('#big-numbers #speedup')?.innerText || '')",
                            timeout=60_000)  # greyed ("–", "measuring…") until AR is timed
-    assert "AR timed here" in speedup.inner_text() and "AR timed on this device" in speedup.get_attribute("title")
+    assert "AR timed beside the run" in speedup.inner_text()
+    assert "AR timed step for step beside this run" in speedup.get_attribute("title")
     tau = page.locator("#big-numbers", has_text="τ — tokens").bounding_box()
     box = speedup.bounding_box()
     assert box and tau and box["y"] < tau["y"] + tau["height"] and box["height"] < 200  # in the same row as τ
