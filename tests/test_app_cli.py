@@ -185,7 +185,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
                   for k in range(len(updates[-1]))]  # the last frames set only some components
         text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson, *_ = latest
         assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.product.generate")
-        assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed after the run
+        assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed beside the run
         # the scrubber on the last cycle, the sentence about it, and the stats counting the same cycles
         assert isinstance(scrubber, int) and scrubber >= 1, scrubber
         assert f"(prefill + {scrubber} cycle" in stats, (scrubber, stats)
