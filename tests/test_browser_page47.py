@@ -15,21 +15,11 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     open_accordion,
     open_page,
     pick_preset,
-    serve,
     set_number,
 )
-from test_browser_truth import HOVERS, PHONE, run_to_end
+from test_browser_truth import HOVERS, PHONE, run_to_end, truth_page  # noqa: F401 - truth_page: the fixture
 
 pytestmark = pytest.mark.full  # the quick tier's one browser test is test_browser.py's first-click test
-
-
-@pytest.fixture(scope="module")
-def page47(demo_lm):
-    """The page on the demo model (fp32)."""
-    demo_lm.warm_up()
-    demo, url = serve(demo_lm)
-    yield url
-    demo.close()
 
 
 def cycles_run(page) -> int:
@@ -37,10 +27,10 @@ def cycles_run(page) -> int:
 
 
 @pytest.mark.parametrize("viewport", [SCREEN, PHONE], ids=["1280x800", "390x844"])
-def test_2_a_cycle_number_out_of_range_is_clamped_with_a_sentence_and_the_tree_stays(page47, browser, viewport):
+def test_2_a_cycle_number_out_of_range_is_clamped_with_a_sentence_and_the_tree_stays(truth_page, browser, viewport):
     """Finding 2: typing 999 (or -4) in the Cycle box gave a red toast, an "Error" badge in place of the tree and
     over its sentence.  Now the nearest cycle is shown, with one sentence saying there is no such cycle."""
-    page = open_page(browser, page47, viewport)
+    page = open_page(browser, truth_page, viewport)
     run_to_end(page)
     last, number = cycles_run(page), page.locator("#cycle-scrubber input[type=number]")
     for typed, shown in (("999", last), ("-4", 0)):
@@ -73,12 +63,12 @@ CHART_COLOURS = """() => [...document.querySelectorAll('.js-plotly-plot')].filte
           paper: getComputedStyle(svg).backgroundColor, text: text ? getComputedStyle(text).fill : null}; })"""
 
 
-def test_9_smaller_every_number_kept_in_range_the_production_table_roomy_dark_charts(page47, browser):
+def test_9_smaller_every_number_kept_in_range_the_production_table_roomy_dark_charts(truth_page, browser):
     """Finding 9: Race length 999 and Slow motion 50 stayed in their boxes with no word; B = 2.5 was accepted;
     the Sweep took B up to 1024 while the slider stops at 128; the production section sat in the narrow column
     (its table squeezed, its header without the arrow the others have); in dark mode the speed chart kept plotly's
     light plot area."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     open_accordion(page, "Run and display")
     set_number(page, "Slow motion (s pause per cycle)", 0.5)
     typed(page, "Slow motion (s pause per cycle)", "50", "2", "Slow motion (s pause per cycle) = 50 is above")
@@ -111,11 +101,11 @@ def test_9_smaller_every_number_kept_in_range_the_production_table_roomy_dark_ch
     page.close()
 
 
-def test_8_the_theory_panel_compares_like_with_like(page47, browser):
+def test_8_the_theory_panel_compares_like_with_like(truth_page, browser):
     """Finding 8: "measured τ 1.66", "Eq. 1 bound for cycle 76's shape … 2.53", then "correlated acceptances in
     real text make the measured τ exceed it".  Now the panel sets the tree cycles' own τ beside the bound's mean
     over the same cycles, and its sentence says which side the run is on, as the numbers do."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     run_to_end(page)
     open_accordion(page, "Theory: Proposition 1's expected yield vs the measured τ")
     theory = page.locator("#theory")
@@ -129,7 +119,7 @@ def test_8_the_theory_panel_compares_like_with_like(page47, browser):
     page.close()
 
 
-def test_5_every_divergence_shown_is_attributed(page47, browser, monkeypatch):
+def test_5_every_divergence_shown_is_attributed(truth_page, browser, monkeypatch):
     """Finding 5: "How to read this" promised AR's text token for token in every precision, and every Sweep point
     that parted was a red ✖ with no word on tie or bug.  Now the help names precision ties, and a sweep run that
     parts is attributed in the sentence, the table and the point (here a run made to part by hand: its token is
@@ -148,7 +138,7 @@ def test_5_every_divergence_shown_is_attributed(page47, browser, monkeypatch):
             yield replace(snap, runs=tuple(runs))
 
     monkeypatch.setattr(page_sweep, "run_sweep", parting)
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     open_accordion(page, "How to read this")
     expect(page.locator("body")).to_contain_text("a precision tie, not a bug; the Race and the Sweep say, for every "
                                                  "run that parts, whether it is a tie or a bug")
@@ -163,11 +153,11 @@ def test_5_every_divergence_shown_is_attributed(page47, browser, monkeypatch):
     page.close()
 
 
-def test_4_a_budget_or_r_raised_past_what_was_set_says_so(page47, browser):
+def test_4_a_budget_or_r_raised_past_what_was_set_says_so(truth_page, browser):
     """Finding 4: with B = 16 and a fixed r = 0.9, trees of 52-56 nodes and r 0.99-1.0 on screen, while the serve
     box said "one tree of up to B nodes".  Goose §4.3's confidence schedule raises them on purpose: now the serve
     box says by how much, and the line under a tree whose budget or r was raised names both numbers and why."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     pick_preset(page, "HumanEval/12")
     open_accordion(page, "Method and tree shape")
     set_number(page, "Node budget B (anchor included)", 16)
@@ -202,12 +192,12 @@ def test_4_a_budget_or_r_raised_past_what_was_set_says_so(page47, browser):
 LEGEND = "() => [...document.querySelectorAll('#draft-tree .legendtext')].map(t => t.textContent)"
 
 
-def test_6_every_count_of_pruned_candidates_names_marks_the_legend_names(page47, browser):
+def test_6_every_count_of_pruned_candidates_names_marks_the_legend_names(truth_page, browser):
     """Finding 6: "pruned 44 (the 44 ghosts)" while most were folded into "+9/+5" squares whose legend entry said
     "folded rejected nodes", and "(the 4 ghosts)" where none was drawn.  Now, cycle by cycle with folding on, the
     sentence counts the ghosts drawn (hover: "pruned by GT, never verified") and those in the +N folds, whose
     legend entry names both."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     run_to_end(page)
     number, checked = page.locator("#cycle-scrubber input[type=number]"), 0
     for k in range(1, min(cycles_run(page), 20) + 1):
@@ -261,11 +251,11 @@ CUT_WITH_ROOM = """() => {
 }"""
 
 
-def test_7_a_label_is_whole_where_there_is_room(page47, browser):
+def test_7_a_label_is_whole_where_there_is_room(truth_page, browser):
     """Finding 7: token labels were cut short ("␣rema…", "␣farm…") with free space beside them, even in Full
     screen.  Now a label is cut only where a marker, a label or an edge is next to it on its row, or the plot's
     edge (big trees: B = 128, c = 0, the last cycles)."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     open_accordion(page, "Method and tree shape")
     set_number(page, "Node budget B (anchor included)", 128)
     page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
@@ -282,12 +272,12 @@ def test_7_a_label_is_whole_where_there_is_room(page47, browser):
     page.close()
 
 
-def test_3_on_a_phone_the_tree_scrolls_whole_and_the_speed_chart_keeps_its_title(page47, browser):
+def test_3_on_a_phone_the_tree_scrolls_whole_and_the_speed_chart_keeps_its_title(truth_page, browser):
     """Finding 3: at 390×844 the tree was cut off and could not be scrolled (its 880 px inside 326 px, sideways
     overflow hidden; a swipe zoomed the chart into blank space), its title read "1 token (none" and its legend
     "folded rejecte"; the speed chart's label covered its title.  Now the tree's box scrolls sideways to the tree's
     whole width, where its title and legend end, a swipe is the page's, and the speed chart has no label over it."""
-    page = open_page(browser, page47, PHONE)
+    page = open_page(browser, truth_page, PHONE)
     run_to_end(page)
     box = page.locator("#draft-tree")
     box.scroll_into_view_if_needed()
@@ -308,11 +298,11 @@ def test_3_on_a_phone_the_tree_scrolls_whole_and_the_speed_chart_keeps_its_title
     page.close()
 
 
-def test_1_the_speedup_after_generate_is_timed_beside_ar_and_says_when_it_cannot_tell(page47, browser):
+def test_1_the_speedup_after_generate_is_timed_beside_ar_and_says_when_it_cannot_tell(truth_page, browser):
     """Finding 1: Generate read "0.91× ± 0.53" beside a Race of 1.36× on the same prompt: AR was timed after the
     run, under another load than the run's (the browser drawing it).  Now AR is timed step for step beside the run,
     and where the interval holds 1× the page says "too close to call" and points to the Race instead."""
-    page = open_page(browser, page47)
+    page = open_page(browser, truth_page)
     run_to_end(page)
     cell = page.locator("#big-numbers #speedup")
     expect(cell).to_have_attribute("title", re.compile("AR timed step for step beside this run"))

@@ -25,8 +25,7 @@ from engine.decoding.sampling import make_rows_warper, make_warper
 from engine.product.decoding import make_decoder
 
 #: N_SAMPLES: generations per verifier under --full.  6 000, at least the power check's 5 000 (the lossy verifier fails
-#: there by far), so each verifier is held to a test shown to have power at its size; 20 000 cost CI 28 of its 67
-#: minutes (2 cores, 2026-11-26) for no power the check had shown
+#: there by far), so each verifier is held to a test shown to have power at its size (20 000 took 28 minutes of CI)
 VOCAB, N_TOKENS, N_SAMPLES = 8, 3, 6_000
 #: generations per test in the quick tier (without --full), for the verifier and the power check alike: the lossy
 #: verifier fails by far at this count (p ~ 1e-16 at 500), so the quick test keeps its power; --full: N_SAMPLES

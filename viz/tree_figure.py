@@ -350,7 +350,7 @@ class GhostMarks(NamedTuple):
 def ghost_marks(trace: CycleTrace, show_ghosts: bool = True, show_all: bool = False) -> GhostMarks:
     """How ``tree_figure`` with these switches draws ``trace``'s ghosts (``GhostMarks``), so a sentence that counts
     them names the marks the legend names."""
-    if not show_ghosts:
+    if not trace.ghosts or not show_ghosts:  # nothing to place: no fold computed (light frames ask every second)
         return GhostMarks(0, 0, len(trace.ghosts))
     g = folded_graph(trace, True, show_all)
     drawn = sum(d["kind"] == "ghost" for _, d in g.nodes(data=True))
