@@ -6,8 +6,10 @@
 2. T(n) at the tree-size buckets for each forward path (eager, static and, on CUDA, graphed), interleaved, on a
    random-weight model of SmolLM2-135M's configuration (T(n) does not depend on the weights; SmolLM2's own 93 MB
    file need not travel) in bf16 on CUDA, fp32 on a CPU.
-3. Greedy losslessness in fp32 and AR / Goose tokens per second on the embedded demo model for each path (its
-   real weights: drafts are accepted), and on SmolLM2 when it is already in the cache (``--smollm2``).
+3. AR tokens per second per path on that random-weight model (128 tokens), then greedy losslessness in fp32,
+   AR / Goose tokens per second and Goose's decode speedup against its limit τ·T(1)/T(n̄) on the embedded demo
+   model for each path (its real weights: drafts are accepted), and on SmolLM2 when it is already in the cache
+   (``--smollm2``).
 
 ``--device cpu`` runs the same on a CPU (eager vs static), so the script is checked where no GPU is.  The machine
 needs torch; transformers 5.24, plotly and gguf can come as wheels (docs/deploy.md, "A GPU check").
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -62,9 +65,37 @@ def cost_curves(device: str, rounds: int) -> dict:
             "first_s": {f"{name}/{n}": round(s, 3) for (name, n), s in first.items()}}
 
 
+def shape_ar(device: str, tokens: int) -> dict:
+    """AR tokens per second per path on the random-weight SmolLM2-shaped model (a step's time does not depend on
+    the weights; no EOS is taken, so every run makes ``tokens``), over a 64-token prompt."""
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**SMOLLM2), dtype=dtype).to(device).eval()
+    ids = torch.randint(3, SMOLLM2["vocab_size"], (64,)).tolist()
+    out = {}
+    for name, path in paths_here(model).items():
+        decoder = make_decoder(model, DecodeConfig(method="ar", max_new_tokens=tokens), (), forward=path)
+        list(decoder.generate(ids))  # warm-up: captures, cost curve
+        rates = [decode_rate(list(decoder.generate(ids)))[0] for _ in range(3)]
+        out[name] = round(sorted(rates)[1], 1)
+    return out
+
+
+def decode_rate(traces: list) -> tuple[float, float | None, float | None]:
+    """A run's decode phase (after the prefill's cycle): tokens/s, τ (tokens per decoding forward) and n̄ (mean
+    rows per decoding forward); τ and n̄ None without decoding cycles."""
+    cycles = traces[1:]
+    made = sum(len(c.new_tokens) for c in cycles)
+    rate = made / max(1e-9, traces[-1].elapsed_s - traces[0].elapsed_s)
+    if not cycles:
+        return rate, None, None
+    return rate, made / len(cycles), statistics.fmean(len(c.tree) + len(c.ptd_rows or ()) for c in cycles)
+
+
 def runs(lm, tokens: int) -> dict:
-    """Per path: AR and Goose greedy over ``PROMPT``: tokens per second end to end, the same tokens as
-    ``generate(do_sample=False)`` or not, draft tokens accepted."""
+    """Per path: AR and Goose greedy over ``PROMPT``: tokens per second end to end and in the decode phase, the
+    same tokens as ``generate(do_sample=False)`` or not, draft tokens accepted; for Goose also its decode speedup
+    over AR, its limit τ·T(1)/T(n̄) on the curve it read, and the speedup's share of that limit."""
     ids = lm.encode_prompt(PROMPT, chat=False)
     model = lm.model
     reference = model.generate(torch.tensor([ids], device=model.device), do_sample=False, max_new_tokens=tokens,
@@ -79,8 +110,17 @@ def runs(lm, tokens: int) -> dict:
             traces = list(decoder.generate(ids))
             took = time.perf_counter() - start
             got = [t for c in traces for t in c.new_tokens]
-            out[f"{name}/{method}"] = {"tok_s": round(len(got) / took, 1), "same_as_generate": got == reference,
-                                       "accepted": sum(len(c.accepted) for c in traces)}
+            rate, tau, rows = decode_rate(traces)
+            row = out[f"{name}/{method}"] = {
+                "tok_s": round(len(got) / took, 1), "decode_tok_s": round(rate, 1),
+                "same_as_generate": got == reference, "accepted": sum(len(c.accepted) for c in traces)}
+            if method == "goose" and tau is not None:
+                curve = decoder.cost_curve
+                limit = tau * curve.latency(1) / curve.latency(rows)
+                speedup = rate / out[f"{name}/ar"]["decode_tok_s"]
+                row.update(tau=round(tau, 2), rows=round(rows, 1), decode_speedup=round(speedup, 2),
+                           limit=round(limit, 2), of_limit=round(speedup / limit, 2),
+                           curve_ms={n: curve.latency(n) for n in (1, 8, 32, 64)})
     return out
 
 
@@ -97,13 +137,17 @@ def main(argv=None) -> int:
                     or platform.machine(), "torch": torch.__version__,
                     "transformers": __import__("transformers").__version__}
     if not args.skip_tests:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--full", "tests/test_cuda.py",
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "--full", "tests/test_cuda.py",
                                "tests/test_forward.py"], cwd=ROOT, capture_output=True, text=True)
-        report["tests"] = {"exit": done.returncode, "summary": (done.stdout.strip().splitlines() or [""])[-1]}
+        lines = done.stdout.strip().splitlines() or [""]
+        report["tests"] = {"exit": done.returncode, "summary": lines[-1],
+                           "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))]}
         print("tests:", report["tests"]["summary"], flush=True)
     report["cost_curves"] = cost_curves(args.device, args.rounds)
     for name, row in report["cost_curves"]["ms"].items():
         print(f"T(n) {name}: " + ", ".join(f"{n}: {t:.2f}" for n, t in zip(BUCKETS, row)), flush=True)
+    report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
+    print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
     models = ["demo"] + (["smollm2"] if args.smollm2 else [])
     report["runs"] = {}
     for name in models:

@@ -176,6 +176,24 @@ def test_graph_replay_gives_the_static_paths_tokens_with_one_read_back(demo_cuda
     assert sum(len(t.accepted) for t in traces) > 0, "inconclusive: no draft accepted"
 
 
+def test_a_later_generation_replays_the_graphs_of_an_earlier_one(demo_cuda_fp32, monkeypatch):
+    """The same prompt twice on one graphed path: the second generation captures nothing (the first one's buffers
+    and graphs serve it) and gives the same tokens, with drafts accepted."""
+    from engine.core.graphs import GraphedForward, GraphedPath
+
+    captured = []
+    capture = GraphedForward._capture
+    monkeypatch.setattr(GraphedForward, "_capture", lambda self, rows: captured.append(rows) or capture(self, rows))
+    lm, graphed = demo_cuda_fp32, GraphedPath(demo_cuda_fp32.model)
+    ids = lm.encode_prompt("def fibonacci(n):\n", chat=False)
+    runs = []
+    for _ in range(2):
+        traces = list(make_decoder(lm.model, DecodeConfig.of(max_new_tokens=48), (), forward=graphed).generate(ids))
+        runs.append(([t for c in traces for t in c.new_tokens], len(captured)))
+    assert runs[0][0] == runs[1][0] and runs[1][1] == runs[0][1] > 0
+    assert sum(len(t.accepted) for t in traces) > 0, "inconclusive: no draft accepted"
+
+
 def test_a_failed_capture_runs_that_bucket_without_a_graph(demo_cuda_fp32, monkeypatch, caplog):
     from engine.core.graphs import GraphedPath
     from engine.core.tree import DraftTree

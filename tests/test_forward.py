@@ -3,6 +3,8 @@ padding rows never change an output, a committed path equals a fresh prefill of 
 cache's capacity regrows it.  The compiled path is compiled once per test session, on the demo model."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from conftest import greedy_reference
@@ -15,6 +17,9 @@ from engine.product.decoding import make_decoder
 TR = Source("tr")
 #  0(root)  1  2  3  4  5  6: two branches under the root, a chain of 3 under node 3
 TREE_PARENTS = (None, 0, 0, 0, 3, 2, 4)
+
+#: the page's tests need gradio, which a GPU check machine may lack (docs/deploy.md, "A GPU check")
+needs_gradio = pytest.mark.skipif(importlib.util.find_spec("gradio") is None, reason="gradio is not installed")
 
 
 def _tree(tokens) -> DraftTree:
@@ -70,14 +75,14 @@ def test_static_path_scores_like_the_eager_one_after_a_commit(demo_lm, keep):
 def test_padding_rows_never_change_an_output(demo_lm):
     """A 7-node tree padded to 8 rows: whatever the padding row holds, the tree's rows' logits are bit for bit
     the same (the padding row sees only the committed prefix, and no row sees it)."""
-    from engine.core.forward import StaticForward
-
     model = demo_lm.model
     prompt = demo_lm.encode_prompt("for i in range(10):\n", chat=False)
     tree = _tree([prompt[-1], 11, 12, 13, 14, 15, 16])
     outs = []
     for pad in (0, 1234):
-        forward = StaticForward(model, model, len(prompt) + 16, 8, (8,))
+        path = StaticPath(model)
+        path.buckets = (8,)  # trees padded to 8 rows, the model's own forward
+        forward = path.open(len(prompt) + 16, 8)
         forward.prefill(prompt)
         rows = forward.verify(tree)  # fills the 8-row frame, its padding row with token 0
         ids, pos, mask = forward._frame(8)
@@ -103,6 +108,42 @@ def test_static_cache_regrows_past_its_capacity(demo_lm):
     eager.prefill(prompt + [100 + i % 50 for i in range(capacity - len(prompt) + 3)])
     torch.testing.assert_close(forward.verify(DraftTree.root_only(7)), eager.verify(DraftTree.root_only(7)),
                                atol=1e-4, rtol=1e-4)
+
+
+def test_a_finished_generations_static_buffers_serve_the_next_and_none_running(demo_lm):
+    """The buffers of a forward that is gone go to the next ``open`` that fits (nothing allocated), never while
+    it is in use, and never to a run that needs more room; at most ``SPARES`` wait."""
+    import gc
+
+    path = StaticPath(demo_lm.model)
+    first = path.open(100, 8)
+    kept = first.buffers
+    second = path.open(100, 8)  # the first is still in use: buffers of its own
+    assert second.buffers is not kept
+    del first
+    gc.collect()
+    assert path.open(100, 8).buffers is kept
+    gc.collect()  # that one is gone too: its buffers wait again, beside the second's once it goes
+    del second
+    gc.collect()
+    assert len(path.spares) == 2
+    assert path.open(10 * kept.capacity, 8).buffers not in (kept, *path.spares)
+    for _ in range(3):
+        path.open(100, 8)
+    gc.collect()
+    assert len(path.spares) <= StaticPath.SPARES
+
+
+def test_generations_on_kept_static_buffers_are_lossless(demo_lm):
+    """Three generations on one static path, the later ones on the buffers (stale rows) of the earlier: each gives
+    AR's tokens with drafts accepted."""
+    path = StaticPath(demo_lm.model)
+    for text in ("def fibonacci(n):\n", "for i in range(10):\n    print(i)\n", "def fibonacci(n):\n"):
+        prompt = demo_lm.encode_prompt(text, chat=False)
+        out, accepted = _run(demo_lm, "goose", path, prompt, tokens=40)
+        assert out == greedy_reference(demo_lm.model, prompt, 40)
+        assert accepted > 0, "inconclusive: no draft token was accepted"
+    assert path.spares, "the generations' buffers were not kept"
 
 
 def _run(lm, method, path, prompt, tokens=48):
@@ -179,6 +220,7 @@ def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(de
     assert "29%" in choice.reason
 
 
+@needs_gradio
 def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(demo_lm, monkeypatch):
     from engine.core.forward import StaticPath
     from engine.product import forward_choice
@@ -239,6 +281,7 @@ def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
     return models, order
 
 
+@needs_gradio
 def test_the_page_compiles_its_forward_between_runs_and_then_switches(demo_lm, monkeypatch):
     """A compiled choice is compiled one bucket per engine-thread item: a run queued during bucket 1's compile runs
     (on the eager path) before bucket 2's; after the last bucket every visitor's default takes the compiled path
@@ -250,6 +293,7 @@ def test_the_page_compiles_its_forward_between_runs_and_then_switches(demo_lm, m
     assert models.get(None).forward.name == "compiled" and demo_lm.forward.name == "eager"
 
 
+@needs_gradio
 def test_a_compile_that_fails_between_runs_leaves_the_eager_path(demo_lm, monkeypatch):
     models, order = _compile_between_runs(demo_lm, monkeypatch, fail_at=2)
     assert models.get(None).forward.name == "eager" and ("curve", "compiled") not in order

@@ -3,7 +3,8 @@
 Every forward loop of the project goes through it (the decoding loop, the cost curve's measurement, the replay of
 AR's logits for attributing a divergence, the precision's and the thread's timings), so what is timed is what runs.
 A ``ForwardPath`` is a model's way of running it, shared by every generation of that model; ``open`` gives one
-generation its own ``TreeForward`` (its own cache: nothing is shared between generations or users).
+generation its own ``TreeForward`` (its own cache: nothing is shared between generations running at
+once; the static paths hand a finished generation's buffers to the next, ``StaticPath``).
 
 Three paths, one interface (``prefill`` → ``verify`` → ``commit``, the committed ``length``):
 
@@ -28,7 +29,10 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
+import weakref
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 
 import torch
 from transformers import StaticCache
@@ -168,53 +172,90 @@ def static_problem(model) -> str | None:
     return None
 
 
-class StaticForward(TreeForward):
-    """``TreeForward`` over transformers' ``StaticCache``: fixed buffers sized to the run, trees padded to a bucket
-    when ``buckets`` is given (the compiled path), the forward run by ``step`` (the model, or its compiled form).
+@dataclass
+class StaticBuffers:
+    """A static forward's device state, kept past its generation for the next one (``StaticPath.open``).
 
-    The cache's slots: 0 .. length - 1 committed; a verified tree's rows (padding included) at length ..
-    length + rows - 1; beyond that, rows of earlier trees, never attended (the mask).  transformers' ``StaticLayer``
-    writes each forward's rows at its ``cumulative_length``, set to ``length`` before each forward.
+    Attributes:
+        cache: transformers' ``StaticCache``, ``capacity`` slots per layer, initialised.
+        capacity: slots (tokens), a multiple of ``CAPACITY_STEP``.
+        frames: rows -> the persistent inputs of a forward of that many rows (``StaticForward._frame``).
+        graphs: rows -> the CUDA graph captured on this cache and frame, and its logits buffer (None: the capture
+            failed); only the graphed path (``engine.core.graphs``) fills it.
     """
 
-    def __init__(self, model, step, max_length: int, max_rows: int, buckets: tuple[int, ...] | None) -> None:
-        self.model, self.step, self.buckets = model, step, buckets
-        self.compiled = step is not model  # a compiled step: every size it sees that may vary is marked dynamic
-        self.device, self.dtype = torch.device(model.device), model.dtype
+    cache: StaticCache
+    capacity: int
+    frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)
+
+
+class StaticForward(TreeForward):
+    """``TreeForward`` over transformers' ``StaticCache``: fixed buffers sized to the run, trees padded to a bucket
+    when the path has ``buckets`` (the compiled and graphed paths), the forward run by the path's ``step`` (the
+    model, or its compiled form).
+
+    The cache's slots: 0 .. length - 1 committed; a verified tree's rows (padding included) at length ..
+    length + rows - 1; beyond that, rows of earlier trees (or of an earlier generation, when the buffers were
+    kept: ``StaticPath.open``), never attended (the mask).  transformers' ``StaticLayer`` writes each forward's rows
+    at its ``cumulative_length``, set to ``length`` before each forward.
+    """
+
+    def __init__(self, path: StaticPath, max_length: int, max_rows: int) -> None:
+        self.model, self.step, self.buckets = path.model, path.step, path.buckets
+        self.compiled = self.step is not self.model  # a compiled step: every size that may vary is marked dynamic
+        self.device, self.dtype = torch.device(self.model.device), self.model.dtype
         self.length = 0
         self._rows = 0  # rows (padding included) of the last verified tree
-        self._allocate(max_length + (bucket(max_rows, buckets) if buckets else max_rows))
+        want = max_length + (bucket(max_rows, self.buckets) if self.buckets else max_rows)
+        self._held = [path.take(want)]  # a finished generation's buffers when large enough, else new ones
+        if self._held[0] is None:
+            self._allocate(want)
+        weakref.finalize(self, path.keep, self._held)  # this generation's buffers serve the next when it is done
+
+    @property
+    def buffers(self) -> StaticBuffers:
+        return self._held[0]
+
+    @property
+    def cache(self) -> StaticCache:
+        return self._held[0].cache
+
+    @property
+    def capacity(self) -> int:
+        return self._held[0].capacity
 
     def _allocate(self, want: int) -> None:
-        """A static cache of at least ``want`` slots (a multiple of ``CAPACITY_STEP``), the committed rows copied."""
+        """A static cache of at least ``want`` slots (a multiple of ``CAPACITY_STEP``), the committed rows copied;
+        new frames (and no graphs) for it."""
         capacity = -(-want // CAPACITY_STEP) * CAPACITY_STEP
         text = self.model.config.get_text_config()
         heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
         cache.early_initialization(1, heads, head_dim, self.dtype, self.device)  # before any (compiled) forward
-        old = getattr(self, "cache", None)
+        old = self._held[0]
         if old is not None:
-            for new_layer, old_layer in zip(cache.layers, old.layers):
+            for new_layer, old_layer in zip(cache.layers, old.cache.layers):
                 new_layer.keys[..., :self.length, :] = old_layer.keys[..., :self.length, :]
                 new_layer.values[..., :self.length, :] = old_layer.values[..., :self.length, :]
         if self.compiled:  # one graph per bucket whatever the run's length (the capacity is symbolic)
             for layer in cache.layers:
                 torch._dynamo.mark_dynamic(layer.keys, 2)
                 torch._dynamo.mark_dynamic(layer.values, 2)
-        self.cache, self.capacity = cache, capacity
-        self._frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # rows -> (ids, pos, mask)
+        self._held[0] = StaticBuffers(cache, capacity)
 
     def _frame(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The persistent inputs of a forward of ``rows`` rows: ids (1, rows) int64, positions (1, rows) int64,
         mask (1, 1, rows, capacity) of the model's dtype."""
-        if rows not in self._frames:
+        frames = self.buffers.frames
+        if rows not in frames:
             mask = torch.zeros(1, 1, rows, self.capacity, dtype=self.dtype, device=self.device)
             if self.compiled:
                 torch._dynamo.mark_dynamic(mask, 3)
-            self._frames[rows] = (torch.zeros(1, rows, dtype=torch.long, device=self.device),
-                                  torch.zeros(1, rows, dtype=torch.long, device=self.device), mask)
-        return self._frames[rows]
+            frames[rows] = (torch.zeros(1, rows, dtype=torch.long, device=self.device),
+                            torch.zeros(1, rows, dtype=torch.long, device=self.device), mask)
+        return frames[rows]
 
     def _seek(self, at: int) -> None:
         """Every layer writes its next rows at slot ``at`` (its ``cumulative_length``)."""
@@ -274,10 +315,19 @@ class StaticForward(TreeForward):
 
 
 class StaticPath(ForwardPath):
-    """``StaticForward`` for every generation, the model's own forward at each tree's size."""
+    """``StaticForward`` for every generation, the model's own forward at each tree's size.
+
+    A generation's buffers (cache, frames, and on the graphed path its CUDA graphs) outlive it: when its forward
+    is gone they wait in ``spares`` (at most ``SPARES``) and the next ``open`` that fits takes them, so a later
+    generation allocates and captures nothing.  Never two generations at once: a forward still in use keeps its
+    buffers.  Stale rows of an earlier generation sit past the committed length and are never attended.
+    """
 
     name = "static"
     buckets: tuple[int, ...] | None = None
+    #: Finished generations' buffers kept for the next: two, as the page runs AR beside a generation (each keeps
+    #: its own); each is one static cache of the model (SmolLM2-135M, 512 slots, fp32: 24 MB).
+    SPARES = 2
 
     def __init__(self, model) -> None:
         super().__init__(model)
@@ -285,9 +335,29 @@ class StaticPath(ForwardPath):
         if problem:
             raise ValueError(f"the static path cannot serve this model: {problem}")
         self.step = model
+        self.spares: list[StaticBuffers] = []
+        self._lock = threading.RLock()  # a forward's finalizer may run on any thread, in a collection inside take
 
     def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
-        return StaticForward(self.model, self.step, max_length, max_rows, self.buckets)
+        return StaticForward(self, max_length, max_rows)
+
+    def take(self, want: int) -> StaticBuffers | None:
+        """The smallest kept buffers of at least ``want`` slots, now this caller's; None when none fits."""
+        with self._lock:
+            fits = [b for b in self.spares if b.capacity >= want]
+            if not fits:
+                return None
+            chosen = min(fits, key=lambda b: b.capacity)
+            self.spares.remove(chosen)
+            return chosen
+
+    def keep(self, held: list) -> None:
+        """A finished forward's buffers (``held[0]``) kept for the next ``open``; the smallest is dropped past
+        ``SPARES``."""
+        with self._lock:
+            self.spares.append(held[0])
+            self.spares.sort(key=lambda b: b.capacity, reverse=True)
+            del self.spares[self.SPARES:]
 
 
 class CompiledPath(StaticPath):

@@ -5,9 +5,11 @@ more host time than device time (SmolLM2-135M on an H100: 19 ms of launches for 
 kernels).  A CUDA graph records the kernels of one forward once and replays them with one launch.  The static path
 (``engine.core.forward``) already keeps every address a forward touches fixed: the static KV cache and the
 per-bucket input frames (token ids, positions, the tree attention mask).  ``GraphedForward`` captures the model's
-forward on those frames the first time a bucket is used (warm-up on a side stream, then capture into the path's
-one memory pool, as SGLang's graph runner and torch's ``make_graphed_callables`` do) and replays it afterwards; a
-cycle only writes the tree's tokens, positions and mask into the frame first.  transformers' ``StaticLayer`` writes
+forward on those frames the first time a bucket is used on them (warm-up on a side stream, then capture into the
+path's one memory pool, as SGLang's graph runner and torch's ``make_graphed_callables`` do) and replays it
+afterwards; a cycle only writes the tree's tokens, positions and mask into the frame first.  The graphs stay with
+the buffers, which a finished generation hands to the next (``StaticPath``): a capture costs 0.12-0.15 s per bucket
+for SmolLM2's shape on an H100, more than all the replays of a short generation.  transformers' ``StaticLayer`` writes
 each forward's rows at its ``cumulative_length`` tensor, which the replay reads where it is, so the write slot
 follows the committed length without recapture.
 
@@ -31,21 +33,20 @@ log = logging.getLogger(__name__)
 
 
 class GraphedForward(StaticForward):
-    """``StaticForward`` whose bucketed forwards replay CUDA graphs captured on this generation's cache.
-
-    Attributes:
-        graphs: rows -> (the captured ``torch.cuda.CUDAGraph``, its (rows, |V|) logits buffer); a bucket whose
-            capture failed maps to None (run eagerly).
+    """``StaticForward`` whose bucketed forwards replay CUDA graphs captured on its buffers' cache and frames; the
+    graphs go with the buffers (``StaticBuffers.graphs``) to the next generation, which replays them without a new
+    capture, and are dropped with them when the cache regrows.
     """
 
     def __init__(self, path: GraphedPath, max_length: int, max_rows: int) -> None:
         self.path = path
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor] | None] = {}
-        super().__init__(path.model, path.model, max_length, max_rows, path.buckets)
+        super().__init__(path, max_length, max_rows)
 
-    def _allocate(self, want: int) -> None:
-        super()._allocate(want)
-        self.graphs = {}  # new buffers: graphs of the old ones are dropped, captured again on use
+    @property
+    def graphs(self) -> dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor] | None]:
+        """rows -> (the captured ``torch.cuda.CUDAGraph``, its (rows, |V|) logits buffer); a bucket whose capture
+        failed maps to None (run without a graph)."""
+        return self.buffers.graphs
 
     def _run(self, step, rows: int) -> torch.Tensor:
         if rows > self.buckets[-1]:  # beyond the largest bucket: no graph
@@ -87,8 +88,9 @@ class GraphedForward(StaticForward):
 
 
 class GraphedPath(StaticPath):
-    """The static path with each bucket's forward captured as a CUDA graph (``GraphedForward``), per generation,
-    lazily, into one memory pool per path.  CUDA only.
+    """The static path with each bucket's forward captured as a CUDA graph (``GraphedForward``), lazily, into one
+    memory pool per path; the graphs stay with their buffers, which a finished generation hands to the next
+    (``StaticPath``), so only a bucket not yet used on them is captured.  CUDA only.
 
     Raises:
         ValueError: the model is not on a CUDA device, or the static path cannot serve it.
