@@ -8,6 +8,8 @@ run).
 """
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -192,6 +194,19 @@ def test_attribution_reads_ars_own_logits(demo_lm):
     assert attribute(lm.model, ids, want, want[:5] + [worst] + want[6:], logits) == found
 
 
+#: model -> (prompt ids, new tokens) -> ``ar_logits``: AR's run is the same for every configuration checked against it
+_AR_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _ar_reference(model, ids: list[int], max_new: int) -> tuple[list[int], torch.Tensor]:
+    """``ar_logits(model, ids, max_new)``, computed once per model and prompt in a test session."""
+    runs = _AR_RUNS.setdefault(model, {})
+    key = (tuple(ids), max_new)
+    if key not in runs:
+        runs[key] = ar_logits(model, ids, max_new)
+    return runs[key]
+
+
 def _bf16_run(lm, prompts, changes: dict, max_new: int,
               cycles=lambda decoder, ids: list(decoder.generate(ids))) -> tuple[int, list[Divergence]]:
     """Accepted draft tokens over ``prompts`` and every divergence from AR, attributed (bf16); ``cycles`` runs
@@ -199,7 +214,7 @@ def _bf16_run(lm, prompts, changes: dict, max_new: int,
     config = DecodeConfig.of(max_new_tokens=max_new, **changes)
     accepted, found = 0, []
     for ids in prompts:
-        want, logits = ar_logits(lm.model, ids, max_new)  # AR's tokens and its own step logits, one run
+        want, logits = _ar_reference(lm.model, ids, max_new)  # AR's tokens and its own step logits
         eos = next((k for k, t in enumerate(want) if t in lm.eos_token_ids), None)
         want = want if eos is None else want[: eos + 1]
         traces = cycles(make_decoder(lm.model, config, lm.eos_token_ids), ids)
@@ -253,11 +268,16 @@ def test_smollm2_bf16_has_no_bugs(smollm2_bf16, name):
     _smollm2_has_no_bugs(smollm2_bf16, name)
 
 
+@pytest.fixture(scope="module")
+def smollm2_q4(smollm2_lm):
+    return load_model("smollm2", device="cpu", dtype="q4")
+
+
 @pytest.mark.full  # SmolLM2 in q4 (a second copy of the model)
 @pytest.mark.parametrize("name", ["default", "method-pld"])
-def test_smollm2_q4_has_no_bugs(smollm2_lm, name):
+def test_smollm2_q4_has_no_bugs(smollm2_q4, name):
     """SmolLM2's GGUF weights are Q4_1: q4 serves its own 4-bit codes; bf16 activations, so ties are attributed."""
-    lm = load_model("smollm2", device="cpu", dtype="q4")
+    lm = smollm2_q4
     assert lm.precision == "q4" and lm.dtype == torch.bfloat16 and lm.describe().endswith("(135M, q4, CPU)")
     _smollm2_has_no_bugs(lm, name)
 
