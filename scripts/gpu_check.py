@@ -120,7 +120,8 @@ def runs(lm, tokens: int) -> dict:
                 speedup = rate / out[f"{name}/ar"]["decode_tok_s"]
                 row.update(tau=round(tau, 2), rows=round(rows, 1), decode_speedup=round(speedup, 2),
                            limit=round(limit, 2), of_limit=round(speedup / limit, 2),
-                           curve_ms={n: curve.latency(n) for n in (1, 8, 32, 64)})
+                           curve_ms=dict(zip(curve.nodes, curve.ms)),  # as measured, before monotone smoothing
+                           curve_spread=dict(zip(curve.nodes, curve.spread or ())))
     return out
 
 
