@@ -172,7 +172,7 @@ def static_problem(model) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # one set of device buffers is itself, never equal to another
 class StaticBuffers:
     """A static forward's device state, kept past its generation for the next one (``StaticPath.open``).
 
