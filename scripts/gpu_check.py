@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -34,9 +33,11 @@ from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 from engine.core.forward import BUCKETS, make_path  # noqa: E402
 from engine.core.graphs import GraphedPath  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
+from engine.product.bench import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.decoding import make_decoder  # noqa: E402
 from engine.product.forward_choice import measure  # noqa: E402
 from engine.product.loading import load_model  # noqa: E402
+from engine.product.metrics import summarize  # noqa: E402
 
 #: SmolLM2-135M-Instruct's architecture (its config.json): what a random-weight model needs to time its T(n).
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -76,20 +77,17 @@ def shape_ar(device: str, tokens: int) -> dict:
     for name, path in paths_here(model).items():
         decoder = make_decoder(model, DecodeConfig(method="ar", max_new_tokens=tokens), (), forward=path)
         list(decoder.generate(ids))  # warm-up: captures, cost curve
-        rates = [decode_rate(list(decoder.generate(ids)))[0] for _ in range(3)]
+        rates = [decode_rate(bench_run(list(decoder.generate(ids)))) for _ in range(3)]
         out[name] = round(sorted(rates)[1], 1)
     return out
 
 
-def decode_rate(traces: list) -> tuple[float, float | None, float | None]:
-    """A run's decode phase (after the prefill's cycle): tokens/s, τ (tokens per decoding forward) and n̄ (mean
-    rows per decoding forward); τ and n̄ None without decoding cycles."""
-    cycles = traces[1:]
-    made = sum(len(c.new_tokens) for c in cycles)
-    rate = made / max(1e-9, traces[-1].elapsed_s - traces[0].elapsed_s)
-    if not cycles:
-        return rate, None, None
-    return rate, made / len(cycles), statistics.fmean(len(c.tree) + len(c.ptd_rows or ()) for c in cycles)
+def bench_run(traces: list) -> dict:
+    """One run as the bench records it (its tokens, seconds, prefill seconds and summary), for the bench's own
+    decode-phase rate and limit (``decode_rate``, ``run_limit``)."""
+    s = summarize(traces)
+    return {"tokens": [t for c in traces for t in c.new_tokens], "seconds": s.seconds, "prefill_s": s.prefill_s,
+            "summary": s}
 
 
 def runs(lm, tokens: int) -> dict:
@@ -109,16 +107,16 @@ def runs(lm, tokens: int) -> dict:
             start = time.perf_counter()
             traces = list(decoder.generate(ids))
             took = time.perf_counter() - start
-            got = [t for c in traces for t in c.new_tokens]
-            rate, tau, rows = decode_rate(traces)
+            run = bench_run(traces)
+            rate, curve = decode_rate(run), decoder.cost_curve
             row = out[f"{name}/{method}"] = {
-                "tok_s": round(len(got) / took, 1), "decode_tok_s": round(rate, 1),
-                "same_as_generate": got == reference, "accepted": sum(len(c.accepted) for c in traces)}
-            if method == "goose" and tau is not None:
-                curve = decoder.cost_curve
-                limit = tau * curve.latency(1) / curve.latency(rows)
+                "tok_s": round(len(run["tokens"]) / took, 1), "decode_tok_s": round(rate, 1),
+                "same_as_generate": run["tokens"] == reference, "accepted": sum(len(c.accepted) for c in traces)}
+            limit = run_limit(run, curve)  # τ·T(1)/T(n̄) of the decode phase; None without decoding cycles
+            if method == "goose" and limit is not None:
                 speedup = rate / out[f"{name}/ar"]["decode_tok_s"]
-                row.update(tau=round(tau, 2), rows=round(rows, 1), decode_speedup=round(speedup, 2),
+                row.update(tau=round(decode_tau(run), 2),
+                           rows=round(run["summary"].mean_forward_rows, 1), decode_speedup=round(speedup, 2),
                            limit=round(limit, 2), of_limit=round(speedup / limit, 2),
                            curve_ms=dict(zip(curve.nodes, curve.ms)),  # as measured, before monotone smoothing
                            curve_spread=dict(zip(curve.nodes, curve.spread or ())))

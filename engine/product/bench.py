@@ -223,7 +223,7 @@ def _rate(run: dict) -> float:
     return len(run["tokens"]) / run["seconds"]
 
 
-def _decode_rate(run: dict) -> float:
+def decode_rate(run: dict) -> float:
     """Decode-phase tokens/s of one run: the tokens after the prefill's first one, over the time after the prefill."""
     return (len(run["tokens"]) - 1) / max(run["seconds"] - run["prefill_s"], 1e-9)
 
@@ -264,7 +264,7 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
     seconds = sum(r["seconds"] for r in runs)
     ratio = lambda rate, refs: statistics.median(rate(r) / rate(a) for r, a in zip(runs, refs))  # noqa: E731
     kinds = [r["divergence"]["kind"] for r in runs if "divergence" in r]
-    decode = [_decode_rate(r) / _decode_rate(a) if min(len(r["tokens"]), len(a["tokens"])) > 1 else None
+    decode = [decode_rate(r) / decode_rate(a) if min(len(r["tokens"]), len(a["tokens"])) > 1 else None
               for r, a in zip(runs, ar_runs)]  # per prompt; None where it or AR wrote one token (no decode phase)
     row = {"method": method, "dataset": dataset, "n_prompts": len(runs), "new_tokens": new_tokens,
            "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(_rate(r) for r in runs),
@@ -272,7 +272,7 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
            "decode_speedup": None if None in decode else statistics.median(decode), "decode_speedups": decode,
            "vs_fp32_ar": ratio(_rate, fp32_runs) if fp32_runs else None,
            "median_prefill_ms": 1000 * statistics.median(r["prefill_s"] for r in runs),
-           "median_decode_tok_per_s": statistics.median(_decode_rate(r) for r in runs),
+           "median_decode_tok_per_s": statistics.median(decode_rate(r) for r in runs),
            "same_text_as_ar": sum(r["tokens"] == a["tokens"] for r, a in zip(runs, ar_runs)),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
@@ -310,8 +310,8 @@ def _add_limits(row: dict, runs: list[dict], ar_runs: list[dict], curve: CostCur
     if cycles:
         tau_decode = (row["new_tokens"] - len(runs)) / cycles  # tokens after each prefill per decoding forward
         row["limit"] = _limit(tau_decode, row["mean_forward_rows"], curve)
-        prompts = [{"decode_speedup": _decode_rate(r) / _decode_rate(a) if len(r["tokens"]) > 1 else None,
-                    "tau": _decode_tau(r), "rows": r["summary"].mean_forward_rows, "limit": run_limit(r, curve)}
+        prompts = [{"decode_speedup": decode_rate(r) / decode_rate(a) if len(r["tokens"]) > 1 else None,
+                    "tau": decode_tau(r), "rows": r["summary"].mean_forward_rows, "limit": run_limit(r, curve)}
                    for r, a in zip(runs, ar_runs)]
         row["prompts"] = prompts
         if row["decode_speedup"] is not None and all(p["limit"] for p in prompts):
@@ -347,7 +347,7 @@ def head_to_head(rows: list[dict], reference: str = "goose") -> list[dict]:
 def run_limit(run: dict, curve: CostCurve) -> float | None:
     """One run's decode-phase limit τ·T(1)/T(n̄) on ``curve`` (τ: tokens after the prefill's first per decoding
     forward; n̄: its mean rows per forward); None for a run without decoding cycles."""
-    tau = _decode_tau(run)
+    tau = decode_tau(run)
     return _limit(tau, run["summary"].mean_forward_rows, curve) if tau is not None else None
 
 
@@ -356,7 +356,7 @@ def _limit(tau: float, rows: float, curve: CostCurve) -> float:
     return tau * curve.latency(1) / curve.latency(rows)
 
 
-def _decode_tau(run: dict) -> float | None:
+def decode_tau(run: dict) -> float | None:
     """Tokens after the prefill's first per decoding forward (None without decoding cycles)."""
     cycles = run["summary"].cycles
     return (len(run["tokens"]) - 1) / cycles if cycles else None
