@@ -10,7 +10,7 @@ and the words about a run are ``viz/``; the engine and its policies ``engine/``.
 passes (Generate, Race, Sweep, Re-measure) are wired through ``gpu_handler``: on a ZeroGPU Space under
 ``spaces.GPU``, which gives each call a GPU (``ZERO_GPU``, ``place_models``; GPU allowances such as
 ``generate_gpu_seconds``); elsewhere on the page's one engine thread, which also loads the start model
-(``engine/product/engine_thread.py``: torch runs at full speed there, not on the web server's pool threads).
+(``engine/product/models/engine_thread.py``: torch runs at full speed there, not on the web server's pool threads).
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ except ImportError:  # not installed: the handlers run as they are
 
 import gradio as gr
 
-from engine.product.engine_thread import EngineThread
-from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, add_model_options, load_model, tqdm_progress
-from engine.product.trace_io import MAX_BYTES
+from engine.product.io.options import add_model_options
+from engine.product.io.traces import MAX_BYTES
+from engine.product.models.engine_thread import EngineThread
+from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, load_model, tqdm_progress
 from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
 from page.startup import MEASURING, provisional_dtype, settle
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(message)s")  # the start-up steps (precision, cost curve) on the console
     for layer in ("engine", "page"):
         logging.getLogger(layer).setLevel(logging.INFO)
-    engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/engine_thread.py)
+    engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/models/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
         lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype)  # eager path

@@ -6,7 +6,7 @@
 * a handler returns (or yields, to stream) a dict keyed by component name, holding only what it sets.
 
 Per-user data (the recorded run, the chosen model, the Stop request, an own cost curve) lives in ``gr.State``; loaded
-weights are shared read-only through ``engine.product.loading.ModelRegistry``.
+weights are shared read-only through ``engine.product.models.loading.ModelRegistry``.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import gradio as gr
 
-from engine.product.page_settings import PageSettings
-from engine.product.policy import AR_CLOCK_ENTRIES
-from engine.product.run import ArTiming
+from engine.product.runs.run import ArTiming
 from engine.sources import SourceMemory
+from page.policy import AR_CLOCK_ENTRIES
+from page.settings import PageSettings
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Session:
     Stop request (``control``, ``{"stop": bool}``: Stop sets it while a run reads it), their own re-measured
     cost curve (``curve``, None = the shared one) and what draft sources keep across their requests
     (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept) and AR's timings on the
-    prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.product.run.ArTiming``: the speedup beside τ; None =
+    prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.product.runs.run.ArTiming``: the speedup beside τ; None =
     none)."""
 
     model_key: Any = None

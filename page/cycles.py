@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine.product.loading import ModelRegistry
-from engine.product.run import Run
+from engine.product.models.loading import ModelRegistry
+from engine.product.runs.run import Run
 from page.contract import Drawing, Session
 from page.frames import cycle_views, paused, token_text
 from viz.frame_text import marked_output

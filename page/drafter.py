@@ -6,8 +6,8 @@ from dataclasses import replace
 import gradio as gr
 
 from engine.decoding.config import ConfigError, DecodeConfig
-from engine.product.deploy import drafter_text, serving_text
-from engine.product.page_settings import PageSettings
+from engine.product.io.deploy import drafter_text, serving_text
+from page.settings import PageSettings
 
 #: Said in the drafter box when the method has no drafter settings of its own.
 NO_DRAFTER = "Goose and Iso(k) mix the sources ticked below, AR drafts nothing: pick a single-source method (PLD, an " \

@@ -6,8 +6,7 @@ from functools import wraps
 
 import gradio as gr
 
-from engine.product.loading import ModelRegistry
-from engine.product.page_settings import RANGES
+from engine.product.models.loading import ModelRegistry
 from page.contract import Drawing, Endpoint, Page, wire
 from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step_through
 from page.drafter import method_fields, serve_fields
@@ -17,6 +16,7 @@ from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model
 from page.presets import preset_fields
 from page.production import PRODUCTION_OUT, compare_production, import_production
 from page.race import RACE_OUT, race
+from page.settings import RANGES
 from page.static import FULLSCREEN, TOGGLE_DARK
 from page.sweep import SWEEP_OUT, open_sweep_run, sweep
 from page.traces import IMPORT_OUT, export_trace, import_trace

@@ -8,13 +8,13 @@ import gradio as gr
 
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurveError, load_cost_curve
-from engine.product.cost_cache import curve_key
-from engine.product.generate import command_line
-from engine.product.loading import LoadedModel, ModelRegistry
-from engine.product.metrics import summarize
-from engine.product.page_settings import PageSettings, bring_inside
-from engine.product.run import Run, Speedup, ar_steps_per_forward
+from engine.product.io.options import command_line
+from engine.product.models.cost_cache import curve_key
+from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.runs.metrics import summarize
+from engine.product.runs.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing
+from page.settings import PageSettings, bring_inside
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
 from viz.frame_text import cycle_line, stats_line
 from viz.tree_figure import GhostMarks, ghost_marks, tree_figure
@@ -110,7 +110,7 @@ def or_skip(value):
 
 
 def run_command(run: Run) -> str:
-    """The command that reproduces ``run`` (``engine.product.generate.command_line``): its config, prompt format, the
+    """The command that reproduces ``run`` (``engine.product.io.options.command_line``): its config, prompt format, the
     prompt itself (so it needs no other file) and the cost curve it read; or why its settings do not make a
     config here (a trace from another version)."""
     try:

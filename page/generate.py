@@ -9,12 +9,10 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.cost_cache import cached_cost_curve, refine_cost_curve
-from engine.product.decoding import make_decoder
-from engine.product.loading import LoadedModel, ModelRegistry
-from engine.product.page_settings import PageSettings
-from engine.product.policy import ArBeside, ar_timing_due, run_speedup
-from engine.product.run import MEASURING, ArTiming, Run, Speedup
+from engine.product.models.cost_cache import cached_cost_curve, refine_cost_curve
+from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup
 from page.contract import Drawing, Session
 from page.frames import (
     ar_key,
@@ -27,6 +25,8 @@ from page.frames import (
     session_curve,
     token_text,
 )
+from page.policy import ArBeside, ar_timing_due, run_speedup
+from page.settings import PageSettings
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.lesson import what_is_it
@@ -96,7 +96,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
 
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
-    AR timed step for step beside the run, under the same load (``engine.product.policy.ArBeside``; not part of the
+    AR timed step for step beside the run, under the same load (``page.policy.ArBeside``; not part of the
     run's engine time), kept in ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's
     cost sentence reads it too."""
     control = session.start()

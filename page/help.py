@@ -32,5 +32,5 @@ HOW_TO_READ = f"""
   the distribution of plain AR sampling.
 * **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
   tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
-  text; click a point to open its run in the tree viewer (`python -m engine.product.sweep` sweeps from a shell).
+  text; click a point to open its run in the tree viewer (`python -m cli.sweep` sweeps from a shell).
 """

@@ -6,11 +6,9 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from engine.decoding.config import METHODS
-from engine.product.cost_cache import known_cost_curve
-from engine.product.deploy import serving_text
-from engine.product.loading import LoadedModel, ModelRegistry
-from engine.product.page_settings import RANGES
-from engine.product.policy import RACE_SECONDS
+from engine.product.io.deploy import serving_text
+from engine.product.models.cost_cache import known_cost_curve
+from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.sources import REGISTRY, SourceMemory
 from page.contract import Drawing, Endpoint, Page, wire
 from page.drafter import NO_DRAFTER
@@ -18,7 +16,9 @@ from page.events import wire_events
 from page.frames import INITIAL, VIEW_RANGES
 from page.help import HOW_TO_READ
 from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, using_words
+from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
+from page.settings import RANGES
 from page.static import SWEEP_POINT_CLICKS
 from page.sweep import SWEEP_CHOICES
 from viz.charts import cost_figure, cost_figure_pending
@@ -49,7 +49,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
     first, page = models.get(None), Page()
     with gr.Blocks(title="goose-lens") as demo:
         _header(page, first, options.notice)
-        page.run = gr.State(None)  # the visitor's last run (engine.product.run.Run)
+        page.run = gr.State(None)  # the visitor's last run (engine.product.runs.run.Run)
         page.model_key = gr.State(None)  # None = the default model
         page.control = gr.State({"stop": False})  # this visitor's Stop request (deep-copied per session)
         page.curve = gr.State(None)  # this visitor's own re-measured cost curve (None: the shared one)

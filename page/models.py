@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import gradio as gr
 import torch
 
-from engine.product.cost_cache import known_cost_curve, measure_cost_curve
-from engine.product.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
-from engine.product.models import DEMO_NAMES, NAMED, SMOLLM2
-from engine.product.page_settings import RANGES
+from engine.product.models.cost_cache import known_cost_curve, measure_cost_curve
+from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
+from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
 from page.frames import session_curve
+from page.settings import RANGES
 from page.zerogpu import ZERO_GPU, zero_gpu_refusal
 from viz.charts import cost_figure, cost_figure_pending
 from viz.lesson import what_is_it

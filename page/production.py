@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.product.production import ProductionError, from_traces, read_production
+from engine.product.io.production import ProductionError, from_traces, read_production
 from page.frames import problem
 from viz.frame_text import METHOD_LABELS
 from viz.production import production_figure, production_words

@@ -5,16 +5,16 @@ import time
 from collections.abc import Iterator
 
 from engine.decoding.config import ConfigError
-from engine.product.cost_cache import cached_cost_curve
-from engine.product.decoding import make_decoder
-from engine.product.loading import LoadedModel, ModelRegistry
-from engine.product.lossless import attribute
-from engine.product.page_settings import PageSettings
-from engine.product.policy import race_predicted_s
-from engine.product.race import Pacer, Race
-from engine.product.run import ArTiming
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.lossless import attribute
+from engine.product.runs.race import Pacer, Race
+from engine.product.runs.run import ArTiming
 from page.contract import Session
 from page.frames import ar_key, paused, problem, session_curve
+from page.policy import race_predicted_s
+from page.settings import PageSettings
 from viz.explain import race_board
 from viz.frame_text import METHOD_LABELS
 
@@ -25,13 +25,13 @@ RACE_EVERY_S = 0.2  # the board redraws at most this often in real time: its clo
 
 def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
          models: ModelRegistry) -> Iterator[dict]:
-    """AR vs the chosen method on one device and a shared clock (``engine.product.race``): stream both texts and the
-    board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
+    """AR vs the chosen method on one device and a shared clock (``engine.product.runs.race``): stream both texts and
+    the board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
     progress (tokens / max new tokens).
 
-    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.product.race.Pacer``: the race's
-    engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board counts
-    engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
+    ``race_seconds`` plays the race over about that many seconds of wall time (``engine.product.runs.race.Pacer``:
+    the race's engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board
+    counts engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
     race ends with two different outputs, the board says where they part and both logits there
     (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing for the prompt (``ar_clock``),
     so a later Generate of the same prompt shows its speedup without timing AR again.
@@ -85,9 +85,10 @@ def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, rac
 
 def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
                  sampling: bool = False) -> str:
-    """Where the race's two outputs part, for the board: ``engine.product.lossless.attribute`` reads both tokens' logits
-    off AR's own one-token step there (a precision tie in half precision, else a bug); "" when they agree.  Sampled
-    outputs are two draws from the same distribution, so they may differ anywhere: said so, nothing attributed."""
+    """Where the race's two outputs part, for the board: ``engine.product.runs.lossless.attribute`` reads both tokens'
+    logits off AR's own one-token step there (a precision tie in half precision, else a bug); "" when they agree.
+    Sampled outputs are two draws from the same distribution, so they may differ anywhere: said so, nothing
+    attributed."""
     if list(ar_tokens) == list(spec_tokens):
         return ""
     if sampling:

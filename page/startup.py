@@ -1,7 +1,7 @@
 """A cold start: the page answers first, and measures this machine once it is up.
 
-On a CPU, dtype "auto" measures which precision verifies trees fastest (``engine.product.precision``, ~10 s on 2
-cores) and the cost curve the GT principle sizes trees by (``engine.product.cost_cache``, ~7 s); both are cached
+On a CPU, dtype "auto" measures which precision verifies trees fastest (``engine.product.models.precision``, ~10 s on 2
+cores) and the cost curve the GT principle sizes trees by (``engine.product.models.cost_cache``, ~7 s); both are cached
 per machine and model.  On a machine that has neither yet (a fresh clone, a restarted Space), the start model loads
 in fp32, the exact mode (``provisional_dtype``), the page goes up, and ``settle`` then measures on the engine
 thread: the measured precision's model becomes every visitor's default (unless fp32 won), then its cost curve is
@@ -14,9 +14,16 @@ import logging
 import threading
 from dataclasses import replace
 
-from engine.product import forward_choice, precision
-from engine.product.cost_cache import cached_cost_curve
-from engine.product.loading import LoadedModel, ModelLoadError, ModelRegistry, load_model, resolve, resolve_device
+from engine.product.models import forward_choice, precision
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import (
+    LoadedModel,
+    ModelLoadError,
+    ModelRegistry,
+    load_model,
+    resolve,
+    resolve_device,
+)
 
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode

@@ -14,7 +14,7 @@ def asset(name: str) -> str:
 CSS = asset("page.css") + "\n"
 TOGGLE_DARK = asset("toggle_dark.js")
 #: a click on a point of the sweep figure opens its run: each point's customdata is its run's place in the sweep
-#: (``engine.product.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
+#: (``cli.sweep.SweepRun.index``), which is also its place in the "Open a run" radio, so the click picks that
 #: choice as a user would (the radio's own event opens the run).  Plotly's click event lives on the figure's div,
 #: which gradio replaces when a new figure comes, so the binding is re-checked every 0.4 s (a flag on the div's
 #: event hub, which a replot drops with its listeners).

@@ -7,19 +7,18 @@ from dataclasses import dataclass
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.cost_cache import cached_cost_curve
-from engine.product.loading import ModelRegistry
-from engine.product.page_settings import RANGES, PageSettings
-from engine.product.run import Run, Speedup
-from engine.product.sweep import PARAMETERS, Sweep, SweepSpec, markdown_table, run_sweep
-from engine.product.sweep import summary as sweep_summary
-from engine.product.sweep_figure import sweep_figure
-from engine.product.sweep_runs import Attributions
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import ModelRegistry
+from engine.product.runs.run import Run, Speedup
+from engine.product.runs.sweep import PARAMETERS, Attributions, Sweep, SweepSpec, markdown_table, run_sweep
+from engine.product.runs.sweep import summary as sweep_summary
 from page.contract import Drawing, Session
 from page.frames import cycle_views, numbers, problem, run_command, session_curve, token_text
+from page.settings import RANGES, PageSettings
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.frame_text import marked_output
+from viz.sweep_figure import sweep_figure
 
 SWEEP_OUT = ("sweep_plot", "sweep_status", "sweep_state", "sweep_open")
 SWEEP_CHOICES = [(f"{info.what} ({name})", name) for name, info in PARAMETERS.items()]
@@ -36,7 +35,7 @@ class SweepOnPage:
 
 def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = Session(), *,
           models: ModelRegistry) -> Iterator[dict]:
-    """Sweep: the prompt once per value of one parameter (``engine.product.sweep.run_sweep``: AR timed once, every run
+    """Sweep: the prompt once per value of one parameter (``cli.sweep.run_sweep``: AR timed once, every run
     on one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
     tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
     and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the

@@ -9,9 +9,9 @@ from pathlib import Path
 import gradio as gr
 
 from engine.decoding.cost import CostCurveError, load_cost_curve
-from engine.product.loading import ModelRegistry
-from engine.product.run import Run, Speedup
-from engine.product.trace_io import MAX_BYTES, TraceFormatError
+from engine.product.io.traces import MAX_BYTES, TraceFormatError
+from engine.product.models.loading import ModelRegistry
+from engine.product.runs.run import Run, Speedup
 from page.contract import Drawing
 from page.frames import cycle_views, numbers, problem, run_command, token_text
 from page.generate import GENERATE_OUT

@@ -14,9 +14,9 @@ try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU a
 except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
-from engine.product.cost_cache import cached_cost_curve
-from engine.product.engine_thread import EngineThread
-from engine.product.loading import (
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.engine_thread import EngineThread
+from engine.product.models.loading import (
     LoadedModel,
     ModelLoadError,
     ModelRegistry,
@@ -27,9 +27,9 @@ from engine.product.loading import (
     sentence,
     tqdm_progress,
 )
-from engine.product.page_settings import PageSettings
-from engine.product.policy import AR_TIMING_TOKENS
 from page.contract import Session
+from page.policy import AR_TIMING_TOKENS
+from page.settings import PageSettings
 
 #: A ZeroGPU Space: ``spaces`` is installed and the Space's runtime sets ``SPACES_ZERO_GPU`` (read as spaces/config.py
 #: reads it).  There this process never has a GPU: ``spaces.GPU`` runs each call in a worker process forked from it,
@@ -102,7 +102,8 @@ def gpu_handler(handler, models: ModelRegistry, duration, zero_gpu: bool = ZERO_
     with ``zero_gpu`` a streaming handler gets ``_relayed`` for it (the visitor's memory and their Stop request).
 
     Without ``zero_gpu`` the handler runs on the registry's engine thread (``models.engine``, see
-    ``engine/product/engine_thread.py``: torch on a web server's pool threads runs at up to half speed), its frames
+    ``engine/product/models/engine_thread.py``: torch on a web server's pool threads runs at up to half speed), its
+    frames
     relayed to the server's thread as they come, the ones the page has not taken yet merged into the newest;
     ``on_gpu`` returns the bound handler itself there (``spaces.GPU`` is effect-free off ZeroGPU).  The result keeps
     ``handler``'s name and signature (``wire`` reads them) and takes its arguments by keyword.
@@ -187,7 +188,8 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
     worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``);
-    then one GPU call warms each up and measures its cost curve into the disk cache (``engine.product.cost_cache``),
+    then one GPU call warms each up and measures its cost curve into the disk cache
+    (``engine.product.models.cost_cache``),
     which this process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
     """
     if not zero_gpu:

@@ -30,14 +30,14 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
+from cli.bench import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.core.forward import BUCKETS, make_path  # noqa: E402
 from engine.core.graphs import GraphedPath  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
-from engine.product.bench import decode_rate, decode_tau, run_limit  # noqa: E402
-from engine.product.decoding import make_decoder  # noqa: E402
-from engine.product.forward_choice import measure  # noqa: E402
-from engine.product.loading import load_model  # noqa: E402
-from engine.product.metrics import summarize  # noqa: E402
+from engine.product.models.forward_choice import measure  # noqa: E402
+from engine.product.models.loading import load_model  # noqa: E402
+from engine.product.runs.decoder import make_decoder  # noqa: E402
+from engine.product.runs.metrics import summarize  # noqa: E402
 
 #: SmolLM2-135M-Instruct's architecture (its config.json): what a random-weight model needs to time its T(n).
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,

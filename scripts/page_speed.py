@@ -5,7 +5,7 @@ engine alone on the same engine thread, round after round (interleaved), medians
     python scripts/page_speed.py [--model smollm2] [--rounds 5]
 
 Both figures are the run's end-to-end tokens/s (prefill included): the page's "Run totals" line, and
-``engine.product.metrics.summarize`` of the engine's own traces.  Needs playwright and Chromium
+``engine.product.runs.metrics.summarize`` of the engine's own traces.  Needs playwright and Chromium
 (``$GOOSE_LENS_CHROMIUM``, else /usr/bin/chromium).  Output on the 2-core machine of the docs: docs/results.md,
 "The page's engine thread".
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import app  # noqa: E402
-from engine.product.decoding import make_decoder  # noqa: E402
-from engine.product.engine_thread import EngineThread  # noqa: E402
-from engine.product.metrics import summarize  # noqa: E402
+from engine.product.models.engine_thread import EngineThread  # noqa: E402
+from engine.product.runs.decoder import make_decoder  # noqa: E402
+from engine.product.runs.metrics import summarize  # noqa: E402
 from page.frames import INITIAL  # noqa: E402
 from page.presets import start_preset  # noqa: E402
 

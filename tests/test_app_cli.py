@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from engine.product.decoding import make_decoder
-from engine.product.loading import ModelLoadError, ModelRegistry, load_model
-from engine.product.reference import greedy_reference
+from engine.product.models.loading import ModelLoadError, ModelRegistry, load_model
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.reference import greedy_reference
 from engine.sources import REGISTRY
 
 ROOT = __import__("conftest").ROOT
@@ -34,7 +34,7 @@ def test_cli_json_with_lossless_check(tmp_path, dtype):
     prompt = tmp_path / "p.txt"
     prompt.write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", encoding="utf-8")
     # the default model (SmolLM2): a load, a cost-curve measurement and the check take minutes on a busy 2-core machine
-    out = subprocess.run([sys.executable, "-m", "engine.product.generate", "--prompt-file", str(prompt),
+    out = subprocess.run([sys.executable, "-m", "cli.generate", "--prompt-file", str(prompt),
                           "--max-new-tokens", "48", "--check-lossless", "--json", "--dtype", dtype],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
@@ -57,7 +57,7 @@ def test_cli_json_with_lossless_check(tmp_path, dtype):
 def test_cli_lossless_check_fails_on_a_bug(monkeypatch, capsys, dtype):
     """A reference that parts from the run by far more than rounding (a token AR would never pick) is a bug in
     every precision: exit status 1, ``lossless`` false, the divergence attributed."""
-    from engine.product import generate
+    from cli import generate
 
     def wrong_reference(model, prompt_ids, max_new_tokens, eos):
         ref = greedy_reference(model, prompt_ids, max_new_tokens, eos)
@@ -81,7 +81,7 @@ def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
     for args in (["--prompt-file", str(empty)], ["--prompt", "x", "--budget", "0"],
                  ["--prompt", "x " * 3000, "--max-new-tokens", "8", "--model", "demo"],  # beyond its context
                  ["--prompt", "x", "--model", str(tmp_path / "missing-model")]):
-        out = subprocess.run([sys.executable, "-m", "engine.product.generate", *args], cwd=ROOT, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "cli.generate", *args], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 2
         assert "error: " in out.stderr and "Traceback" not in out.stderr
@@ -104,7 +104,7 @@ def test_unknown_model_offline_fails_at_once(monkeypatch):
 
     "At once" is checked as what it stands for, not on the clock: the refusal comes before any connection is tried
     and before transformers is asked for the model (whose retries are the 45 s)."""
-    import engine.product.loading as loading
+    import engine.product.models.loading as loading
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert not loading.hub_reachable()
@@ -124,9 +124,9 @@ def test_unknown_model_offline_fails_at_once(monkeypatch):
     assert "no hub is reachable" in message and ".." not in message and "\n" not in message
 
 
-@pytest.mark.parametrize("cli", [["-m", "engine.product.generate", "--prompt", "x"], ["app.py"],
-                                 ["-m", "engine.product.bench", "--limit", "1", "--methods", "ar"],
-                                 ["-m", "engine.product.sweep", "--param", "budget", "--values", "4,8",
+@pytest.mark.parametrize("cli", [["-m", "cli.generate", "--prompt", "x"], ["app.py"],
+                                 ["-m", "cli.bench", "--limit", "1", "--methods", "ar"],
+                                 ["-m", "cli.sweep", "--param", "budget", "--values", "4,8",
                                   "--prompt", "x"]])
 @pytest.mark.full  # four subprocesses (see above)
 def test_every_cli_says_a_bad_model_in_one_line(tmp_path, cli):
@@ -184,7 +184,7 @@ def test_launched_app_streams_cycles_through_the_api(demo_lm):
         latest = [next((value(u[k]) for u in reversed(updates) if value(u[k]) is not None), None)
                   for k in range(len(updates[-1]))]  # the last frames set only some components
         text, tree, speed, stats, scrubber, explanation, big, theory, settings, lesson, *_ = latest
-        assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m engine.product.generate")
+        assert "tokens / s" in big and "Eq. 1" in theory and settings.startswith("python -m cli.generate")
         assert "speedup over AR" in big and "×" in big and "one pass over" in lesson  # AR timed beside the run
         # the scrubber on the last cycle, the sentence about it, and the stats counting the same cycles
         assert isinstance(scrubber, int) and scrubber >= 1, scrubber
@@ -225,9 +225,9 @@ def test_page_settings_check_input_once(demo_lm):
     """The page builds with its API; a bad setting is one message (the same as the CLI's), a good one its ids."""
     import app
     from engine.decoding.config import ConfigError
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
     from page.generate import generate
+    from page.settings import PageSettings
 
     demo = app.build_demo(demo_lm)
     assert demo.title == "goose-lens"
@@ -269,8 +269,8 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
 
     from engine.decoding.config import DecodeConfig
     from engine.decoding.cost import CostCurve
-    from engine.product.generate import build_parser, command_line, config_from_args
-    from engine.product.page_settings import PageSettings
+    from engine.product.io.options import command_line, config_from_args, generate_parser
+    from page.settings import PageSettings
 
     variants = [PageSettings(), PageSettings(method="tr", budget=8, max_depth=3, auto_c=False, gt_threshold=0.123456789,
                                              max_new_tokens=4, bypass=False, auto_r=False, spine_ratio=0.35),
@@ -282,14 +282,14 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
         config = settings.to_config()
         command = command_line(config, model="demo", prompt_format="raw", cost_curve=curve)
         words = shlex.split(command)
-        assert words[:3] == ["python", "-m", "engine.product.generate"] and "#" not in command
-        args = build_parser().parse_args(words[3:])
+        assert words[:3] == ["python", "-m", "cli.generate"] and "#" not in command
+        args = generate_parser().parse_args(words[3:])
         assert config_from_args(args) == config, command
         assert (args.cost_curve == curve.spec()) == (config.gt.threshold == "auto")  # the curve a GT-auto run read
     paper = DecodeConfig.preset("paper", budget=30)
     command = command_line(paper, model="demo")
     assert "--preset paper" in command
-    assert config_from_args(build_parser().parse_args(shlex.split(command)[3:])) == paper
+    assert config_from_args(generate_parser().parse_args(shlex.split(command)[3:])) == paper
     assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig.of(ptd_rows=8), model="demo")
 
 
@@ -298,10 +298,10 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
     from types import SimpleNamespace
 
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
     from page.cycles import jump_to_token, show_cycle
     from page.generate import generate
+    from page.settings import PageSettings
     from viz.explain import TOKEN_COLORS
     from viz.frame_text import SHOWN
 
@@ -331,14 +331,14 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     import json
     import shlex
 
+    from cli import generate as cli
     from engine.decoding.cost import CostCurve
-    from engine.product import generate as cli
-    from engine.product.cost_cache import curve_key
-    from engine.product.loading import ModelRegistry
-    from engine.product.metrics import summarize
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.models.loading import ModelRegistry
+    from engine.product.runs.metrics import summarize
     from page.contract import Session
     from page.generate import generate
+    from page.settings import PageSettings
 
     own = CostCurve((1, 8, 64), (5.0, 9.0, 40.0), key=curve_key(demo_lm.model))  # a visitor's re-measured curve
     settings = PageSettings(prompt=CODE, budget=24, auto_r=False, max_depth=4, max_new_tokens=20, bypass=False,
@@ -358,10 +358,10 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_race_and_model_picker(demo_lm):
     """A greedy race ends tied and times AR for the prompt; a model that cannot load leaves the current one."""
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
     from page.models import load_other_model
     from page.race import race
+    from page.settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     last = frames_of(race, PageSettings(prompt=CODE, max_new_tokens=32), models=models)[-1]
@@ -383,7 +383,7 @@ def test_race_and_model_picker(demo_lm):
 
 
 def test_race_runs_the_lane_with_less_engine_time():
-    from engine.product.race import Race
+    from engine.product.runs.race import Race
 
     def lane(step_s, cycles):  # a decoder whose forwards each take step_s engine seconds
         for k in range(cycles):
@@ -406,7 +406,7 @@ class SimpleTrace:
 
 def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     import app
-    from engine.product.loading import ModelRegistry
+    from engine.product.models.loading import ModelRegistry
     from page.models import ALLOWED_ENV, load_other_model
 
     monkeypatch.setenv("SPACE_ID", "someone/goose-lens")
@@ -429,10 +429,10 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
-    from engine.product.run import Run
+    from engine.product.models.loading import ModelRegistry
+    from engine.product.runs.run import Run
     from page.generate import generate
+    from page.settings import PageSettings
     from page.traces import export_trace, import_trace
 
     models = ModelRegistry(demo_lm)
@@ -448,7 +448,7 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
     assert out["stats"].split("  \n")[0].endswith(stats.split("  \n")[0])  # every cycle summarised ...
     assert out["explain"].startswith(f"**Cycle {len(run.traces) - 1} of {len(run.traces) - 1}**")  # ... the last shown
     assert out["scrubber"].value == len(run.traces) - 1 and out["prompt"] == CODE and out["prompt_format"] == "raw"
-    assert out["command"].startswith("python -m engine.product.generate") and "--budget 24" in out["command"]
+    assert out["command"].startswith("python -m cli.generate") and "--budget 24" in out["command"]
     assert len(imported.segments) == 24 and out["import_file"] is None
     # issue 38, finding 6: everything the page showed comes back, the speedup and the cost sentence included
     assert out["big"] == last["big"] and "±" in out["big"] and out["stats"].endswith(stats) and "cost curve" in stats
@@ -461,10 +461,10 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
     from page.contract import Session
     from page.race import race
+    from page.settings import PageSettings
 
     control = {"stop": False}
     frames = []
@@ -488,12 +488,12 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     from engine.decoding.cost import CostCurve
-    from engine.product.cost_cache import curve_key
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.models.loading import ModelRegistry
     from page.contract import Session
     from page.frames import session_curve
     from page.generate import generate
+    from page.settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, budget=40, max_new_tokens=24, prompt_format="raw")
@@ -516,12 +516,12 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     """Suffix drafting remembers a visitor's outputs in their own memory, under the model's name, across runs."""
     import app
-    from engine.product.loading import ModelRegistry
-    from engine.product.metrics import summarize
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
+    from engine.product.runs.metrics import summarize
     from engine.sources import SourceMemory
     from page.contract import Session
     from page.generate import generate
+    from page.settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     mine, theirs = SourceMemory(), SourceMemory()
@@ -540,11 +540,11 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
-    from engine.product.run import ArTiming, Speedup
+    from engine.product.models.loading import ModelRegistry
+    from engine.product.runs.run import ArTiming, Speedup
     from page.contract import Session
     from page.generate import generate
+    from page.settings import PageSettings
 
     models = ModelRegistry(demo_lm)
     settings = PageSettings(prompt=CODE, max_new_tokens=24, prompt_format="raw")
@@ -571,7 +571,7 @@ def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
 def test_tau_is_tied_to_the_cost_curve():
     from engine.core.tree import DraftTree, Source
     from engine.decoding.cost import CostCurve
-    from engine.product.run import ArTiming, Speedup, ar_steps_per_forward
+    from engine.product.runs.run import ArTiming, Speedup, ar_steps_per_forward
     from viz.explain import cost_sentence
 
     def cycle(nodes, ptd_rows=0, mode="tree", elapsed=0.0, tokens=1):
@@ -596,7 +596,7 @@ def test_a_speedup_carries_its_margin_and_tau_one_is_no_speedup():
     """Issue 38, finding 5: "PLD only" with τ 1.00 read "1.15× speedup over AR", the clocks' noise shown as a gain.
     A run whose decode-phase τ is 1 shows "no speedup" (the note says what the clocks read); any other speedup
     carries its 95 % margin from the spread of both runs' forwards."""
-    from engine.product.run import ArTiming, Speedup, decode_rel_err
+    from engine.product.runs.run import ArTiming, Speedup, decode_rel_err
 
     def run(per_cycle_s, tokens, rows=1):
         elapsed, out = 1.0, [SimpleTrace(mode="prefill", elapsed_s=1.0, new_tokens=(0,), tree=(0,) * 9, ptd_rows=0)]
@@ -621,7 +621,7 @@ def test_a_speedup_carries_its_margin_and_tau_one_is_no_speedup():
 def test_header_says_the_dtype_and_why(demo_lm):
     import dataclasses
 
-    from engine.product.loading import ModelRegistry
+    from engine.product.models.loading import ModelRegistry
     from page.layout import DTYPE_CHOICES
     from page.models import header_text, load_other_model
 
@@ -663,7 +663,7 @@ def test_race_board_says_where_outputs_part(demo_lm):
 
 
 def test_race_pacer_plays_the_race_over_the_target_time():
-    from engine.product.race import Lane, Pacer
+    from engine.product.runs.race import Lane, Pacer
 
     pacer = Pacer(20.0, 10.0)  # 20 s of wall time for 10 s of engine time: 2 wall s per engine s
     assert pacer.scale == 2.0 and pacer.wait_s(5.0, 3.0) == 7.0 and pacer.wait_s(1.0, 5.0) == 0.0
@@ -691,9 +691,9 @@ def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build(
 
 def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     """A long prompt's prefill is one forward of seconds on a CPU: the page says so before it, with the tokens."""
-    from engine.product.loading import ModelRegistry
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
     from page.generate import LONG_PROMPT, generate
+    from page.settings import PageSettings
 
     prompt = "def f(x):\n    return x\n\n" * 60
     assert len(demo_lm.encode_prompt(prompt, chat=False)) >= LONG_PROMPT

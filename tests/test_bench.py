@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine.product import bench
+from cli import bench
 
 
 @pytest.mark.full  # a benchmark run: every method on real prompts (seconds to a minute)
@@ -26,7 +26,7 @@ def test_smoke_bench_all_methods(tmp_path, demo_lm):
     ratios = sorted(p["decode_speedup"] / p["limit"] for p in goose["prompts"])
     assert len(ratios) == 2 and goose["of_limit"] == pytest.approx((ratios[0] + ratios[1]) / 2)
     assert goose["of_limit_pooled"] == pytest.approx(goose["decode_speedup"] / goose["limit"])
-    assert result["meta"]["command"].startswith("python -m engine.product.bench")
+    assert result["meta"]["command"].startswith("python -m cli.bench")
     assert "Avg Spd" in (out / "results.md").read_text() and "Head to head" in (out / "results.md").read_text()
     pairs = {(h["method"], h["dataset"]) for h in result["head_to_head"]}  # goose against all but AR
     others = ("pld", "tr", "iso3", "iso5", "hf-ar", "hf-pld")
@@ -117,8 +117,8 @@ def test_llamacpp_runs_greedy_on_the_same_gguf_file(smollm2_lm):
     """llama.cpp's greedy text on SmolLM2's own GGUF file agrees with ours on a prompt without near-ties (the same
     Q4_1 weights, other kernels), and its prompt lookup writes the same text as its AR."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is an optional extra (docs/command-line.md)")
-    from engine.product.llamacpp import LlamaCpp
-    from engine.product.models import SMOLLM2, ensure_gguf
+    from engine.product.bench.llamacpp import LlamaCpp
+    from engine.product.models.named import SMOLLM2, ensure_gguf
 
     peer = LlamaCpp(ensure_gguf(SMOLLM2), 2, 512)
     ids = smollm2_lm.encode_prompt("def fibonacci(n):\n", chat=False)

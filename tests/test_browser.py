@@ -81,7 +81,7 @@ def serve(page_or_models, options=None):
 def page_url(demo_lm):
     """The page on the demo model, its model picker slow to fail, as a hub download can be: a load runs until the
     test lets it go (``LOAD_RELEASE``, at most 120 s), then fails."""
-    from engine.product.loading import ModelLoadError, ModelRegistry
+    from engine.product.models.loading import ModelLoadError, ModelRegistry
 
     class SlowRegistry(ModelRegistry):
         def load(self, name, **kwargs):
@@ -238,7 +238,7 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=20_000)
     assert not tree_state(page)["title"].startswith("cycle 1 ")  # its last cycle, not its first
     assert page.get_by_label("Prompt", exact=True).input_value() == prompt
-    assert page.locator("#settings textarea").input_value().startswith("python -m engine.product.generate")
+    assert page.locator("#settings textarea").input_value().startswith("python -m cli.generate")
     # a bad file gets a message in the notice and the page keeps the replayed run
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "goose-lens-trace", "version": 99}')

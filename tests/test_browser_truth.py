@@ -82,7 +82,7 @@ def truth_page(demo_lm):
 @pytest.fixture(scope="module")
 def half_page(demo_lm):
     """The page on the demo model in bf16 (the default precision's kind: not exact), its picker the real one."""
-    from engine.product.loading import load_model
+    from engine.product.models.loading import load_model
 
     half = load_model("demo", device="cpu", dtype="bf16")
     half.warm_up()

@@ -16,8 +16,8 @@ from engine.decoding.cost import (
     refine_curve,
     round_spread,
 )
-from engine.product.cost_cache import SIZES, cached_cost_curve, measure_cost_curve, write_cost_curve
-from engine.product.decoding import make_decoder
+from engine.product.models.cost_cache import SIZES, cached_cost_curve, measure_cost_curve, write_cost_curve
+from engine.product.runs.decoder import make_decoder
 
 
 def test_chord_threshold_is_mean_marginal_node_cost_in_ar_steps():
@@ -40,7 +40,7 @@ def test_spec_and_file_round_trip_exactly(tmp_path):
     assert json.loads(path.read_text())["format"] == FORMAT
     assert load_cost_curve(str(path)) == curve
     assert load_cost_curve(curve.spec()).id == curve.id
-    result = tmp_path / "result.json"  # an engine.product.generate result carries its curve
+    result = tmp_path / "result.json"  # an cli.generate result carries its curve
     result.write_text(json.dumps({"tau": 2.0, "cost_curve": curve.to_dict()}))
     assert load_cost_curve(str(result)) == curve
     for bad in ("past=1;x", "nonsense", str(tmp_path / "missing.json")):
@@ -64,7 +64,7 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     data = json.loads(files[0].read_text())
     data["format"] = FORMAT - 1  # an older format is measured again, not misread
     files[0].write_text(json.dumps(data))
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
     cost._loaded.clear()
     assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
     assert json.loads(files[0].read_text())["format"] == FORMAT
@@ -101,7 +101,7 @@ def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
     """A forward right after a large one runs slow: in a fixed order T(1) always followed T(128) and read 20 % high
     (SmolLM2, q4), so every round shuffles the sizes (seeded: the same orders on every machine)."""
     from engine.core.forward import EagerPath
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
 
     seen = []
 
@@ -169,7 +169,7 @@ def test_the_spread_is_kept_in_the_file_and_old_files_still_load(tmp_path):
 
 def _sized(model, ms_of) -> CostCurve:
     """A curve of ``model`` at ``SIZES`` (so the cache reads it back), T(n) = ``ms_of(n)`` ms."""
-    from engine.product.cost_cache import curve_key
+    from engine.product.models.cost_cache import curve_key
 
     return CostCurve(SIZES, tuple(round(ms_of(n), 3) for n in SIZES), 128, curve_key(model))
 
@@ -178,7 +178,7 @@ def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
     """``cached_cost_curve``: a flagged measurement is measured again and never written; two flagged ones give the
     quieter for this process only, with one warning; a flagged curve on disk (cached before the check) is measured
     again."""
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
 
     model = demo_lm.model
     busy = _sized(model, lambda n: 107.0 if n == 2 else 30.0 + n)  # T(2) above every larger size
@@ -220,7 +220,7 @@ def test_a_curve_flagged_twice_alike_is_this_machines_own_and_cached(demo_lm, tm
     """Seen on an idle AVX2 machine: SmolLM2 fp32's T(7) read 216 ms above T(8)'s 167, in both measurements, so the
     curve was never cached and each start measured it twice (a minute).  Two flagged measurements that agree within
     ``AGREE_REL`` at every size are the machine's own curve: cached, and read back."""
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
 
     model = demo_lm.model
     kernel = _sized(model, lambda n: 216.0 if n == 7 else 100.0 + n)
@@ -291,7 +291,7 @@ def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(d
     from types import SimpleNamespace
 
     from engine.core.tree import DraftTree
-    from engine.product import cost_cache as cost
+    from engine.product.models import cost_cache as cost
 
     monkeypatch.delenv(cost.REFINE_ENV, raising=False)
     prior = CostCurve(cost.SIZES, tuple(10.0 + n for n in cost.SIZES), key=cost.curve_key(demo_lm.model))

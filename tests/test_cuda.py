@@ -11,7 +11,8 @@ cost curve, AR's reference run) run outside it.
 
 * Greedy, bf16, the configurations of tests/test_precision.py: the demo model (10 prompts × 128 tokens) and
   SmolLM2-135M-Instruct (4 prompts × 64 tokens).  Every divergence from AR (``generate``'s own step logits) is a
-  precision tie (``engine.product.lossless``): zero bugs; each configuration accepted draft tokens (else inconclusive).
+  precision tie (``engine.product.runs.lossless``): zero bugs; each configuration accepted draft tokens (else
+  inconclusive).
 * Sampling: the tree rows' distributions come back with the same one read-back (``SpecDecoder.warp_rows``).
 * Uploads (``transfer.upload``) go from pinned memory without a sync; a pageable one would be caught.
 * ``profile=True`` (bench ``--profile``) synchronises at every stage, and only then.
@@ -25,9 +26,9 @@ from test_precision import BF16_CONFIGS, _bf16_run
 from engine.decoding import decode
 from engine.decoding.config import DecodeConfig
 from engine.decoding.decode import SpecDecoder
-from engine.product.decoding import make_decoder
-from engine.product.loading import load_model
-from engine.product.lossless import Divergence
+from engine.product.models.loading import load_model
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.lossless import Divergence
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

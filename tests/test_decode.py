@@ -8,7 +8,7 @@ import torch
 
 from engine.core.verify import read_back
 from engine.decoding.config import ConfigError, DecodeConfig
-from engine.product.decoding import make_decoder
+from engine.product.runs.decoder import make_decoder
 
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
 
@@ -91,15 +91,13 @@ def test_the_decoder_takes_a_resolved_config_and_never_a_curve_of_its_own(demo_l
     with pytest.raises(ConfigError, match="reads a cost curve"):
         DecodeConfig().resolved(None)
     auto = DecodeConfig().resolved(curve)
-    assert auto.gt.threshold == "auto" and auto.gt.prune_at == curve.threshold(60)
-    assert DecodeConfig.of(gt_floor=False).resolved(curve).gt.prune_at == 0.0
+    assert auto.config == DecodeConfig() and auto.prune_at == curve.threshold(60)  # the config stays as set
+    assert DecodeConfig.of(gt_floor=False).resolved(curve).prune_at == 0.0
     chord = make_decoder(demo_lm.model, DecodeConfig.of(gt_threshold="chord"), (), cost_curve=curve)
-    assert chord.config.gt.threshold == chord.config.gt.prune_at == curve.threshold(60)
-    assert not auto.with_(budget=16).is_resolved  # a changed config is resolved anew
-    assert auto.with_(budget=16).gt.chain_cap is None
+    assert chord.config.gt.threshold == chord.resolved.prune_at == curve.threshold(60)  # "chord" becomes its c
     # the chain cap: the longest extended chain whose forward costs at most gt_chain_steps AR steps
-    assert auto.gt.chain_cap == curve.max_rows(3.0 * 5.0) - 1 == 17
-    assert DecodeConfig.of(gt_threshold=0.1).resolved(None).gt.chain_cap is None  # no curve, no cap
+    assert auto.chain_cap == curve.max_rows(3.0 * 5.0) - 1 == 17
+    assert DecodeConfig.of(gt_threshold=0.1).resolved(None).chain_cap is None  # no curve, no cap
 
 
 @pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)
@@ -112,7 +110,7 @@ def test_an_extended_chain_stays_within_the_chain_cap(demo_lm, lossless_prompts)
     extended = {}
     for steps in (1.3, 1000.0):
         decoder = make_decoder(demo_lm.model, DecodeConfig.of(gt_chain_steps=steps), (), cost_curve=curve)
-        cap = decoder.config.gt.chain_cap
+        cap = decoder.resolved.chain_cap
         traces = [t for p in lossless_prompts[:2] for t in list(decoder.generate(demo_lm.encode_prompt(p)))[1:]]
         assert all(t.chain_tokens <= max(cap, t.match_tokens) for t in traces)
         extended[steps] = max(t.chain_tokens for t in traces if t.chain_tokens > t.match_tokens)

@@ -301,7 +301,7 @@ def test_sglang_ngram_source_drafts_as_sglang_corpus(match_type, depth, n, vocab
 def test_every_method_says_the_engine_setting_that_serves_its_drafter(method, engine, key):
     """Flags out: an engine's drafter at c = 0 is the engine's own (nothing differs); goose-lens's methods name the
     nearest and what differs; no command holds a path of this machine."""
-    from engine.product.deploy import serving_dict
+    from engine.product.io.deploy import serving_dict
 
     found = serving_dict(DecodeConfig.of(method=method, gt_threshold=0.0))
     assert found["engine"] == engine and key in found["flags"] and "MODEL" in found["command"]
@@ -310,7 +310,7 @@ def test_every_method_says_the_engine_setting_that_serves_its_drafter(method, en
 
 
 def test_sglang_serve_says_when_d_cuts_its_trees():
-    from engine.product.deploy import serving_dict
+    from engine.product.io.deploy import serving_dict
 
     assert "set D >= 11" in serving_dict(DecodeConfig.of(method="sglang-ngram", gt_threshold=0.0))["differs"]
     assert "set D" not in serving_dict(DecodeConfig.of(method="sglang-ngram", max_depth=11))["differs"]
@@ -320,7 +320,7 @@ def test_the_page_bounds_what_a_visitor_may_raise():
     """On a shared server a drafter setting goes no higher than the page's bound (128), and a memory bound no higher
     than its default; lowering is fine, and the command line has no bound."""
     from engine.decoding.config import ConfigError
-    from engine.product.page_settings import PageSettings
+    from page.settings import PageSettings
 
     page = PageSettings(prompt="x", method="vllm-ngram")
     assert page.to_config().source_config("vllm-ngram").prompt_lookup_max == 5
@@ -330,7 +330,7 @@ def test_the_page_bounds_what_a_visitor_may_raise():
         PageSettings(prompt="x", method="sglang-ngram", drafter="memory_nodes=1000000000").to_config()
     lowered = PageSettings(prompt="x", method="sglang-ngram", drafter="memory_nodes=500").to_config()
     assert lowered.source_config("sglang-ngram").memory_nodes == 500
-    from engine.product.deploy import with_drafter
+    from engine.product.io.deploy import with_drafter
 
     assert with_drafter(DecodeConfig.of(method="vllm-ngram"), "prompt_lookup_max=400, prompt_lookup_min=300"
                         ).source_config("vllm-ngram").prompt_lookup_max == 400
@@ -339,7 +339,7 @@ def test_the_page_bounds_what_a_visitor_may_raise():
 def test_vllm_ngram_takes_a_bound_left_out_from_the_other_as_vllm_does():
     """``vllm/config/speculative.py``: both bounds unset -> 5..5; one unset -> the other's value (the docs' example
     gives ``prompt_lookup_max`` 4 alone)."""
-    from engine.product.deploy import with_drafter
+    from engine.product.io.deploy import with_drafter
 
     def bounds(text):
         own = with_drafter(DecodeConfig.of(method="vllm-ngram"), text).source_config("vllm-ngram")
@@ -364,8 +364,9 @@ def test_drafter_settings_round_trip_through_the_command_line():
     """Flags in: the drafter text the page shows, and the command the page writes, make the same config again."""
     import shlex
 
-    from engine.product.deploy import drafter_text, with_drafter
-    from engine.product.generate import command_line, config_from_args, parse_args
+    from cli.generate import parse_args
+    from engine.product.io.deploy import drafter_text, with_drafter
+    from engine.product.io.options import command_line, config_from_args
 
     config = with_drafter(DecodeConfig.of(method="sglang-ngram"), "speculative_ngram_match_type=PROB, "
                                                                   "--speculative-num-draft-tokens 8")

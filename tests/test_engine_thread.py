@@ -1,4 +1,4 @@
-"""The engine thread (engine/product/engine_thread.py): one long-lived thread runs every forward of the page.
+"""The engine thread (engine/product/models/engine_thread.py): one long-lived thread runs every forward of the page.
 
 Torch on a web server's pool threads ran at half speed (scripts/thread_speed.py), so the page hands its torch work
 to one thread.  These tests check what it promises (ordering, inline calls from itself, streaming, merging, errors,
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from engine.product.engine_thread import EngineThread
+from engine.product.models.engine_thread import EngineThread
 
 
 def test_calls_run_on_one_long_lived_thread_in_order():
@@ -128,8 +128,8 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     measured model becomes every visitor's default, and a waiting Generate says why meanwhile."""
     import dataclasses
 
-    from engine.product import precision
-    from engine.product.loading import ModelRegistry
+    from engine.product.models import precision
+    from engine.product.models.loading import ModelRegistry
     from page import startup
     from page.events import RunBoard
 

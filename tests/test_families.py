@@ -2,7 +2,8 @@
 
 Tiny randomly initialised models built from each family's transformers config class (hidden 64, 2 layers,
 vocabulary 256), on prompts that repeat so PLD finds matches.  fp32: token for token ``generate(do_sample=False)``
-with draft tokens accepted.  bf16: every divergence from AR a precision tie (engine/product/lossless.py), none a bug,
+with draft tokens accepted.  bf16: every divergence from AR a precision tie (engine/product/runs/lossless.py), none a
+bug,
 drafts accepted.  Refused families raise ``compat.UnsupportedModelError`` with one sentence naming the reason
 and the remedy.  Position limits (a learned position table, a sliding window, longrope's switch) trim the
 trees near them and refuse only a run that cannot fit.
@@ -26,9 +27,9 @@ from engine.core import compat, kv_cache
 from engine.core.tree import DraftTree, Source
 from engine.core.verify import forward_tree
 from engine.decoding.config import DecodeConfig
-from engine.product import precision
-from engine.product.decoding import make_decoder
-from engine.product.loading import ModelLoadError, load_model
+from engine.product.models import kernels
+from engine.product.models.loading import ModelLoadError, load_model
+from engine.product.runs.decoder import make_decoder
 
 VOCAB, MAX_NEW = 256, 40
 IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": None}  # no EOS: both runs go the full length
@@ -131,7 +132,7 @@ def test_family_fp32_matches_greedy(name):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_bf16_has_no_bugs(name):
     lm = SimpleNamespace(model=copy.deepcopy(tiny(name)).to(torch.bfloat16), eos_token_ids=())
-    precision.pack_linears(lm.model)  # as load_model serves bf16 on a CPU that runs it
+    kernels.pack_linears(lm.model)  # as load_model serves bf16 on a CPU that runs it
     accepted, found = _bf16_run(lm, prompts(), {"gt_threshold": 0.0}, MAX_NEW)
     assert accepted > 0, f"inconclusive: no draft token accepted on the tiny {name} in bf16"
     bugs = [d.sentence() for d in found if d.kind != "precision tie"]
@@ -259,7 +260,7 @@ def test_load_model_refuses_in_one_sentence(tmp_path):
 
 def test_page_context_check_is_the_decoders():
     """``LoadedModel.context_problem`` (page settings, CLI) gives the decoder's sentence, as a page sentence."""
-    from engine.product.loading import LoadedModel
+    from engine.product.models.loading import LoadedModel
 
     config = FAMILIES["mistral"]()
     config.sliding_window = 64

@@ -12,7 +12,7 @@ from conftest import greedy_reference
 from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, make_path, static_problem
 from engine.core.tree import DraftTree, Source
 from engine.decoding.config import DecodeConfig
-from engine.product.decoding import make_decoder
+from engine.product.runs.decoder import make_decoder
 
 TR = Source("tr")
 #  0(root)  1  2  3  4  5  6: two branches under the root, a chain of 3 under node 3
@@ -173,7 +173,7 @@ def test_compiled_path_is_lossless_in_fp32(demo_lm, compiled_demo, method):
 
 
 def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, monkeypatch):
-    from engine.product import forward_choice
+    from engine.product.models import forward_choice
 
     timed = []
     monkeypatch.setattr(forward_choice, "measure",
@@ -188,7 +188,7 @@ def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, mo
 
 
 def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentence(demo_lm, tmp_path, monkeypatch):
-    from engine.product import forward_choice
+    from engine.product.models import forward_choice
 
     monkeypatch.setattr(forward_choice, "compiler_problem", lambda: "no C++ compiler is installed")
     choice = forward_choice.choose(demo_lm.model, "compiled", cache_dir=tmp_path)
@@ -205,7 +205,7 @@ def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentenc
 
 def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(demo_lm, tmp_path, monkeypatch):
     """Where the cached measurement found the compiled path fastest, auto returns it with every bucket warmed."""
-    from engine.product import forward_choice
+    from engine.product.models import forward_choice
 
     monkeypatch.setattr(forward_choice, "compiler_problem", lambda: None)
     monkeypatch.setattr(forward_choice, "measure", lambda model, paths: {
@@ -223,8 +223,8 @@ def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(de
 @needs_gradio
 def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(demo_lm, monkeypatch):
     from engine.core.forward import StaticPath
-    from engine.product import forward_choice
-    from engine.product.loading import ModelRegistry
+    from engine.product.models import forward_choice
+    from engine.product.models.loading import ModelRegistry
     from page import startup
 
     models = ModelRegistry(demo_lm)
@@ -246,8 +246,8 @@ def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
     import threading
 
     from engine.core.forward import CompiledPath
-    from engine.product import forward_choice
-    from engine.product.loading import ModelRegistry
+    from engine.product.models import forward_choice
+    from engine.product.models.loading import ModelRegistry
     from page import startup
     from page.events import RunBoard
 
@@ -301,7 +301,7 @@ def test_a_compile_that_fails_between_runs_leaves_the_eager_path(demo_lm, monkey
 
 def test_the_decoder_runs_the_path_it_is_given(demo_lm):
     """``SpecDecoder`` takes a model (the eager path) or a ``ForwardPath``; ``make_decoder`` a ``LoadedModel``'s own."""
-    from engine.product.loading import with_forward
+    from engine.product.models.loading import with_forward
 
     lm = with_forward(demo_lm, "static")
     assert make_decoder(lm, DecodeConfig(method="ar")).forward.name == "static"

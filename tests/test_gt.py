@@ -10,7 +10,7 @@ from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
 from engine.decoding.gt import speedup_optimal
-from engine.product.decoding import make_decoder
+from engine.product.runs.decoder import make_decoder
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
 STEEP = CostCurve(nodes=(1, 2, 4, 8, 64), ms=(1.0, 1.6, 2.0, 2.6, 4.2))  # SmolLM2 on a CPU (issue 10)

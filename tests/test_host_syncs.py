@@ -15,7 +15,7 @@ import torch
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.sampling import make_rows_warper
-from engine.product.decoding import make_decoder
+from engine.product.runs.decoder import make_decoder
 
 READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"

@@ -1,9 +1,11 @@
 """The layers run one way: an AST scan of every module- and function-level import of the project's packages.
 
-Layers, bottom to top (``LAYERS``): engine.core < engine.sources < engine.decoding < engine.product < viz < page
-< app.  A module may import its own layer and those below it, never one above; and no two modules import each
-other, directly or round a longer loop.  pyproject.toml's import-linter contract says the same (``lint-imports``,
-run by .ci/run); this test needs nothing installed.
+Layers, bottom to top (``LAYERS``): engine.core < engine.sources < engine.decoding < engine.product (itself
+models < io < runs < bench) < viz < page | cli < app.  ``page`` and ``cli`` are siblings on one level: neither
+imports the other.  A module may import its own layer and those below it, never one above nor a sibling; no two
+modules import each other, directly or round a longer loop; plotly and gradio are imported only above the engine
+(viz, page, cli, app).  pyproject.toml's import-linter contracts say the same (``lint-imports``, run by .ci/run);
+this test needs nothing installed.
 """
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: bottom to top; a module's layer is the longest prefix of its dotted name found here
-LAYERS = ("engine", "engine.core", "engine.sources", "engine.decoding", "engine.product", "viz", "page", "app")
-OURS = ("engine", "viz", "page", "app")
+#: bottom to top, each level one or more sibling layers; a module's layer is the longest prefix of its dotted name
+LAYERS = (("engine",), ("engine.core",), ("engine.sources",), ("engine.decoding",),
+          ("engine.product", "engine.product.models"), ("engine.product.io",), ("engine.product.runs",),
+          ("engine.product.bench",), ("viz",), ("page", "cli"), ("app",))
+OURS = ("engine", "viz", "page", "cli", "app")
+FRONT_END = ("plotly", "gradio")  # libraries of the figures and the page: never below viz
 
 
 def _modules() -> dict[str, Path]:
     found = {"app": ROOT / "app.py"}
-    for package in ("engine", "viz", "page"):
+    for package in ("engine", "viz", "page", "cli"):
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -45,8 +50,16 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in out if m != name}
 
 
+def _home(name: str) -> tuple[int, str]:
+    """(level, layer) of module ``name``: the longest layer prefix of its dotted name."""
+    found = [(len(layer), i, layer) for i, level in enumerate(LAYERS) for layer in level
+             if name == layer or name.startswith(layer + ".")]
+    _, level, layer = max(found)
+    return level, layer
+
+
 def _layer(name: str) -> int:
-    return max(i for i, layer in enumerate(LAYERS) if name == layer or name.startswith(layer + "."))
+    return _home(name)[0]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -54,10 +67,22 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
-def test_no_module_imports_a_layer_above_it():
-    upward = [f"{name} ({LAYERS[_layer(name)]}) imports {target} ({LAYERS[_layer(target)]})"
-              for name, targets in _graph().items() for target in sorted(targets) if _layer(target) > _layer(name)]
-    assert not upward, "imports run up a layer:\n" + "\n".join(upward)
+def test_no_module_imports_a_layer_above_it_or_a_sibling():
+    wrong = [f"{name} ({_home(name)[1]}) imports {target} ({_home(target)[1]})"
+             for name, targets in _graph().items() for target in sorted(targets)
+             if _layer(target) > _layer(name) or (_layer(target) == _layer(name) and _home(target) != _home(name))]
+    assert not wrong, "imports run up a layer or sideways:\n" + "\n".join(wrong)
+
+
+def test_plotly_and_gradio_only_above_the_engine():
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            roots = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{name} imports {r}" for r in roots
+                      if r.split(".")[0] in FRONT_END and _layer(name) < _layer("viz")]
+    assert not found, "\n".join(found)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -108,7 +133,12 @@ def test_the_cycle_check_finds_a_cycle(edges, cyclic):
 
 def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from ..product import bench\n    from viz.charts import x\n")
-    found = _imports("engine.decoding.mod", path, {"engine.product.bench": path})
-    assert found == {"engine.product.bench", "viz.charts"}
-    assert _layer("engine.product.bench") > _layer("engine.decoding.mod")
+    path.write_text("def f():\n    from ..product.bench import runner\n    from viz.charts import x\n")
+    found = _imports("engine.decoding.mod", path, {"engine.product.bench.runner": path})
+    assert found == {"engine.product.bench.runner", "viz.charts"}
+    assert _layer("engine.product.bench.runner") > _layer("engine.decoding.mod")
+
+
+def test_page_and_cli_are_siblings():
+    assert _layer("page.generate") == _layer("cli.generate") and _home("page.generate") != _home("cli.generate")
+    assert _layer("engine.product.runs.run") > _layer("engine.product.io.traces") > _layer("engine.product.models.x")

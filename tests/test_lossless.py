@@ -13,8 +13,8 @@ from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2Fo
 from engine.core.attention import TREE_SDPA
 from engine.core.kv_cache import UnsupportedCacheError
 from engine.decoding.config import PRESETS, DecodeConfig
-from engine.product.decoding import make_decoder
-from engine.product.metrics import summarize
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.metrics import summarize
 from engine.sources import SourceMemory
 
 MAX_NEW = 128

@@ -14,13 +14,21 @@ import pytest
 import torch
 
 from engine.decoding.config import DecodeConfig
-from engine.product import cost_cache as cost
-from engine.product import precision
-from engine.product.decoding import make_decoder
-from engine.product.loading import ModelLoadError, load_model, resolve_dtype
-from engine.product.lossless import TIE_ULPS, Divergence, ar_logits, attribute, engine_ar_logits, first_difference, ulp
-from engine.product.metrics import summarize
-from engine.product.reference import greedy_reference
+from engine.product.models import cost_cache as cost
+from engine.product.models import kernels, precision
+from engine.product.models.loading import ModelLoadError, load_model, resolve_dtype
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.lossless import (
+    TIE_ULPS,
+    Divergence,
+    ar_logits,
+    attribute,
+    engine_ar_logits,
+    first_difference,
+    ulp,
+)
+from engine.product.runs.metrics import summarize
+from engine.product.runs.reference import greedy_reference
 
 BF16_CONFIGS = {"default": {}, "c0": {"gt_threshold": 0.0}, "method-pld": {"method": "pld"},
                 "method-tr": {"method": "tr"}, "method-iso3": {"method": "iso3"}}
@@ -66,16 +74,16 @@ def test_measure_times_both_precisions(demo_lm):
 
 
 @pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
-@pytest.mark.skipif(not precision.cpu_has_bf16_instructions(), reason="this CPU emulates bf16: a packed layer "
+@pytest.mark.skipif(not kernels.cpu_has_bf16_instructions(), reason="this CPU emulates bf16: a packed layer "
                                                                        "equals F.linear's on the probes only")
 def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
     """pack_linears swaps every bf16 nn.Linear (lm_head included) and the model's logits stay bit-identical."""
-    monkeypatch.setenv(precision.PACK_ENV, "0")  # the escape hatch: nothing packed
+    monkeypatch.setenv(kernels.PACK_ENV, "0")  # the escape hatch: nothing packed
     plain = load_model("demo", device="cpu", dtype="bf16").model
     assert type(plain.lm_head) is torch.nn.Linear
-    monkeypatch.delenv(precision.PACK_ENV)
+    monkeypatch.delenv(kernels.PACK_ENV)
     packed = load_model("demo", device="cpu", dtype="bf16")
-    assert isinstance(packed.model.lm_head, precision.PackedLinear)
+    assert isinstance(packed.model.lm_head, kernels.PackedLinear)
     assert not any(type(m) is torch.nn.Linear for m in packed.model.modules())
     assert packed.params == demo_lm.params  # counted before the packed weights left the parameters
     ids = torch.tensor([packed.encode_prompt("def add(a, b):\n    return a + b\n" * 3)])
@@ -87,16 +95,16 @@ def test_packed_bf16_linears_give_the_same_logits(demo_lm, monkeypatch):
     embedding = packed.model.get_input_embeddings().weight
     if packed.model.config.tie_word_embeddings:  # a tied lm_head keeps its (shared) weight; no other layer does
         assert packed.model.lm_head.weight is embedding
-    assert sum(hasattr(m, "weight") for m in packed.model.modules() if isinstance(m, precision.PackedLinear)) <= 1
+    assert sum(hasattr(m, "weight") for m in packed.model.modules() if isinstance(m, kernels.PackedLinear)) <= 1
 
 
-@pytest.mark.skipif(not precision.cpu_runs_bf16(), reason="oneDNN runs no bf16 here: nothing is packed")
+@pytest.mark.skipif(not kernels.cpu_runs_bf16(), reason="oneDNN runs no bf16 here: nothing is packed")
 def test_a_model_whose_code_reads_a_packed_weight_gets_its_layers_back():
     model = load_model("demo", device="cpu", dtype="fp32").model.to(torch.bfloat16)
     mlp = model.model.layers[0].mlp
     mlp.register_forward_pre_hook(lambda module, args: module.down_proj.weight)  # as some model code does
-    assert precision.pack_linears(model) == 0
-    assert not any(isinstance(m, precision.PackedLinear) for m in model.modules())
+    assert kernels.pack_linears(model) == 0
+    assert not any(isinstance(m, kernels.PackedLinear) for m in model.modules())
 
 
 def test_unsupported_dtypes_fall_back_with_one_sentence():
@@ -114,8 +122,8 @@ def test_unsupported_dtypes_fall_back_with_one_sentence():
 def _q4_weight(out_features: int, in_features: int, gen: torch.Generator) -> torch.Tensor:
     """(out, in) fp32 weights that are exactly 4-bit group codes, as a Q4_1 GGUF file dequantizes: scale · q + low
     per group of 32 along the input, q in 0..15 with 0 and 15 in every group (llama.cpp's quantizer)."""
-    groups = in_features // precision.Q4_GROUP
-    codes = torch.randint(0, 16, (out_features, groups, precision.Q4_GROUP), generator=gen).float()
+    groups = in_features // kernels.Q4_GROUP
+    codes = torch.randint(0, 16, (out_features, groups, kernels.Q4_GROUP), generator=gen).float()
     codes[..., 0], codes[..., 1] = 0, 15
     scale = (torch.rand(out_features, groups, 1, generator=gen) * 0.01 + 1e-3).half().float()  # GGUF: fp16 d, m
     low = (-8 * scale + torch.randn(out_features, groups, 1, generator=gen) * 1e-3).half().float()
@@ -126,7 +134,7 @@ def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
     gen = torch.Generator().manual_seed(0)
     exact = torch.nn.Linear(64, 32, bias=False)
     exact.weight.data = _q4_weight(32, 64, gen)
-    q4 = precision.Q4Linear.from_linear(exact)
+    q4 = kernels.Q4Linear.from_linear(exact)
     assert q4 is not None and q4.kernel == "q4"
     x = torch.randn(2, 5, 64, generator=gen).to(torch.bfloat16)
     want = torch.nn.functional.linear(x.float(), exact.weight)  # (2, 5, 32) the fp32 product
@@ -137,7 +145,7 @@ def test_q4_linear_serves_exact_4bit_codes_and_refuses_every_other_layer():
     biased.weight.data = exact.weight.data.clone()
     narrow = torch.nn.Linear(64, 24, bias=False)  # the kernel takes out_features in multiples of 16
     narrow.weight.data = _q4_weight(24, 64, gen)
-    assert [precision.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
+    assert [kernels.Q4Linear.from_linear(m) for m in (plain, biased, narrow)] == [None, None, None]
 
 
 @pytest.mark.full  # loads a second demo model or runs AR step by step (seconds)
@@ -155,14 +163,14 @@ def demo_q4():
         for layer in lm.model.model.layers:
             for m in layer.modules():
                 if type(m) is torch.nn.Linear:  # each weight rounded to its own group's 16 levels, Q4_1's way
-                    w = m.weight.reshape(m.out_features, -1, precision.Q4_GROUP)
+                    w = m.weight.reshape(m.out_features, -1, kernels.Q4_GROUP)
                     low = w.amin(-1, keepdim=True).half().float()  # fp16 d and m, as GGUF stores them
                     scale = ((w.amax(-1, keepdim=True) - low) / 15).half().float()
                     m.weight.copy_(((w - low) / scale).round().clamp(0, 15).mul(scale).add(low).reshape_as(m.weight))
     count = precision.apply(lm.model, "q4")
-    packed = isinstance(lm.model.lm_head, precision.PackedLinear)  # the tied lm_head, where its probes match
+    packed = isinstance(lm.model.lm_head, kernels.PackedLinear)  # the tied lm_head, where its probes match
     assert count == 4 * 7 + packed  # 7 linears per layer, 4-bit
-    assert packed or not precision.cpu_has_bf16_instructions()  # with bf16 instructions they always do
+    assert packed or not kernels.cpu_has_bf16_instructions()  # with bf16 instructions they always do
     assert precision.precision_name(lm.model) == "q4"
     return lm
 
@@ -283,7 +291,7 @@ def test_smollm2_q4_has_no_bugs(smollm2_q4, name):
 
 
 def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, monkeypatch):
-    from engine.product import loading
+    from engine.product.models import loading
 
     registry = loading.ModelRegistry(demo_lm)
     monkeypatch.setattr(loading, "free_memory", lambda device: 1000)  # bytes: nothing fits

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.production import main
 from engine.decoding.trace import CycleTrace
-from engine.product.production import EXPECTED, ProductionError, from_traces, main, read_production
+from engine.product.io.production import EXPECTED, ProductionError, from_traces, read_production
 
 SAMPLES = Path(__file__).parent / "data" / "production"
 

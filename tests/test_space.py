@@ -64,14 +64,14 @@ def test_the_page_builds_and_generates_with_spaces_installed(demo_lm):
 
 
 def test_zero_gpu_wiring_crosses_the_process_boundary(demo_lm):
-    from engine.product.loading import ModelRegistry
-    from engine.product.metrics import summarize
-    from engine.product.page_settings import PageSettings
+    from engine.product.models.loading import ModelRegistry
+    from engine.product.runs.metrics import summarize
     from engine.sources import SourceMemory
     from page.contract import Session
     from page.generate import generate as page_generate
     from page.models import remeasure_curve
     from page.race import race as page_race
+    from page.settings import PageSettings
     from page.zerogpu import REMEASURE_S, generate_gpu_seconds, gpu_handler, race_gpu_seconds
 
     models = ModelRegistry(demo_lm)
@@ -109,7 +109,7 @@ def test_zero_gpu_wiring_crosses_the_process_boundary(demo_lm):
 
 
 def test_gpu_allowances_grow_with_the_work_and_stay_capped():
-    from engine.product.page_settings import PageSettings
+    from page.settings import PageSettings
     from page.zerogpu import GPU_MAX_S, generate_gpu_seconds, race_gpu_seconds
 
     short, long = (generate_gpu_seconds(PageSettings(prompt="x", max_new_tokens=n)) for n in (16, 512))

@@ -72,7 +72,7 @@ def _run(copy: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.full  # a copy of the repository and a subprocess that imports torch and gradio anew
 def test_bench_runs_from_a_lone_copy(lone_copy, tmp_path):
-    done = _run(lone_copy, "-m", "engine.product.bench", "--model", "demo", "--limit", "2", "--max-new-tokens", "16",
+    done = _run(lone_copy, "-m", "cli.bench", "--model", "demo", "--limit", "2", "--max-new-tokens", "16",
                 "--methods", "ar,goose", "--out", str(tmp_path / "bench"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "bench" / "results.md").read_text().count("goose") >= 4  # one row per dataset

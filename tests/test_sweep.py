@@ -1,4 +1,4 @@
-"""Parameter sweep (engine/product/sweep.py, sweep_runs.py, sweep_figure.py): parsing, a budget sweep on the demo
+"""Parameter sweep (cli/sweep.py, sweep_runs.py, sweep_figure.py): parsing, a budget sweep on the demo
 model, stop, the figure, the sentence and the CLI."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 from conftest import DATA, ROOT, read_jsonl
 
+from cli import sweep as sw
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve
-from engine.product import sweep as sw
-from engine.product import sweep_runs
-from engine.product.cost_cache import curve_key
-from engine.product.run import ArTiming
-from engine.product.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
-from engine.product.sweep_figure import sweep_figure
+from engine.product.models.cost_cache import curve_key
+from engine.product.runs import sweep as sweep_runs
+from engine.product.runs.run import ArTiming
+from engine.product.runs.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
+from viz.sweep_figure import sweep_figure
 
 BUDGETS = "4,8,16,32,64,128"
 CURVE = CostCurve((1, 8, 64), (5.0, 9.0, 40.0))  # by hand: the same trees on any machine
@@ -104,8 +104,9 @@ def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_i
         assert r.tau == pytest.approx(len(r.tokens) / len(r.traces))
     assert any(r.accepted_drafts > 0 for r in last.runs), "no run accepted a draft token: the sweep proves nothing"
     assert summary(last) == "All 6 runs produced AR's text token for token."
-    assert "| B = 16 |" in sw.markdown_table(last) and "| AR (reference) | 1.00 |" in sw.markdown_table(last)
-    assert sw.diagnose(demo_lm.model, prompt_ids, last) == {}
+    table = sweep_runs.markdown_table(last)
+    assert "| B = 16 |" in table and "| AR (reference) | 1.00 |" in table
+    assert sweep_runs.diagnose(demo_lm.model, prompt_ids, last) == {}
 
 
 def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monkeypatch):
@@ -140,7 +141,7 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     assert partial.tokens == last.ar_tokens[:1] and partial.first_difference is None and partial.speedup is None
     assert summary(last) == ("Stopped during run 2 of 6 (B = 8): the 2 runs so far produced AR's text token for "
                              "token.")
-    assert "yes (stopped)" in sw.markdown_table(last)
+    assert "yes (stopped)" in sweep_runs.markdown_table(last)
     only = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=64), spec, CURVE,
                           should_stop=lambda: True))
     assert len(only) == 1 and only[0].ar is None and only[0].stopped and not only[0].runs
@@ -162,8 +163,8 @@ def test_sentence_says_which_run_parted_from_ar_and_where():
                                                          "B = 128 at token 37.")
     assert summary(_hand_sweep({}, temperature=0.7)) == ("Sampling (temperature 0.7): each run draws its own text by "
                                                          "design, so no text is compared with AR's.")
-    assert "| B = 128 | 2.00 | 100.0 | 1.50× | 1.0 | no: token 37 |" in sw.markdown_table(_hand_sweep({5: 37}))
-    assert "not compared (sampling)" in sw.markdown_table(_hand_sweep({}, temperature=0.7))
+    assert "| B = 128 | 2.00 | 100.0 | 1.50× | 1.0 | no: token 37 |" in sweep_runs.markdown_table(_hand_sweep({5: 37}))
+    assert "not compared (sampling)" in sweep_runs.markdown_table(_hand_sweep({}, temperature=0.7))
 
 
 def test_figure_has_three_panels_in_value_order_with_run_indices(budget_sweep):
@@ -231,8 +232,8 @@ def test_a_run_that_parted_is_attributed_where_it_is_shown(monkeypatch):
     """Issue 47, finding 5: every Sweep point on the default model was a red ✖ ("B = 4 parted from AR at token 75")
     with no word on tie or bug.  Now each parted run is attributed as it arrives (AR's logits replayed once), and
     the sentence, the table, the hover and the marker say which, as the Race does."""
-    from engine.product import sweep_runs
-    from engine.product.lossless import Divergence
+    from engine.product.runs import sweep as sweep_runs
+    from engine.product.runs.lossless import Divergence
     from page.sweep import sweep_board
 
     replays, kinds = [], {3: "precision tie", 37: "bug"}

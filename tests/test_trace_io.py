@@ -1,4 +1,4 @@
-"""Trace export / import (engine/product/trace_io.py, docs/trace-schema.md) and the theory formulas."""
+"""Trace export / import (engine/product/io/traces.py, docs/trace-schema.md) and the theory formulas."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import pytest
 
 from engine.core.theory import isotropic_yield, spine_yield_bound, tree_shape
 from engine.decoding.config import DecodeConfig
-from engine.product.decoding import make_decoder
-from engine.product.trace_io import MAX_BYTES, RunHeader, TraceFormatError, export_run, load_run
+from engine.product.io.traces import MAX_BYTES, RunHeader, TraceFormatError, export_run, load_run
+from engine.product.runs.decoder import make_decoder
 
 
 @pytest.fixture(scope="module")

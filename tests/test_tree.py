@@ -58,12 +58,12 @@ def test_spine_tree_invariants(seed):
     cfg = DecodeConfig.of(budget=rng.choice([1, 2, 5, 8, 20, 60, 128]), max_depth=rng.choice([1, 2, 6, 16]),
                              gt_threshold=rng.choice([0.0, 0.0, 0.01, 0.2]), depth_bounds_spine=rng.random() < 0.5,
                              spine_branch_min=rng.choice([0, 1, 2]),
-                             branch_growth=rng.choice(["best-first", "score-width"])).resolved(None)
+                             branch_growth=rng.choice(["best-first", "score-width"]))
     spine = tuple(rng.randrange(VOCAB) for _ in range(rng.choice([0, 1, 3, 7, 20, 90])))
     r = rng.choice([0.15, 0.3, 0.5, 0.95])
     budget = rng.choice([None, cfg.tree.budget + 30])
     built = build_spine_tree(drafts(rng.randrange(VOCAB), rng.randrange(VOCAB), spine, random_table(seed), cfg), cfg, r,
-                             budget=budget)
+                             budget=budget, prune_at=cfg.gt.threshold)
     tree, ghosts = built.tree, built.ghosts
     n, B = len(tree), budget or cfg.tree.budget
     assert 1 <= n <= B
@@ -95,7 +95,7 @@ def test_spine_tree_invariants(seed):
 
 
 def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
-    cfg = DecodeConfig.of(budget=60, gt_threshold=0.0).resolved(None)
+    cfg = DecodeConfig.of(budget=60, gt_threshold=0.0)
     table = random_table(3)
     tr_only = build_spine_tree(drafts(1, 2, (), table, cfg), cfg, 0.5).tree
     assert len(tr_only) == 60 and set(tr_only.sources[1:]) == {Source("tr")}
@@ -109,12 +109,12 @@ def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
 def test_spine_runs_past_depth_when_depth_bounds_branches_only():
     """Authors' reading of D: the spine is bounded by floor(B r) alone; branches still stop at depth D."""
     table, spine = random_table(5), tuple(range(1, 31))
-    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False).resolved(None)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
     tree = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.5).tree
     assert sum(s is Source("pld") for s in tree.sources) == 30  # floor(60 * 0.5) = 30 spine nodes, depth 30
     assert all(d <= 6 for d, s, p in zip(tree.depths, tree.sources, tree.parents)
                if s is Source("tr") and tree.sources[p] is not Source("pld"))
-    capped_cfg = cfg.with_(depth_bounds_spine=True).resolved(None)
+    capped_cfg = cfg.with_(depth_bounds_spine=True)
     capped = build_spine_tree(drafts(40, 41, spine, table, capped_cfg), capped_cfg, 0.5).tree
     assert sum(s is Source("pld") for s in capped.sources) == 6 and max(capped.depths) <= 6
     raised = build_spine_tree(drafts(40, 41, spine, table, cfg), cfg, 0.9, budget=96).tree
@@ -123,20 +123,20 @@ def test_spine_runs_past_depth_when_depth_bounds_branches_only():
 
 def test_every_spine_node_gets_a_branch_while_the_share_lasts():
     table, spine = random_table(6, scale=0.3), tuple(range(1, 11))  # flat scores: every successor passes min_score
-    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False).resolved(None)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, depth_bounds_spine=False)
     widths = lambda tree: [sum(tree.sources[c] is Source("tr") for c in tree.children[i])  # noqa: E731
                            for i in range(len(tree)) if tree.sources[i] is Source("pld")]
-    width_cfg = cfg.with_(branch_growth="score-width").resolved(None)
+    width_cfg = cfg.with_(branch_growth="score-width")
     harmonic = build_spine_tree(drafts(40, 41, spine, table, width_cfg), width_cfg, 0.5).tree
     assert 0 in widths(harmonic)  # floor(b_sp / (i H)) is 0 deep down
-    floor_cfg = cfg.with_(spine_branch_min=1, branch_growth="score-width").resolved(None)
+    floor_cfg = cfg.with_(spine_branch_min=1, branch_growth="score-width")
     floor1 = build_spine_tree(drafts(40, 41, spine, table, floor_cfg), floor_cfg, 0.5).tree
     assert min(widths(floor1)) >= 1 and widths(floor1)[0] >= widths(floor1)[-1]
 
 
 def test_score_width_growth_is_breadth_first_and_narrows_with_depth():
     cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0, branch_growth="score-width",
-                             top_k=10).resolved(None)
+                             top_k=10)
     tree = build_spine_tree(drafts(1, 2, (), random_table(7, scale=0.3), cfg), cfg, 0.5).tree
     assert len(tree) == 60 and max(tree.depths) <= 6
     for i in range(1, len(tree)):  # a node of depth d has at most max(1, K // d) children
@@ -200,7 +200,7 @@ def test_ancestor_matrix_is_boolean_reachability():
 
 @pytest.mark.parametrize("k", [3, 5])
 def test_isotropic_tree_is_balanced_k_ary(k):
-    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0).resolved(None)
+    cfg = DecodeConfig.of(budget=60, max_depth=6, gt_threshold=0.0)
     tree = build_isotropic_tree(drafts(1, 2, (5, 6, 7), random_table(k, scale=0.3), cfg), cfg, k).tree
     assert len(tree) == 60 and max(tree.depths) <= cfg.tree.max_depth
     assert all(len(kids) <= k for kids in tree.children)

@@ -7,7 +7,8 @@ from collections import Counter
 from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.trace import CycleTrace
 from viz.charts import cycle_series, speed_figure
-from viz.tree_figure import tidy_layout, tree_figure, tree_graph, visible_token
+from viz.tree_figure import tree_figure
+from viz.tree_layout import tidy_layout, tree_graph, visible_token
 
 TEXT = {0: "def", 1: " f", 2: "(", 3: "x", 4: "\n", 5: ")", 6: "y", 9: ":"}
 
@@ -150,7 +151,8 @@ def overlapping(boxes):
 
 
 def test_no_overlap_at_b128_and_folded_counts_add_up():
-    from viz.tree_figure import FIG_HEIGHT_PX, label_boxes
+    from viz.tree_figure import label_boxes
+    from viz.tree_layout import FIG_HEIGHT_PX
 
     trace = wide_trace()
     fig = tree_figure(trace, lambda i: f"tok{i}")
@@ -167,7 +169,8 @@ def test_no_overlap_at_b128_and_folded_counts_add_up():
 
 def test_a_long_chain_folds_its_middle():
     """A chain deeper than the screen keeps its ends and folds its middle into one "⋯N" that counts every token."""
-    from viz.tree_figure import MAX_COLUMNS, label_boxes
+    from viz.tree_figure import label_boxes
+    from viz.tree_layout import MAX_COLUMNS
 
     n = 41
     tree = DraftTree(tokens=tuple(range(n)), parents=(None, *range(n - 1)),
@@ -255,7 +258,8 @@ def broken_spine_trace(length: int = 59) -> CycleTrace:
 def test_a_spine_that_broke_at_once_stays_blue():
     """Spine tokens are never folded into "+N": its first and last tokens show in the spine's colour, its middle
     as a "⋯N" square of the same colour (with the branches hanging off it), and the tree still fits."""
-    from viz.tree_figure import FIG_HEIGHT_PX, MAX_COLUMNS, label_boxes
+    from viz.tree_figure import label_boxes
+    from viz.tree_layout import FIG_HEIGHT_PX, MAX_COLUMNS
 
     trace = broken_spine_trace()
     fig = tree_figure(trace, lambda i: f"t{i}")
@@ -283,7 +287,7 @@ def test_a_spine_that_broke_at_once_stays_blue():
 def test_edges_start_at_their_parent():
     """Every edge leaves its parent right after the parent's own label (not at a column-wide x), so a child of a
     short label is visibly attached to it; it then runs level at the parent's row."""
-    from viz.tree_figure import CHAR_PX, MARKER_PX
+    from viz.tree_layout import CHAR_PX, MARKER_PX
 
     trace = make_trace()
     short = {0: "d", 1: "␣x", 2: "(", 3: "x", 4: "a very long label", 5: ")", 6: "y", 9: ":"}

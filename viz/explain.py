@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 
 from engine.decoding.trace import CycleTrace
 from engine.sources import REGISTRY, info
-from viz.tree_figure import GhostMarks, count_words, visible_token
+from viz.tree_figure import GhostMarks, count_words
+from viz.tree_layout import visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -186,8 +187,9 @@ def big_numbers(summary, speedup=None) -> str:
     """HTML: τ, the measured speedup over AR beside it, and tokens/s in large type, for presenting.
 
     Args:
-        summary: ``engine.product.metrics.RunSummary`` of the run so far (None: nothing yet).
-        speedup: ``engine.product.run.Speedup`` (None: not measured); its value with its 95 % margin ("1.52× ± 0.06"),
+        summary: ``engine.product.runs.metrics.RunSummary`` of the run so far (None: nothing yet).
+        speedup: ``engine.product.runs.run.Speedup`` (None: not measured); its value with its 95 % margin
+            ("1.52× ± 0.06"),
             "no speedup" where the run could have none (τ ≈ 1), else greyed with "measuring…" or "–"; its note
             (where AR's speed comes from, what the ± covers) is the cell's tooltip and small print.
     """
@@ -220,7 +222,7 @@ def big_numbers(summary, speedup=None) -> str:
 def cost_sentence(tau: float, steps: float | None, measured: str | None = None) -> str:
     """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured
     1.52× ± 0.06)": a forward of many rows costs ``steps`` one-token forwards
-    (``engine.product.run.ar_steps_per_forward``), so τ / steps is the speedup the curve predicts; drafting and
+    (``engine.product.runs.run.ar_steps_per_forward``), so τ / steps is the speedup the curve predicts; drafting and
     bookkeeping make the measured one (``measured``: ``Speedup.words``) lower.  "" without a curve."""
     if steps is None or steps <= 0:
         return ""
@@ -233,11 +235,11 @@ def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = 
     engine time (ms), tokens/s and τ, a status ("stopped", "✓") and, when the outputs part, where and why.
 
     Args:
-        lanes: ``engine.product.race.Lane`` s, the baseline (AR) first.
+        lanes: ``engine.product.runs.race.Lane`` s, the baseline (AR) first.
         max_new_tokens: the race's max new tokens (a full bar).
         speedup: the last lane's tokens/s over the first's so far (None: not yet).
         status: one line under the bars (e.g. "stopped: both outputs as of the same engine time").
-        verdict: where the two outputs part, with both logits (``engine.product.lossless.Divergence.sentence``).
+        verdict: where the two outputs part, with both logits (``engine.product.runs.lossless.Divergence.sentence``).
     """
     big = f"{speedup:.2f}×" if speedup is not None else "–"
     rows = []

@@ -1,12 +1,12 @@
 """The words a frame of the page shows about a run and the cycle on screen: the stats line above the tree, the line
 under it, the output's labels, the methods' names.
 
-A run here is ``engine.product.run.Run`` (or anything with its ``config``, ``prompt_format``, ``traces``,
-``segments`` and ``token_cycles``); a summary is ``engine.product.metrics.summarize``'s.
+A run here is ``engine.product.runs.run.Run`` (or anything with its ``config``, ``prompt_format``, ``traces``,
+``segments`` and ``token_cycles``); a summary is ``engine.product.runs.metrics.summarize``'s.
 """
 from __future__ import annotations
 
-from engine.product.run import decode_phase
+from engine.product.runs.run import decode_phase
 from engine.sources import REGISTRY
 from viz.explain import TOKEN_COLORS, ghost_words
 from viz.tree_figure import GhostMarks, count_words

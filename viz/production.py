@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from engine.product.production import Production
+from engine.product.io.production import Production
 
 DEPLOYED_COLOR = "#6b7280"  # the deployment's bars: grey, apart from every source's colour
 HERE_COLOR = "#0072B2"  # this run's bars

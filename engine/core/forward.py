@@ -374,7 +374,7 @@ class CompiledPath(StaticPath):
         super().__init__(model)
         self.buckets = buckets
         self.step = torch.compile(model, dynamic=False)
-        self.warmed: set[int] = set()  # buckets compiled ahead of any run (engine.product.forward_choice.warm)
+        self.warmed: set[int] = set()  # buckets compiled ahead of any run (engine.product.models.forward_choice.warm)
 
 
 def make_path(model, name: str = "eager") -> ForwardPath:

@@ -267,7 +267,7 @@ class GhostNode:
 class TreeBuilder:
     """Mutable accumulator that freezes into a ``DraftTree``; enforces budget, depth and GT threshold.
 
-    ``gt_threshold`` is the number c the builders prune by (``GtConfig.prune_at`` of a resolved config): a node
+    ``gt_threshold`` is the number c the builders prune by (``Resolved.prune_at`` of a resolved config): a node
     whose path estimate is below c becomes a ghost; under GT "auto" the speedup-optimal size is then chosen from
     the whole built tree (engine/decoding/gt.py).  None (an unresolved config) raises ValueError.
     """
@@ -290,7 +290,7 @@ class TreeBuilder:
         self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
         self.scores, self.est, self.depth, self.paths = [1.0], [1.0], [0], [()]
         if self.gt_threshold is None:
-            raise ValueError("the builders prune at a resolved config's gt.prune_at: use config.resolved(curve)")
+            raise ValueError("the builders prune at a resolved config's prune_at: use config.resolved(curve)")
         self.min_est = float(self.gt_threshold)  # c enforced per node
 
     @property

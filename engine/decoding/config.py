@@ -5,15 +5,15 @@ the GT principle (``GtConfig``), sampling (``SamplerConfig``), how the paper's g
 each draft source's own settings (its module's dataclass, e.g. ``PldConfig``).  Outside the engine a config is
 *flat*: every setting has one flat name (the CLI flag's dest, the trace file's key: ``budget``,
 ``gt_threshold``, ``ptd_rows``), and ``DecodeConfig.of`` / ``with_`` / ``get`` / ``to_dict`` / ``from_dict``
-speak it, so command lines and trace files written before the nesting still read.
+speak it, so command lines and trace files written before the nesting still read.  How a setting shows to people
+(its CLI option, the page's range, a sweep's parse) is declared by flat name in engine/product/io/settings.py.
 
 Defaults are the Goose paper's Table 5 / Appendix C.3 hyper-parameters (fixed across datasets and models there)
 unless a comment says otherwise.  ``DecodeConfig.resolved`` turns the GT rule into the numbers the loop reads,
-given a cost curve: ``engine.decoding.decode.SpecDecoder`` takes only a resolved config.
+given a cost curve, as a separate value (``Resolved``): ``engine.decoding.decode.SpecDecoder`` takes only that.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -77,47 +77,6 @@ def parse_names(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Shown:
-    """Where and how a setting shows outside the engine, declared once beside its config field
-    (``field(default=..., metadata=shown(...))``).  Its flat name (``FLAT_NAMES``) is its one name everywhere: the
-    CLI option (``--max-depth``), the page's control, the trace file's key, the sweep's parameter and the bench's
-    ``method:name=value``.  ``SETTINGS`` collects them; the CLIs' options (``engine.product.generate``), the page's
-    ranges (``engine.product.page_settings.RANGES``) and the sweep's parameters (``engine.product.sweep_runs``)
-    derive from it.  A field without one is still a flat name (traces, the bench), with no option or control.
-    """
-
-    words: str  # its name for people, e.g. "node budget B" (messages, the sweep's axis, the page's notes)
-    help: str = ""  # the CLI's help line (a tuple default is appended to it)
-    page: tuple[float, float] | None = None  # the page's range (the slider's minimum and maximum); None: no number
-    sweep: str | None = None  # how a sweep reads its values ("int", "ratio", "threshold", "method", "sources")
-    symbol: str = ""  # the paper's symbol (B, r, D, c): a sweep lists these parameters first
-    cli: bool = True  # an option of every CLI (generate, bench, sweep)
-    parse: Callable[[str], Any] | None = None  # CLI text -> value (default: the default value's type)
-    choices: tuple[str, ...] | None = None  # the values the CLI accepts, when a closed list
-    aliases: tuple[str, ...] = ()  # earlier option names that still read (command lines written before)
-    negated: bool = False  # a switch that turns the setting off (``--no-bypass``), for a boolean that is on
-
-
-def shown(words: str, **how) -> dict:
-    """A config field's metadata declaring how it shows (``Shown``)."""
-    return {"shown": Shown(words, **how)}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting as people meet it: its flat name, its default and how it shows (``Shown``)."""
-
-    name: str  # flat name: the CLI option's dest, the page control's name, the trace key
-    default: Any  # ``DecodeConfig()``'s value
-    shown: Shown
-
-    @property
-    def option(self) -> str:
-        """The CLI option: ``--max-depth``, or ``--no-bypass`` for a negated switch."""
-        return ("--no-" if self.shown.negated else "--") + self.name.replace("_", "-")
-
-
-@dataclass(frozen=True)
 class TreeShape:
     """The draft tree's shape (Goose Alg. 1, Table 5) and how it adapts per cycle (Alg. 2, §4.3).
 
@@ -128,29 +87,23 @@ class TreeShape:
     ``Variant.depth_bounds_spine``.
     """
 
-    budget: int = field(default=60, metadata=shown(  # node budget B, root included (Table 5)
-        "node budget B", help="node budget B, root included", page=(1, 128), sweep="int", symbol="B"))
-    spine_ratio: float | None = field(default=None, metadata=shown(  # r; None = adapt by EMA tiers (§4.3, C.3)
-        "spine ratio r", help="fixed spine ratio r (default: adaptive)", page=(0.05, 0.95), sweep="ratio", symbol="r",
-        parse=float))
+    budget: int = 60  # node budget B, root included (Table 5)
+    spine_ratio: float | None = None  # r; None = adapt by EMA tiers (§4.3, C.3)
     spine_branch_ratio: float = 0.5  # rho: share of the branch budget on spine nodes (Table 5)
-    max_depth: int = field(default=6, metadata=shown(  # D: deepest node, root = depth 0 (Table 5)
-        "max depth D", help="max depth D", page=(1, 16), sweep="int", symbol="D", aliases=("--depth",)))
+    max_depth: int = 6  # D: deepest node, root = depth 0 (Table 5)
     top_k: int = 10  # K successors per adjacency-table row, and per branch node (Table 5)
     min_score: float = 0.01  # successors scored below this are pruned (C.1)
     max_spine: int = 20  # longest spine continuation one lookup copies (Table 5 "max spine continuation")
     pool_share: float = 0.5  # share of the non-spine budget pool sources' candidates (PTD) may take
-    bypass: bool = field(default=True, metadata=shown(  # verify a consensus / long spine match as a chain (§4.3)
-        "bypass", help="never verify PLD matches as a linear chain", negated=True))
+    bypass: bool = True  # verify a consensus / long spine match as a chain (§4.3)
     bypass_threshold: int = 8  # match length that triggers bypass, and a long match for confidence (Table 5)
     ema_alpha: float = 0.3  # smoothing of the spine acceptance estimate p_s (Table 5)
     ema_init: float = 0.3  # initial p_s (Alg. 2 line 3)
     spine_rule: str = "longest-chain"  # spine source choice (see SPINE_RULES): the suffix match (up to 23 tokens)
     # is nearly always longer than PLD's n-gram (3-5), so "longest-match" hands the spine to the suffix tree's
     # shorter chains (A/B: docs/results.md, "Suffix source")
-    walk_priority: tuple[str, ...] = field(default=WALK_PRIORITY, metadata=shown(  # order children are tried in
-        "walk priority", help="order the walk tries children's sources in", parse=parse_names))  # (Goose Alg. 3;
-    # see WALK_PRIORITY: pld, suffix, ptd, tr)
+    walk_priority: tuple[str, ...] = WALK_PRIORITY  # order children are tried in (Goose Alg. 3; see WALK_PRIORITY:
+    # pld, suffix, ptd, tr)
 
     FLAT: ClassVar[dict[str, str]] = {"pool_share": "ptd_share"}  # the rest: the field's own name
 
@@ -179,14 +132,11 @@ class TreeShape:
 class GtConfig:
     """The GT principle: which draft nodes a cycle verifies (GT §3; engine/decoding/gt.py).
 
-    ``threshold`` is what the user asked for; ``prune_at`` is what the tree builders prune by, set by
-    ``DecodeConfig.resolved`` from the cost curve (None until then).
+    ``threshold`` is what the user asked for; what the tree builders prune by is resolved from the cost curve
+    (``DecodeConfig.resolved``: ``Resolved.prune_at``).
     """
 
-    threshold: float | str = field(default="auto", metadata=shown(
-        "GT threshold c", page=(0.0, 0.5), sweep="threshold", symbol="c", parse=parse_gt_threshold,
-        help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), 'chord' (one c from "
-             "the curve), or a number c (0 disables)"))
+    threshold: float | str = "auto"  # the GT rule (GT_RULES) or a number c
     # "auto": keep the speedup-optimal top of each built tree, from the whole measured cost curve (GT §3,
     # engine/decoding/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
     # a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the curve's chord
@@ -204,14 +154,9 @@ class GtConfig:
     # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
     # the least reliable (SmolLM2 q4, HumanEval: 86 rows kept for 63 expected tokens, 9 accepted).  Predicted
     # speed, docs/results.md "Chain extension within 3 AR steps": SmolLM2 q4 HumanEval 2.42 vs 2.20, demo 2.72 vs 2.69
-    prune_at: float | None = None  # set by ``DecodeConfig.resolved``: c, or under "auto" the chord c with
-    # ``floor`` (below it no node pays at the AR rate), else 0
-    chain_cap: int | None = None  # set by ``DecodeConfig.resolved`` from the curve: the longest extended chain
-    # (tokens) within ``chain_steps`` AR steps; None without a curve (no cap beyond ``max_extended_chain``)
 
-    FLAT: ClassVar[dict[str, str | None]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
-                                             "chain_steps": "gt_chain_steps", "prune_at": None,
-                                             "chain_cap": None}  # None: resolved, never a setting
+    FLAT: ClassVar[dict[str, str]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
+                                      "chain_steps": "gt_chain_steps"}
 
     def __post_init__(self) -> None:
         check([
@@ -233,16 +178,11 @@ class SamplerConfig:
     """Sampling mode (temperature > 0): the target distribution, as transformers' warpers shape it, and the
     verifier that keeps it exact (PTD Appendix B-C; HSD)."""
 
-    temperature: float = field(default=0.0, metadata=shown(  # 0 = greedy (lossless = token-identical)
-        "temperature", help="0 = greedy (default); > 0 = sampling mode", page=(0.0, 2.0)))
-    top_p: float = field(default=1.0, metadata=shown(  # nucleus sampling mass (1 = off), as TopPLogitsWarper
-        "top-p", help="nucleus mass when sampling (1 = off)", page=(0.05, 1.0)))
-    top_k: int = field(default=0, metadata=shown(  # the k likeliest tokens when sampling (0 = off), as TopKLogitsWarper
-        "top-k", help="keep the k most likely tokens when sampling (0 = off)", page=(0, 100), aliases=("--top-k",)))
-    seed: int = field(default=0, metadata=shown(  # the sampling generator's seed (and PTD's initial perturbation)
-        "seed", help="seed of the sampling generator and of PTD's initial rows"))
-    verifier: str = field(default="tree", metadata=shown(  # sampling verifier for chains: tree (SpecInfer) | hsd
-        "verifier", help="sampling verifier for chains (tree | hsd)", choices=VERIFIERS))
+    temperature: float = 0.0  # 0 = greedy (lossless = token-identical)
+    top_p: float = 1.0  # nucleus sampling mass (1 = off), as TopPLogitsWarper
+    top_k: int = 0  # the k likeliest tokens when sampling (0 = off), as TopKLogitsWarper
+    seed: int = 0  # the sampling generator's seed (and PTD's initial perturbation)
+    verifier: str = "tree"  # sampling verifier for chains: tree (SpecInfer) | hsd
 
     FLAT: ClassVar[dict[str, str]] = {"top_k": "sample_top_k"}
 
@@ -329,15 +269,12 @@ class DecodeConfig:
         ConfigError: a setting out of range or unknown, naming it and its range.
     """
 
-    method: str = field(default="goose", metadata=shown(  # goose | pld (PLD chain) | tr (TR tree) | ptd / suffix
-        "method", sweep="method", choices=METHODS))  # (that source's tree alone) | iso3 / iso5 | ar
-    max_new_tokens: int = field(default=128, metadata=shown(  # tokens after the prompt, bonus tokens included
-        "max new tokens", page=(1, 1024)))
-    sources: tuple[str, ...] = field(default=("pld", "tr"), metadata=shown(  # sources goose / iso(k) mix; PTD
-        "draft sources", sweep="sources", parse=parse_names,
-        help=f"draft sources goose / iso(k) mix, comma-separated among {','.join(SOURCES)}"))  # (page: toggles); PTD
-    # is off by default: on the demo model / CPU its rows cost more forward time than its drafts save
-    # (docs/results.md, "PTD"); the single-source methods pld / tr / ptd / suffix ignore this field
+    method: str = "goose"  # goose | pld (PLD chain) | tr (TR tree) | ptd / suffix (that source's tree alone) |
+    # iso3 / iso5 | ar
+    max_new_tokens: int = 128  # tokens after the prompt, bonus tokens included
+    sources: tuple[str, ...] = ("pld", "tr")  # sources goose / iso(k) mix (page: toggles); PTD is off by default:
+    # on the demo model / CPU its rows cost more forward time than its drafts save (docs/results.md, "PTD"); the
+    # single-source methods pld / tr / ptd / suffix ignore this field
     tree: TreeShape = TreeShape()
     gt: GtConfig = GtConfig()
     sampler: SamplerConfig = SamplerConfig()
@@ -383,8 +320,7 @@ class DecodeConfig:
     def with_(self, **settings) -> DecodeConfig:
         """This config with ``settings`` changed: flat names (``FLAT_NAMES``), a concern's whole dataclass by its
         field name (``tree=TreeShape(...)``), or ``variant`` by its name in ``VARIANTS`` (flat names of the
-        variant's fields given too apply on top of it).  The result is unresolved (``resolved`` read the settings
-        it had), even when ``self`` was resolved.
+        variant's fields given too apply on top of it).
 
         Raises:
             ConfigError: an unknown name, or a value out of range.
@@ -410,9 +346,7 @@ class DecodeConfig:
         if own:
             configs = top.get("source_configs", self.source_configs)
             top["source_configs"] = tuple(replace(c, **own[i]) if i in own else c for i, c in enumerate(configs))
-        changed = replace(self, **top) if top else self
-        return replace(changed, gt=replace(changed.gt, prune_at=None, chain_cap=None)) if changed.is_resolved \
-            else changed
+        return replace(self, **top) if top else self
 
     def get(self, name: str):
         """The setting of flat name ``name`` ("variant": its ``VARIANTS`` name).  Raises KeyError if unknown."""
@@ -477,17 +411,14 @@ class DecodeConfig:
         """The GT rule reads a cost curve ("auto" or "chord")."""
         return self.gt.threshold in GT_RULES
 
-    @property
-    def is_resolved(self) -> bool:
-        """``resolved`` made it: the builders' pruning threshold is set."""
-        return self.gt.prune_at is not None
-
-    def resolved(self, curve) -> DecodeConfig:
-        """This config with its GT rule turned into numbers from ``curve`` (a ``CostCurve``; None when c is a
-        number): "chord" becomes the c of the curve's chord at B (GT §3.1, Eq. 9); under "auto" the builders prune
-        at that c with ``gt.floor`` (below it no node pays at the AR rate), else at 0; a number c stays.  With a
-        curve, ``gt.chain_cap`` is the longest extended chain whose forward (root and ride-along rows included)
-        costs at most ``gt.chain_steps`` AR steps, T(1).
+    def resolved(self, curve) -> Resolved:
+        """This config's GT rule turned into numbers from ``curve`` (a ``CostCurve``; None when c is a number): the c
+        the builders prune at (``Resolved.prune_at``) and the longest extended chain (``Resolved.chain_cap``).
+        "chord" becomes the c of the curve's chord at B (GT §3.1, Eq. 9), in the resolved config too; under "auto"
+        the builders prune at that c with ``gt.floor`` (below it no node pays at the AR rate), else at 0; a number c
+        stays.  With a curve, the chain cap is the longest extended chain whose forward (root and ride-along rows
+        included) costs at most ``gt.chain_steps`` AR steps, T(1); without one, None (no cap beyond
+        ``max_extended_chain``).  ``self`` is left as it is.
 
         Raises:
             ConfigError: "auto" or "chord" without a curve.
@@ -495,17 +426,29 @@ class DecodeConfig:
         gt = self.gt
         if self.needs_cost_curve and curve is None:
             raise ConfigError(f"GT threshold {gt.threshold!r} reads a cost curve; none was given")
+        config = self
         if gt.threshold == "chord":
-            c = curve.threshold(self.tree.budget, self.extra_rows)
-            gt = replace(gt, threshold=c, prune_at=c)
+            prune_at = curve.threshold(self.tree.budget, self.extra_rows)
+            config = replace(self, gt=replace(gt, threshold=prune_at))
         elif gt.auto:
-            gt = replace(gt, prune_at=curve.threshold(self.tree.budget, self.extra_rows) if gt.floor else 0.0)
+            prune_at = curve.threshold(self.tree.budget, self.extra_rows) if gt.floor else 0.0
         else:
-            gt = replace(gt, prune_at=float(gt.threshold))
+            prune_at = float(gt.threshold)
+        cap = None
         if curve is not None:
             rows = curve.max_rows(gt.chain_steps * curve.latency(1))
-            gt = replace(gt, chain_cap=max(1, rows - 1 - self.extra_rows))
-        return replace(self, gt=gt)
+            cap = max(1, rows - 1 - self.extra_rows)
+        return Resolved(config, prune_at, cap)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config with its GT rule turned into the numbers the loop reads, from one cost curve
+    (``DecodeConfig.resolved``); ``engine.decoding.decode.SpecDecoder`` takes only this."""
+
+    config: DecodeConfig  # the config as set ("chord" holds its resolved c)
+    prune_at: float  # the c the tree builders prune at: c, or under "auto" the chord c with ``gt.floor``, else 0
+    chain_cap: int | None  # the longest extended chain (tokens) within ``gt.chain_steps`` AR steps; None: no curve
 
 
 #: The names a ``DecodeConfig.with_`` call may set one at a time: the top-level fields, then the groups' fields.
@@ -522,7 +465,6 @@ def _flat_fields() -> list[tuple[str, tuple, Any]]:
     for i, t in enumerate(SOURCE_TYPES):
         named += [(t.config_type.FLAT.get(g.name, g.name), ("source_configs", i, g.name), g)
                   for g in fields(t.config_type)]
-    named = [item for item in named if item[0]]  # gt.prune_at is resolved, never a setting
     assert len({name for name, _, _ in named}) == len(named), "two settings share a flat name"
     return named
 
@@ -530,11 +472,6 @@ def _flat_fields() -> list[tuple[str, tuple, Any]]:
 _PATHS = {name: path for name, path, _ in _flat_fields()}
 #: Every setting's flat name, in the order ``to_dict`` writes them.
 FLAT_NAMES = tuple(_PATHS)
-#: The settings declared with ``shown`` (an option, a control, a sweep parameter), by flat name, in ``FLAT_NAMES``
-#: order.
-SETTINGS: dict[str, Setting] = {name: Setting(name, DecodeConfig().get(name), f.metadata["shown"])
-                                for name, _, f in _flat_fields() if "shown" in f.metadata}
-
 #: Named configurations: flat settings on top of the defaults (``DecodeConfig.preset``).  "default" is the
 #: defaults; "paper" reproduces the authors' implementation (2kinto/GOOSE_Speculative_Decoding, Table 5
 #: configuration): their ``Variant``, earliest-occurrence PLD with 20-token baseline chains, top-K-softmax
@@ -546,6 +483,6 @@ PRESETS: dict[str, dict] = {
 }
 
 __all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES", "GT_RULES", "METHODS",
-           "PRESETS", "SETTINGS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError",
-           "DecodeConfig", "GtConfig", "SamplerConfig", "Setting", "Shown", "TreeShape", "Variant",
-           "parse_gt_threshold", "parse_names", "shown"]
+           "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError",
+           "DecodeConfig", "GtConfig", "Resolved", "SamplerConfig", "TreeShape", "Variant", "parse_gt_threshold",
+           "parse_names"]

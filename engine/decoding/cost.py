@@ -3,7 +3,8 @@
 Source: GT principle paper, §3.1 (Eqs. 6-9): a draft node's cost is the extra time it adds to a
 cycle, Φ(N) in Eq. 6 (training-free drafters cost next to nothing to draft, M_D ≈ 0): its row in the
 verification forward plus harvesting that row's logits into the adjacency table.  ``CostCurve`` holds
-T(n) for n tree nodes, as measured on one device (engine/product/cost_cache.py measures and caches it).  Two uses:
+T(n) for n tree nodes, as measured on one device (engine/product/models/cost_cache.py measures, caches it).
+Two uses:
 
 * the speedup-optimal tree size (``GtConfig.threshold = "auto"``, engine/decoding/gt.py) reads the
   whole curve;
@@ -13,11 +14,11 @@ T(n) for n tree nodes, as measured on one device (engine/product/cost_cache.py m
 On a GPU T(n) is flat up to tens of nodes; on a CPU it grows with n, steeply at first.
 
 A curve is identified by ``CostCurve.id``, a hash of its ``spec()``, the compact text that reproduces it exactly
-(``python -m engine.product.generate --cost-curve``); ``to_dict`` is its file form, format ``FORMAT``.
+(``python -m cli.generate --cost-curve``); ``to_dict`` is its file form, format ``FORMAT``.
 
 A curve stays true two ways (ours, not the paper's): ``CostCurve.problem`` checks a fresh measurement (its medians
 non-decreasing within noise, its rounds' spread bounded), so a curve taken while the machine was busy is not
-cached (engine/product/cost_cache.py); and ``refine_curve`` / ``CurveRefiner`` correct a curve from the
+cached (engine/product/models/cost_cache.py); and ``refine_curve`` / ``CurveRefiner`` correct a curve from the
 verification forwards a run actually made, so a wrong curve corrects itself.
 """
 from __future__ import annotations
@@ -195,7 +196,7 @@ class CostCurve:
 
 
 def load_cost_curve(text: str) -> CostCurve:
-    """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``engine.product.generate``
+    """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``cli.generate``
     (its ``cost_curve`` entry).  Raises ``CostCurveError`` when neither reads."""
     if not text.strip().startswith("past="):
         path = Path(text)

@@ -20,7 +20,7 @@ from ..core.tree import DraftTree, Source
 from ..core.verify import ReadBack, greedy_walk, hsd_chain_walk, read_back, sample_walk
 from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Verified, make_sources
 from ..sources.base import extend_chain
-from .config import CANDIDATE_TREE_METHODS, DecodeConfig
+from .config import CANDIDATE_TREE_METHODS, Resolved
 from .cost import CostCurve
 from .gt import GtChoice, speedup_optimal
 from .sampling import make_rows_warper, make_warper, new_generator
@@ -146,17 +146,18 @@ class SpecDecoder:
     mode commits tokens distributed exactly as ``generate(do_sample=True, ...)`` with the same
     temperature / top-k / top-p (tree walk: PTD App. B-C; chains optionally HSD).
 
-    Every stage reads the one ``config``; the decoder neither measures nor loads a cost curve: the caller resolves
-    both (``engine.product.decoding.make_decoder`` does, for the page, the CLI and the bench).
+    Every stage reads the one resolved config; the decoder neither measures nor loads a cost curve: the caller
+    resolves both (``engine.product.runs.decoder.make_decoder`` does, for the page, the CLI and the bench).
 
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...), run on the eager
             forward path; or a ``ForwardPath`` of one (``engine.core.forward``: eager, static, compiled, graphed),
             shared by the model's generations.  Every path gives the same tokens in fp32.
-        config: a resolved ``DecodeConfig`` (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top
-            of each tree (engine/decoding/gt.py); the builders prune at ``config.gt.prune_at``.
+        resolved: a ``Resolved`` config (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top of each
+            tree (engine/decoding/gt.py); the builders prune at ``resolved.prune_at``.  ``self.config`` is its
+            ``DecodeConfig`` and ``self.resolved`` the whole.
         eos_token_ids: token ids that end generation (included in the output, as ``generate`` does).
-        cost_curve: the verification cost curve GT "auto" reads (the one ``config`` was resolved with); None
+        cost_curve: the verification cost curve GT "auto" reads (the one ``resolved`` was made with); None
             when c is a number.  ``self.cost_curve`` is it.
         memory: what draft sources keep across this user's requests (the suffix source's tree of earlier
             outputs), per model; default: one of this decoder's own, so only its own ``generate`` calls share
@@ -168,18 +169,19 @@ class SpecDecoder:
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve (``compat.model_problem``: its
             attention kernel, ALiBi positions, recurrent or shared-KV layers), before any forward; one sentence.
-        ValueError: ``config`` is not resolved, or GT "auto" has no ``cost_curve``.
+        ValueError: ``resolved`` is no ``Resolved``, or GT "auto" has no ``cost_curve``.
     """
 
-    def __init__(self, model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
+    def __init__(self, model, resolved: Resolved, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
                  profile: bool = False) -> None:
         self.forward = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
         model = self.forward.model
         compat.check_model(model)  # first: what cannot be served says why
-        if not config.is_resolved:
+        if not isinstance(resolved, Resolved):
             raise ValueError("the decoder takes a resolved config: config.resolved(cost_curve) "
-                             "(engine.product.decoding.make_decoder resolves both)")
+                             "(engine.product.runs.decoder.make_decoder resolves both)")
+        config = resolved.config
         if config.gt.auto and cost_curve is None:
             raise ValueError("GT 'auto' sizes trees from a cost curve: give the one the config was resolved with")
         self.positions = compat.PositionLimits.of(model)  # trees are trimmed to these (``_build``)
@@ -188,7 +190,7 @@ class SpecDecoder:
         self._sync = device if profile and device.type == "cuda" else None  # Stopwatch(sync): profiling on CUDA
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
         self.cost_curve = cost_curve
-        self.config = config
+        self.config, self.resolved = config, resolved
         self._session_rate = config.gt.auto and config.gt.rate == "session"  # λ is tracked
         self._ar_ms = cost_curve.latency(1 + self.extra_rows) if self._session_rate else None  # λ's prior: one AR step
         # what sources keep across requests, per model (the page's model picker may switch models)
@@ -301,9 +303,9 @@ class SpecDecoder:
         mode, r, budget = "ar", None, None
         if cfg.method in CANDIDATE_TREE_METHODS:
             src, cands = drafts.proposals[0]
-            mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg)
+            mode, built = "tree", build_candidate_tree(s.anchor, src.info.source, cands, cfg, self.resolved.prune_at)
         elif len(chain) and (cfg.drafts_alone or self._bypass(drafts)):  # alone: a spine source's chain (PLD)
-            mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, cfg.gt.prune_at)
+            mode, built = "bypass", build_chain(s.anchor, chain, drafts.spine.info.source, self.resolved.prune_at)
         elif drafts.any() or cfg.iso_k is not None:
             budget, r, chain = self._shape(s, drafts)
             proposals = self._proposals(s, drafts, chain)
@@ -311,9 +313,9 @@ class SpecDecoder:
                 r = None
                 if not cfg.variant.iso_spine:
                     proposals = replace(proposals, spine=Candidates())
-                built = build_isotropic_tree(proposals, cfg, cfg.iso_k, budget)
+                built = build_isotropic_tree(proposals, cfg, cfg.iso_k, budget, self.resolved.prune_at)
             else:
-                built = build_spine_tree(proposals, cfg, r, budget)
+                built = build_spine_tree(proposals, cfg, r, budget, self.resolved.prune_at)
             mode = "tree"
         if built is None or len(built.tree) == 1:  # nothing to verify beyond the anchor: plain AR step
             return Plan("ar", DraftTree.root_only(s.anchor), built.ghosts if built else ())
@@ -346,9 +348,9 @@ class SpecDecoder:
         spine ratio ``r + m (1 - r)`` (r from the EMA tier, or fixed), and, when m > ``extend_above``, the
         chain grown by asking the spine source again below it, to ``int(max_extended_chain * m)`` tokens (a
         saturated match, m = 1, only while each further match is saturated too), and no longer than
-        ``gt.chain_cap`` (a forward within ``gt.chain_steps`` AR steps; never shorter than the match).  Returns
+        ``Resolved.chain_cap`` (a forward within ``gt.chain_steps`` AR steps; never shorter than the match).  Returns
         (budget, r, chain); with the schedule off, m = 0: (B, r, the match)."""
-        shape, variant, cap = self.config.tree, self.config.variant, self.config.gt.chain_cap
+        shape, variant, cap = self.config.tree, self.config.variant, self.resolved.chain_cap
         m = drafts.confidence if variant.confidence_schedule else 0.0
         r = shape.spine_ratio if shape.spine_ratio is not None else spine_ratio_tier(s.stats.p_s_ema)
         chain = drafts.chain

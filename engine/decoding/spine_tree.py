@@ -92,19 +92,20 @@ def _lay_chain(b: TreeBuilder, chain: Candidates, source: Source | None, n: int)
     return nodes
 
 
-def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, budget: int | None = None) -> Built:
+def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, budget: int | None = None,
+                     prune_at: float = 0.0) -> Built:
     """Goose Algorithm 1: lay the spine (step 1), the candidate pool (1b), root and spine branches (2-3),
     then extend the branch leaves (4).
 
     Args:
         drafts: the spine (possibly empty: then the tree is branches only), the candidate pool and the
             branch sources (none: the tree is the spine and the pool alone).
-        cfg: a resolved ``DecodeConfig``: ``tree`` (rho, D, K, min score, ``pool_share``), ``variant``
-            (``depth_bounds_spine``, ``spine_branch_min``, ``branch_growth``) and ``gt.prune_at`` (the c nodes are
-            pruned at; ``DecodeConfig.resolved`` sets it).
+        cfg: the ``DecodeConfig``: ``tree`` (rho, D, K, min score, ``pool_share``) and ``variant``
+            (``depth_bounds_spine``, ``spine_branch_min``, ``branch_growth``).
         spine_ratio: r for this cycle.
         budget: node budget of this cycle, root included (default ``cfg.tree.budget``; the confidence
             schedule of §4.3 raises it on confident cycles).
+        prune_at: the GT threshold c nodes are pruned at (``Resolved.prune_at``; 0: none).
 
     Returns:
         ``Built``: at most ``budget`` nodes (root included); branch nodes at depth <= D, spine nodes
@@ -117,7 +118,7 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
     """
     B = cfg.tree.budget if budget is None else budget
     b = TreeBuilder(drafts.anchor, budget=B, max_depth=cfg.tree.max_depth if cfg.variant.depth_bounds_spine else B,
-                    gt_threshold=cfg.gt.prune_at)
+                    gt_threshold=prune_at)
     spine_nodes = _lay_spine(b, drafts, cfg, spine_ratio)  # step 1
     if drafts.pool:  # step 1b: the candidate pool (merged into the spine where it shares its tokens)
         add_candidates(b, drafts.pool, math.floor((B - len(spine_nodes)) * cfg.tree.pool_share))
@@ -250,24 +251,27 @@ def add_candidates(b: TreeBuilder, pool: Sequence[tuple[Source, Candidates]], qu
             push_children(node, tree, i)
 
 
-def build_candidate_tree(anchor: int, source: Source, candidates: Candidates, cfg: DecodeConfig) -> Built:
+def build_candidate_tree(anchor: int, source: Source, candidates: Candidates, cfg: DecodeConfig,
+                         prune_at: float = 0.0) -> Built:
     """A single source's candidate tree alone (the ptd and suffix methods: PTD §3.3; SuffixDecoding verifies
-    its speculation tree), its best ``B - 1`` nodes within depth D."""
-    b = TreeBuilder(anchor, budget=cfg.tree.budget, max_depth=cfg.tree.max_depth, gt_threshold=cfg.gt.prune_at)
+    its speculation tree), its best ``B - 1`` nodes within depth D, pruned at GT's ``prune_at``."""
+    b = TreeBuilder(anchor, budget=cfg.tree.budget, max_depth=cfg.tree.max_depth, gt_threshold=prune_at)
     add_candidates(b, ((source, candidates),), cfg.tree.budget - 1)
     return b.freeze()
 
 
-def build_isotropic_tree(drafts: Proposals, cfg: DecodeConfig, k: int, budget: int | None = None) -> Built:
+def build_isotropic_tree(drafts: Proposals, cfg: DecodeConfig, k: int, budget: int | None = None,
+                         prune_at: float = 0.0) -> Built:
     """Iso(k): a balanced k-ary tree with the same budget and draft sources (Goose §5.3, Table 1).
 
     Breadth-first, every node gets up to ``k`` children until B nodes or depth D: the spine's
     continuation first while the node is on the spine, then the branch sources' top successors.
     Source-blind in shape (uniform rate), unlike the spine tree.  ``budget`` defaults to ``cfg.tree.budget``;
-    an empty ``drafts.spine`` gives the authors' control, built from the branches alone.
+    an empty ``drafts.spine`` gives the authors' control, built from the branches alone; nodes are pruned at GT's
+    ``prune_at``.
     """
     b = TreeBuilder(drafts.anchor, budget=cfg.tree.budget if budget is None else budget, max_depth=cfg.tree.max_depth,
-                    gt_threshold=cfg.gt.prune_at)
+                    gt_threshold=prune_at)
     spine = drafts.spine
     frontier = [(0, 0)]  # (node, spine depth or -1 when off the spine)
     while frontier and not b.full:

@@ -3,7 +3,7 @@
 What ``--model`` accepts (``resolve`` decides which):
 
 - ``smollm2`` / ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from a PyPI wheel, converted once
-  (``engine/product/models.py``); the default of the page, the CLI and the benchmark;
+  (``engine/product/models/named.py``); the default of the page, the CLI and the benchmark;
 - ``demo``: the 5.5M-parameter model embedded in ``assets/demo-model`` (fully offline);
 - a local ``.gguf`` file (dequantized by transformers, the same path the named model is converted by);
 - a local folder or a hub id (``from_pretrained``).
@@ -13,7 +13,6 @@ model's name, the hub id, or the file / folder name of a local model.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import threading
@@ -28,12 +27,21 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..core import attention, compat
-from ..core.forward import EagerPath, ForwardPath
-from . import forward_choice, precision
-from .engine_thread import EngineThread
-from .models import DEFAULT_MODEL, DEMO_MODEL_DIR, DEMO_NAMES, NAMED, FetchError, Progress, ensure_model, load_gguf
-from .precision import free_memory
+from engine.core import attention, compat
+from engine.core.forward import EagerPath, ForwardPath
+from engine.product.models import forward_choice, kernels, precision
+from engine.product.models.engine_thread import EngineThread
+from engine.product.models.named import (
+    DEFAULT_MODEL,
+    DEMO_MODEL_DIR,
+    DEMO_NAMES,
+    NAMED,
+    FetchError,
+    Progress,
+    ensure_model,
+    load_gguf,
+)
+from engine.product.models.precision import free_memory
 
 #: Environment variable that overrides the default model (a name, hub id or local path), e.g. on a Space.
 MODEL_ENV = "GOOSE_LENS_MODEL"
@@ -41,21 +49,6 @@ DEMO_MODEL = "demo"  # the embedded model's name
 
 #: Precisions a user may ask for besides "auto" ("q4": a 4-bit checkpoint's own weights, bf16 activations, on a CPU).
 DTYPES = ("fp32", "fp16", "bf16", precision.Q4)
-
-
-def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> None:
-    """``--model``, ``--device`` and ``--dtype``, as every command (the page, generate, bench, sweep) takes them;
-    ``device``: the default device (the bench's is "cpu")."""
-    ap.add_argument("--model", default=None,
-                    help=f"{DEFAULT_MODEL} (default; $GOOSE_LENS_MODEL overrides; fetched from PyPI and converted on "
-                         "first use), demo (the embedded model, offline), a hub id, a local folder or .gguf file")
-    ap.add_argument("--device", default=device, help="auto | cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", default="auto", help=f"auto | {' | '.join(DTYPES)} (fp16 on a CPU falls back to auto, "
-                    "and says so)")
-    ap.add_argument("--forward", default=None, choices=forward_choice.CHOICES,
-                    help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the fastest path "
-                         "measured here, once), eager, static, compiled (torch.compile; minutes to compile), graphed "
-                         "(CUDA graphs)")
 
 
 class ModelLoadError(RuntimeError):
@@ -71,7 +64,7 @@ class LoadedModel:
     dtype: torch.dtype
     title: str = ""  # human name for headers, e.g. "SmolLM2-135M-Instruct" (default: ``name``)
     dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
-    auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/precision.py)
+    auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/models/precision.py)
     param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
     forward_path: ForwardPath | None = None  # how trees run (engine/core/forward.py); None: the eager path
     forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 16-node tree 8% faster ..." (auto)
@@ -196,7 +189,7 @@ class ModelSource:
     title: str  # human name
     path: str  # hub id, local folder, or local .gguf file
     local: bool
-    fetch: object | None = None  # engine.product.models.PypiGguf to fetch and convert first, or None
+    fetch: object | None = None  # engine.product.models.named.PypiGguf to fetch and convert first, or None
 
 
 def resolve(name_or_path: str | None = None) -> ModelSource:
@@ -286,7 +279,7 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
             ``$GOOSE_LENS_MODEL`` if set, else SmolLM2 (fetched and converted on first use, ~1 min).
         device: 'auto' (CUDA if present, and accelerate's device_map='auto' over several GPUs), 'cpu', 'cuda', 'cuda:N'.
         dtype: 'auto' (bf16/fp16 on CUDA; on a CPU fp32, bf16 or, for a 4-bit checkpoint, q4, whichever verifies
-            trees faster here, measured once and cached: ``engine/product/precision.py``), 'fp32' (the exact mode),
+            trees faster here, measured once and cached: ``engine.product.models.precision``), 'fp32' (exact),
             'fp16', 'bf16', 'q4' (a CPU and a 4-bit checkpoint: its own 4-bit weights, bf16 activations); an
             unsupported one falls back with a note in ``LoadedModel.dtype_reason``.
         attn_implementation: None (transformers' default, sdpa: served as ``tree_sdpa`` where the model groups
@@ -398,7 +391,7 @@ def _set_precision(model, name: str, dev: str, asked: _DtypeAsked,
     elif dtype == "auto":
         reason = precision.cuda_choice(dev).reason
     elif dev == "cpu" and want == "bf16":
-        precision.pack_linears(model)  # bf16 linears on weights reordered once (precision.py's docstring)
+        kernels.pack_linears(model)  # bf16 linears on weights reordered once (kernels.py)
     return torch_dtype, reason, auto
 
 

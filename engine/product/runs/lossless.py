@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..core.forward import EagerPath, ForwardPath
-from ..core.tree import DraftTree
-from .precision import dtype_name
+from engine.core.forward import EagerPath, ForwardPath
+from engine.core.tree import DraftTree
+from engine.product.models.precision import dtype_name
 
 #: Largest gap, in ulps of the dtype at the chosen logit's magnitude, that a precision tie may have
 #: (measured: scripts/tie_ulps.py; docs/results.md "Precision ties").

@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ..decoding.trace import TIMING_KEYS, CycleTrace
-from ..sources import REGISTRY, Role
+from engine.decoding.trace import TIMING_KEYS, CycleTrace
+from engine.sources import REGISTRY, Role
 
 
 def committed_sources(trace: CycleTrace) -> list[str]:

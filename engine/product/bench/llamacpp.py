@@ -1,6 +1,6 @@
 """llama.cpp as a CPU peer in the benchmark: the same GGUF file, the same prompt token ids, the same threads.
 
-    python -m engine.product.bench --methods ar,goose,llamacpp-ar,llamacpp-lookup ...
+    python -m cli.bench --methods ar,goose,llamacpp-ar,llamacpp-lookup ...
 
 Two methods, run through ``llama-cpp-python`` (an optional extra: ``CMAKE_ARGS="-DGGML_NATIVE=ON" pip install
 llama-cpp-python==0.3.36``, built from its sdist, about 8 minutes on 2 cores):
@@ -44,7 +44,7 @@ class LlamaCpp:
     """The two llama.cpp methods on one GGUF file.
 
     Args:
-        gguf: the model's GGUF file (``engine.product.models.ensure_gguf``).
+        gguf: the model's GGUF file (``engine.product.models.named.ensure_gguf``).
         threads: CPU threads for llama.cpp's decode and batch work (the bench passes torch's).
         n_ctx: context length to allocate (tokens): the longest prompt plus the new tokens.
 
@@ -63,7 +63,7 @@ class LlamaCpp:
 
     def run(self, method: str, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> dict:
         """One greedy run: {"tokens": new token ids, "seconds": wall time (s), "prefill_s": time to the first new
-        token (s)}, the bench's record of a run (``engine.product.bench.Runner``)."""
+        token (s)}, the bench's record of a run (``cli.bench.Runner``)."""
         llm = self.models[method]
         llm.reset()  # an empty KV cache: no prefix of an earlier run is reused
         tokens: list[int] = []

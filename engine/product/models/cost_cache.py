@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from ..core.forward import EagerPath, ForwardPath
-from ..core.tree import DraftTree, Source
-from ..core.verify import read_back
-from ..decoding.cost import NOISE_MS, CostCurve, CurveRefiner, round_spread
-from ..sources.tr import AdjacencyTable, TrSource
-from .paths import cache_root
+from engine.core.forward import EagerPath, ForwardPath
+from engine.core.tree import DraftTree, Source
+from engine.core.verify import read_back
+from engine.decoding.cost import NOISE_MS, CostCurve, CurveRefiner, round_spread
+from engine.product.models.paths import cache_root
+from engine.sources.tr import AdjacencyTable, TrSource
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
 

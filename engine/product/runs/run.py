@@ -1,4 +1,4 @@
-"""One recorded run: what the page streams, scrubs, exports and replays (trace files: ``engine/product/trace_io.py``).
+"""One recorded run: what the page streams, scrubs, exports and replays (trace files: ``engine/product/io/traces.py``).
 
 A run recorded on the page and a run imported from a trace file are the same type; an imported run
 carries its own token texts (``token_text``), so it replays with no model loaded.
@@ -14,9 +14,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..decoding.config import DecodeConfig
-from ..decoding.trace import CycleTrace
-from .trace_io import RunHeader, export_run, load_run
+from engine.decoding.config import DecodeConfig
+from engine.decoding.trace import CycleTrace
+from engine.product.io.traces import RunHeader, export_run, load_run
 
 
 @dataclass

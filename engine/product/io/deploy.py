@@ -12,8 +12,8 @@ import re
 from dataclasses import fields, replace
 from typing import Any
 
-from ..decoding.config import SOURCES, ConfigError, DecodeConfig
-from ..sources import Serve
+from engine.decoding.config import SOURCES, ConfigError, DecodeConfig
+from engine.sources import Serve
 
 #: What goose-lens verifies otherwise than a serving engine, said of every method with a GT rule that prunes.
 GT_WORDS = ("goose-lens's GT rule may verify fewer of the drafted tokens than the engine does; set c = 0 (untick "

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..core import compat
-from ..core.forward import ForwardPath
-from ..decoding.config import DecodeConfig
-from ..decoding.cost import CostCurve
-from ..decoding.decode import SpecDecoder
-from .cost_cache import cached_cost_curve
-from .loading import LoadedModel
+from engine.core import compat
+from engine.core.forward import ForwardPath
+from engine.decoding.config import DecodeConfig, Resolved
+from engine.decoding.cost import CostCurve
+from engine.decoding.decode import SpecDecoder
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import LoadedModel
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
-            forward: ForwardPath | None = None) -> tuple[DecodeConfig, CostCurve | None]:
+            forward: ForwardPath | None = None) -> tuple[Resolved, CostCurve | None]:
     """``config`` resolved (``DecodeConfig.resolved``) and the cost curve it read: ``cost_curve``, else, when the GT
     rule ("auto", "chord") reads one, the model's cached curve of the forward path that runs (``forward``; default
     the eager path), measured here the first time on this machine.
@@ -37,9 +37,10 @@ def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
 def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (), cost_curve: CostCurve | None = None,
                  **options) -> SpecDecoder:
     """A ``SpecDecoder`` for ``config`` (``resolve``d first); ``options``: ``SpecDecoder``'s ``memory``, ``profile``
-    and ``forward`` (the model's forward path, whose cost curve GT then reads).  ``decoder.config`` is the resolved
-    config and ``decoder.cost_curve`` the curve it read.  ``model``: a transformers causal LM, or a ``LoadedModel``,
-    whose model runs on its own forward path (``LoadedModel.forward``) unless ``forward`` names another.
+    and ``forward`` (the model's forward path, whose cost curve GT then reads).  ``decoder.resolved`` is the resolved
+    config (``decoder.config`` its ``DecodeConfig``) and ``decoder.cost_curve`` the curve it read.  ``model``: a
+    transformers causal LM, or a ``LoadedModel``, whose model runs on its own forward path (``LoadedModel.forward``)
+    unless ``forward`` names another.
 
     Raises:
         compat.UnsupportedModelError, ConfigError: as ``resolve``.

@@ -1,4 +1,4 @@
-"""report.html for ``python -m engine.product.bench``: plotly figures in the spirit of the Goose paper.
+"""report.html for ``python -m cli.bench``: plotly figures in the spirit of the Goose paper.
 
 Figure 3 (speedup over AR per dataset), Figure 5 (p_s and p_t per dataset), Table 1 (spine tree vs
 Iso(3) / Iso(5) τ under the same budget) and where the engine's time goes per stage.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..decoding.trace import CycleTrace
+from engine.decoding.trace import CycleTrace
 
 
 @dataclass

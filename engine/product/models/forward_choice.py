@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.forward import PATHS, CompiledPath, EagerPath, ForwardPath, make_path, static_problem
-from ..core.graphs import GraphedPath
-from ..core.tree import DraftTree, Source
-from .cost_cache import curve_key
-from .paths import cache_root
+from engine.core.forward import PATHS, CompiledPath, EagerPath, ForwardPath, make_path, static_problem
+from engine.core.graphs import GraphedPath
+from engine.core.tree import DraftTree, Source
+from engine.product.models.cost_cache import curve_key
+from engine.product.models.paths import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A parameter sweep's model: the parameters one may sweep, the values read from text, the runs (each against AR
-timed once), the sweep's sentence and table.  The command line and its files are engine/product/sweep.py; the
-figure is engine/product/sweep_figure.py.
+timed once), the sweep's sentence and table.  The command line and its files are cli/sweep.py; the
+figure is viz/sweep_figure.py.
 """
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..decoding.config import SETTINGS, SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
-from ..decoding.cost import CostCurve
-from ..decoding.trace import CycleTrace
-from ..sources import REGISTRY
-from .decoding import make_decoder
-from .lossless import Divergence, attribute, engine_ar_logits, first_difference
-from .metrics import summarize
-from .run import NO_GAIN_TAU, ArTiming, Speedup, decode_phase
+from engine.decoding.config import SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
+from engine.decoding.cost import CostCurve
+from engine.decoding.trace import CycleTrace
+from engine.product.io.settings import SETTINGS
+from engine.product.runs.decoder import make_decoder
+from engine.product.runs.lossless import Divergence, attribute, engine_ar_logits, first_difference
+from engine.product.runs.metrics import summarize
+from engine.product.runs.run import NO_GAIN_TAU, ArTiming, Speedup, decode_phase
+from engine.sources import REGISTRY
 
 #: Most values one sweep runs: each is a whole generation, so a long list is a long wait on a page.
 MAX_VALUES = 12
@@ -41,7 +42,7 @@ class Parameter:
 
 
 #: What a sweep may vary, by the setting's flat name: the settings declared sweepable (``Shown.sweep``,
-#: ``config.SETTINGS``), those with a paper's symbol (B, r, D, c) first.
+#: ``engine.product.io.settings.SETTINGS``), those with a paper's symbol (B, r, D, c) first.
 PARAMETERS: dict[str, Parameter] = {
     s.name: Parameter(s.name, s.shown.symbol, s.shown.words, s.shown.sweep)
     for s in sorted(SETTINGS.values(), key=lambda s: not s.shown.symbol) if s.shown.sweep is not None}

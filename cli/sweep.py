@@ -1,9 +1,9 @@
 """Parameter sweep: one prompt decoded once per value of one tree parameter, each run against AR timed once.
 
-    python -m engine.product.sweep --param budget --values 4,8,16,32,64,128 [--model M]
+    python -m cli.sweep --param budget --values 4,8,16,32,64,128 [--model M]
         [--prompt TEXT | --dataset humaneval --index 0] [--prompt-format auto|chat|raw] [--max-new-tokens 128]
         [--method ...] [--budget B] [--spine-ratio R] [--depth D] [--gt-threshold auto|chord|C]
-        [--sources pld,tr] [--cost-curve SPEC|FILE] [... every decoding option of engine.product.generate] [--out DIR]
+        [--sources pld,tr] [--cost-curve SPEC|FILE] [... every decoding option of cli.generate] [--out DIR]
 
 A researcher debugging draft-tree shapes picks one parameter (``PARAMETERS``: node budget B, spine ratio r,
 max depth D, GT threshold c, method, draft sources) and a list of values.  Each value's run reports τ (tokens
@@ -13,8 +13,8 @@ and whether its text equals AR's token for token (greedy; in sampling mode texts
 Values are one comma-separated string: ``4,8,16,32`` (B, D), ``0.3,0.5,auto`` (r; auto = adaptive),
 ``0,0.1,auto,chord`` (c), ``goose,pld,tr`` (method), ``pld+tr,pld+tr+ptd`` (a source set: names joined by
 "+").  The CLI prints a markdown table and one sentence, and writes ``sweep.md``, ``sweep.json`` and
-``sweep.html`` (the figure, ``engine/product/sweep_figure.py``) to ``--out``.  Exit status: 0; 1 when a greedy run
-parted from AR by more than a precision tie (``engine/product/lossless.py``); 2 on bad input or a model that cannot
+``sweep.html`` (the figure, ``viz/sweep_figure.py``) to ``--out``.  Exit status: 0; 1 when a greedy run
+parted from AR by more than a precision tie (``engine/product/runs/lossless.py``); 2 on bad input or a model that cannot
 be loaded (one ``error:`` line on stderr, no traceback).
 """
 from __future__ import annotations
@@ -23,43 +23,37 @@ import argparse
 import datetime as dt
 import json
 import platform
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..decoding.config import ConfigError, DecodeConfig
-from ..decoding.cost import CostCurve, load_cost_curve
-from .cost_cache import cached_cost_curve
-from .lossless import Divergence
-from .sweep_figure import sweep_html
-from .sweep_runs import (
+from engine.core.kv_cache import UnsupportedCacheError
+from engine.decoding.config import ConfigError, DecodeConfig
+from engine.decoding.cost import CostCurve, load_cost_curve
+from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, BenchError, encode, load_prompts
+from engine.product.io.options import add_config_options, add_model_options, config_from_args
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import ModelLoadError, load_model, with_forward
+from engine.product.runs.lossless import Divergence
+from engine.product.runs.sweep import (
     MAX_VALUES,
     PARAMETERS,
-    Parameter,
     Sweep,
-    SweepRun,
     SweepSpec,
     diagnose,
     markdown_table,
     run_sweep,
-    same_text_cell,
     summary,
     to_dict,
 )
-
-__all__ = ["MAX_VALUES", "PARAMETERS", "Parameter", "Sweep", "SweepRun", "SweepSpec", "build_parser", "diagnose",
-           "main", "markdown_table", "run_sweep", "same_text_cell", "summary", "to_dict", "write_outputs"]
-
+from viz.sweep_figure import sweep_html
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI's parser: the sweep's own options plus ``engine.product.generate``'s decoding options (the base
+    """The CLI's parser: the sweep's own options plus ``cli.generate``'s decoding options (the base
     config)."""
-    from .bench import DATASETS
-    from .generate import add_config_options
-    from .loading import add_model_options
-
-    ap = argparse.ArgumentParser(prog="python -m engine.product.sweep", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m cli.sweep", description=__doc__.splitlines()[0],
                                  allow_abbrev=False)  # whole option names: ``_public_command`` reads them
     ap.add_argument("--param", required=True,
                     help=f"the parameter to sweep: {', '.join(PARAMETERS)} (depth = max_depth)")
@@ -82,11 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..core.kv_cache import UnsupportedCacheError
-    from .bench import BenchError
-    from .generate import config_from_args
-    from .loading import ModelLoadError, load_model, with_forward
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -133,8 +122,6 @@ def _prompt_text(args: argparse.Namespace) -> tuple[str, str]:
     Raises:
         ConfigError, BenchError: a negative or too large index, an empty prompt, a missing prompt file.
     """
-    from .bench import DEFAULT_DATA, load_prompts
-
     if args.dataset:
         if args.index < 0:
             raise ConfigError(f"--index must be 0 or more (got {args.index})")
@@ -149,8 +136,6 @@ def _prompt_text(args: argparse.Namespace) -> tuple[str, str]:
 
 def _prompt_ids(lm, args: argparse.Namespace, prompt: str, max_new_tokens: int) -> list[int]:
     """``prompt``'s token ids in ``--prompt-format`` (default: the dataset's own format; auto for ``--prompt``)."""
-    from .bench import DATASETS, encode
-
     if args.dataset:
         fmt = DATASETS[args.dataset][2] if args.prompt_format in (None, "auto") else args.prompt_format
         return encode(lm, prompt, fmt, max_new_tokens)
@@ -196,8 +181,6 @@ def write_outputs(out: Path, sweep: Sweep, meta: dict, text: str, divergences: d
 def _public_command(argv: Sequence[str], model: str, curve: CostCurve | None) -> str:
     """The command line as run, with no machine path: ``--out`` left out, ``--model`` as the model's public name,
     ``--cost-curve`` as the curve's spec."""
-    import shlex
-
     words, rest = [], list(argv)
     while rest:
         word = rest.pop(0)
@@ -210,7 +193,7 @@ def _public_command(argv: Sequence[str], model: str, curve: CostCurve | None) ->
                 words += [option, curve.spec() if curve is not None else value]
             continue
         words.append(word)
-    return shlex.join(["python", "-m", "engine.product.sweep", *words])
+    return shlex.join(["python", "-m", "cli.sweep", *words])
 
 
 if __name__ == "__main__":

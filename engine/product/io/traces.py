@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.tree import DraftTree, GhostNode, Source
-from ..decoding.trace import MODES, CycleTrace
-from ..sources import tags
+from engine.core.tree import DraftTree, GhostNode, Source
+from engine.decoding.trace import MODES, CycleTrace
+from engine.sources import tags
 
 SCHEMA = "goose-lens-trace"
 VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),
@@ -55,7 +55,7 @@ class RunHeader:
         as used.  prompt_format: "chat" or "raw", what the prompt went through (None: unknown).
         cost_curve: the spec of the cost curve the run read (``CostCurve.spec``; optional, None: none).
         ar_timing: AR's decode-phase timing on the same prompt that the run's speedup was measured against
-            ({"tokens", "seconds", "source", "rel_err"}: ``engine.product.run.ArTiming.to_dict``; optional, None:
+            ({"tokens", "seconds", "source", "rel_err"}: ``engine.product.runs.run.ArTiming.to_dict``; optional, None:
             not measured).
         shown_curve: the spec of the cost curve the page's cost sentence read (``cost_curve``, or the device's
             cached curve where the run read none; optional, None: no sentence).

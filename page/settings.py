@@ -11,11 +11,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..decoding.config import SETTINGS, ConfigError, DecodeConfig
-from .deploy import with_drafter
+from engine.decoding.config import ConfigError, DecodeConfig
+from engine.product.io.deploy import with_drafter
+from engine.product.io.settings import SETTINGS
 
 if TYPE_CHECKING:
-    from .loading import LoadedModel
+    from engine.product.models.loading import LoadedModel
 
 _DEFAULT = DecodeConfig()
 #: The most a drafter setting may be raised to on the page (its node budget's maximum): a visitor on a shared server
@@ -23,9 +24,9 @@ _DEFAULT = DecodeConfig()
 DRAFTER_CEILING = 128
 
 #: The page's range of each number a visitor sets (its slider's minimum and maximum), and its name for people, by
-#: flat name: each setting's declaration says it (``Shown.page``, ``config.SETTINGS``).  The sliders are built from
-#: these; a typed value outside is brought inside by ``PageSettings.clamped``, which says so in words (gradio's own
-#: check would raise a red "Error" toast while the box then shows its bound).
+#: flat name: each setting's declaration says it (``Shown.page``, ``engine.product.io.settings.SETTINGS``).  The
+#: sliders are built from these; a typed value outside is brought inside by ``PageSettings.clamped``, which says so
+#: in words (gradio's own check would raise a red "Error" toast while the box then shows its bound).
 RANGES = {s.name: (*s.shown.page, s.shown.words) for s in SETTINGS.values() if s.shown.page is not None}
 
 
