@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.models.cost_cache import cached_cost_curve, refine_cost_curve
+from engine.product.models.cost_cache import refine_cost_curve
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup
@@ -22,11 +22,11 @@ from page.frames import (
     paused,
     problem,
     run_command,
-    session_curve,
     token_text,
 )
 from page.policy import ArBeside, ar_timing_due, run_speedup
 from page.settings import PageSettings
+from page.setup import set_up
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.lesson import what_is_it
@@ -99,17 +99,15 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     AR timed step for step beside the run, under the same load (``page.policy.ArBeside``; not part of the
     run's engine time), kept in ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's
     cost sentence reads it too."""
-    control = session.start()
-    lm = models.get(session.model_key)
     try:
-        ids, config = settings.prepare(lm)
+        setup = set_up(settings, session, models)
     except ConfigError as exc:
         yield problem(str(exc))
         return
+    control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     try:
-        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=session_curve(session.curve, lm),
-                               memory=session.memory)
-        curve = decoder.cost_curve or session_curve(session.curve, lm) or cached_cost_curve(lm.model, path=lm.forward)
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=setup.own_curve, memory=session.memory)
+        curve = setup.curve()
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(), shown_curve=curve.spec() if curve is not None else None,
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)

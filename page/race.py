@@ -5,16 +5,16 @@ import time
 from collections.abc import Iterator
 
 from engine.decoding.config import ConfigError
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute
 from engine.product.runs.race import Pacer, Race
 from engine.product.runs.run import ArTiming
 from page.contract import Session
-from page.frames import ar_key, paused, problem, session_curve
+from page.frames import ar_key, paused, problem
 from page.policy import race_predicted_s
 from page.settings import PageSettings
+from page.setup import set_up
 from viz.explain import race_board
 from viz.frame_text import METHOD_LABELS
 
@@ -36,17 +36,15 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
     (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing for the prompt (``ar_clock``),
     so a later Generate of the same prompt shows its speedup without timing AR again.
     """
-    control = session.start()
-    lm = models.get(session.model_key)
     try:
-        ids, config = settings.prepare(lm)
+        setup = set_up(settings, session, models)
     except ConfigError as exc:
         yield problem(str(exc), "race_board")
         return
+    control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     stop = lambda: bool(control.get("stop"))  # noqa: E731
-    curve = session_curve(session.curve, lm)
-    spec = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve, memory=session.memory)
-    curve = spec.cost_curve or curve or cached_cost_curve(lm.model, path=lm.forward)
+    spec = make_decoder(lm, config, lm.eos_token_ids, cost_curve=setup.own_curve, memory=session.memory)
+    curve = setup.curve()
     ar = make_decoder(lm, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
     contest = Race({"AR": ar.generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})

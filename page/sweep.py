@@ -7,14 +7,14 @@ from dataclasses import dataclass
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.loading import ModelRegistry
 from engine.product.runs.run import Run, Speedup
 from engine.product.runs.sweep import PARAMETERS, Attributions, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.runs.sweep import summary as sweep_summary
 from page.contract import Drawing, Session
-from page.frames import cycle_views, numbers, problem, run_command, session_curve, token_text
+from page.frames import cycle_views, numbers, problem, run_command, token_text
 from page.settings import RANGES, PageSettings
+from page.setup import set_up
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.frame_text import marked_output
@@ -40,18 +40,15 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
     tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
     and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the
     runs so far; bad input: one sentence, nothing run."""
-    control = session.start()
-    lm = models.get(session.model_key)
     try:
-        ids, config = settings.prepare(lm)
+        setup = set_up(settings, session, models)
         spec = SweepSpec.parse(sweep_param or "", sweep_values or "")
         _check_page_range(spec)
     except ConfigError as exc:
         yield problem(str(exc), "sweep_status")
         return
-    curve = session_curve(session.curve, lm)
-    if curve is None and spec.needs_cost_curve(config):
-        curve = cached_cost_curve(lm.model, path=lm.forward)
+    control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
+    curve = setup.curve(needed=spec.needs_cost_curve(config))
     yield {"sweep_status": sweep_board(None, len(spec.values))}
     attributions = Attributions(lm.model, ids)  # a run that parts from AR: a precision tie or a bug, as it arrives
     try:

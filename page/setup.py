@@ -1,0 +1,47 @@
+"""What every run handler (Generate, Race, Sweep) does first: the visitor's Stop request, model, prompt ids and
+config, and the one choice of cost curve."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.decoding.config import DecodeConfig
+from engine.decoding.cost import CostCurve
+from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.loading import LoadedModel, ModelRegistry
+from page.contract import Session
+from page.frames import session_curve
+from page.settings import PageSettings
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """One run's start: the Stop request (``control``, cleared), the visitor's model, the prompt's ids, the config,
+    and the visitor's own re-measured cost curve when it belongs to this model (``own_curve``; None: the shared
+    one)."""
+
+    control: dict
+    lm: LoadedModel
+    ids: list[int]
+    config: DecodeConfig
+    own_curve: CostCurve | None
+
+    def curve(self, needed: bool = True) -> CostCurve | None:
+        """The cost curve the run reads and the page shows: the visitor's own, else the model's shared curve on its
+        forward path (measured here the first time), or None when ``needed`` is False (GT's c is a number: the
+        runs then read no curve)."""
+        if self.own_curve is not None or not needed:
+            return self.own_curve
+        return cached_cost_curve(self.lm.model, path=self.lm.forward)
+
+
+def set_up(settings: PageSettings, session: Session, models: ModelRegistry) -> RunSetup:
+    """The visitor's run, ready to start: ``session``'s Stop request cleared, its model, ``settings`` checked and
+    turned into prompt ids and a config.
+
+    Raises:
+        ConfigError: a setting out of range or a prompt the model cannot take (the handler shows its one sentence).
+    """
+    control = session.start()
+    lm = models.get(session.model_key)
+    ids, config = settings.prepare(lm)
+    return RunSetup(control, lm, ids, config, session_curve(session.curve, lm))
