@@ -8,11 +8,15 @@ peaked and drafts are often accepted.  For each verifier, N_SAMPLES generations 
 warpers, set up here as ``generate`` sets them up, not by the engine's warper (engine/decoding/sampling.py): a
 warper bug there would otherwise shape both sides alike and cancel out.  A run that never accepted a
 draft token is inconclusive and fails; a deliberately lossy verifier must fail the same test (the test
-has power).
+has power).  The verifiers' generations are shared among ``WORKERS`` processes (seeds split in chunks, counts
+summed), one per core: the same seeds, and the same counts as one process up to a thread count's rounding.
 """
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
@@ -33,8 +37,16 @@ N_QUICK = 2_000
 P_FAIL = 1e-3  # a verifier fails when the chi-square p-value is below this (fixed seeds: deterministic)
 
 
+WORKERS = min(2, os.cpu_count() or 1)  # processes sharing a verifier's generations (each runs torch on one thread)
+
+
 @pytest.fixture(scope="module")
 def tiny():
+    return tiny_model()
+
+
+def tiny_model():
+    """The test's model and prompt: the same weights in every process (seeded)."""
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
@@ -91,11 +103,12 @@ def chi_square_p(counts: dict, expected: dict[tuple[int, ...], float], n: int) -
                                          torch.tensor(stat / 2, dtype=torch.float64)))
 
 
-def sample_many(model, prompt: list[int], cfg: DecodeConfig, n: int = N_SAMPLES) -> tuple[dict, int]:
-    """Counts of the first N_TOKENS tokens over ``n`` seeds, and the draft tokens accepted."""
+def sample_many(model, prompt: list[int], cfg: DecodeConfig, n: int | range = N_SAMPLES) -> tuple[dict, int]:
+    """Counts of the first N_TOKENS tokens over seeds 0..n-1 (or the seeds of range ``n``), and the draft tokens
+    accepted."""
     counts: dict[tuple[int, ...], int] = {}
     accepted = 0
-    for seed in range(n):
+    for seed in (n if isinstance(n, range) else range(n)):
         decoder = make_decoder(model, cfg.with_(seed=seed))
         tokens: list[int] = []
         for trace in decoder.generate(prompt):
@@ -103,6 +116,39 @@ def sample_many(model, prompt: list[int], cfg: DecodeConfig, n: int = N_SAMPLES)
             accepted += len(trace.accepted)
         key = tuple(tokens[:N_TOKENS])
         counts[key] = counts.get(key, 0) + 1
+    return counts, accepted
+
+
+_WORKER_MODEL: tuple | None = None  # a worker process's own copy of ``tiny_model()``
+
+
+def _worker_start() -> None:
+    global _WORKER_MODEL
+    torch.set_num_threads(1)  # one process per core
+    _WORKER_MODEL = tiny_model()
+
+
+def _sample_seeds(cfg: DecodeConfig, seeds: range) -> tuple[dict, int]:
+    return sample_many(*_WORKER_MODEL, cfg, seeds)
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """Processes for the verifiers' generations (spawned: a fresh interpreter each, no forked torch state)."""
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_start) as pool:
+        yield pool
+
+
+def sample_shared(pool: ProcessPoolExecutor, cfg: DecodeConfig, n: int, chunks: int = 10) -> tuple[dict, int]:
+    """``sample_many`` over seeds 0..n-1, in ``chunks`` ranges shared among ``pool``'s processes; counts summed."""
+    counts: dict[tuple[int, ...], int] = {}
+    accepted = 0
+    bounds = [n * i // chunks for i in range(chunks + 1)]
+    for part, got in pool.map(_sample_seeds, itertools.repeat(cfg), map(range, bounds[:-1], bounds[1:])):
+        accepted += got
+        for key, c in part.items():
+            counts[key] = counts.get(key, 0) + c
     return counts, accepted
 
 
@@ -122,12 +168,12 @@ QUICK = ("goose tree, T=1",)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.full) for n in VERIFIERS])
-def test_sampling_verifier_matches_ar_distribution(tiny, name, request):
+def test_sampling_verifier_matches_ar_distribution(tiny, workers, name, request):
     model, prompt = tiny
     n = N_SAMPLES if request.config.getoption("--full") else N_QUICK
     cfg = DecodeConfig.of(max_new_tokens=N_TOKENS, gt_threshold=0.0, **{"temperature": 1.0, **VERIFIERS[name]})
     expected = exact_ar_distribution(model, prompt, cfg)
-    counts, accepted = sample_many(model, prompt, cfg, n)
+    counts, accepted = sample_shared(workers, cfg, n)
     assert accepted > n // 10, f"inconclusive: only {accepted} draft tokens accepted in {n} runs"
     p = chi_square_p(counts, expected, n)
     assert p > P_FAIL, f"{name}: distribution differs from AR sampling (chi-square p = {p:.2e})"
