@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
-from cli.bench import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.core.forward import BUCKETS, make_path  # noqa: E402
 from engine.core.graphs import GraphedPath  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
+from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402

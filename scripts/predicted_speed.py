@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli.bench import DATASETS, DEFAULT_DATA, encode, load_prompts, method_config  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
+from engine.product.bench.methods import method_config  # noqa: E402
+from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.models.cost_cache import CostCurve  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 from engine.product.runs.decoder import make_decoder

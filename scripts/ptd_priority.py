@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli.bench import DEFAULT_DATA, load_prompts  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
+from engine.product.bench.prompts import DEFAULT_DATA, load_prompts  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.metrics import summarize  # noqa: E402

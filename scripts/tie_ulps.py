@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli.bench import DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.core.forward import EagerPath  # noqa: E402
 from engine.core.tree import DraftTree, Source  # noqa: E402
+from engine.product.bench.prompts import DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 from engine.product.runs.lossless import ulp  # noqa: E402
 

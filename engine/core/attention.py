@@ -10,7 +10,7 @@ Every query row sees the same keys, values, scale and mask as before; only the c
 
 Measured (SmolLM2-135M: 9 query heads, 3 key/value heads; 2 CPU cores, torch 2.13, bf16): one layer's attention
 over 128 cached tokens, 2 / 8 rows, 54 / 76 µs with ``repeat_kv`` against 31 / 54 packed; over 600, 183 / 207
-against 83 / 148.  docs/results.md, "Packed grouped-query attention", has the model's cost curve and the bench.
+against 83 / 148.  docs/results.md, "Where the time goes", has the model's cost curve and the bench.
 
 The kernel is registered with transformers as ``compat.TREE_SDPA``, "tree_sdpa" (``AttentionInterface``, with
 sdpa's mask function), the extension point transformers provides for attention kernels; ``use_tree_sdpa``

@@ -31,7 +31,7 @@ METHODS = ("goose", *SOURCES, "iso3", "iso5", "ar")
 CANDIDATE_TREE_METHODS = tuple(info.name for info in REGISTRY if info.candidate_tree)
 
 #: Goose Alg. 3 / B.3's default order of the walk over a node's children: spine sources' first, then pool sources'
-#: (PTD: measured between them, docs/results.md "PTD walk priority"), then branch sources'; registry order within a
+#: (PTD: measured between them, docs/results.md "PTD"), then branch sources'; registry order within a
 #: role.  Greedy tau does not depend on it (a node's children carry distinct tokens); sampling tau does.
 WALK_PRIORITY = tuple(i.name for i in sorted(REGISTRY, key=lambda i: (Role.SPINE, Role.POOL, Role.BRANCH).index(
     i.role)))
@@ -138,10 +138,10 @@ class GtConfig:
 
     threshold: float | str = "auto"  # the GT rule (GT_RULES) or a number c
     # "auto": keep the speedup-optimal top of each built tree, from the whole measured cost curve (GT §3,
-    # engine/decoding/gt.py; docs/results.md "GT principle: speedup-optimal tree size");
+    # engine/decoding/gt.py; docs/results.md "GT principle: tree size");
     # a number c: drop nodes whose estimated path acceptance < c (0 disables); "chord": c from the curve's chord
     # at B (engine/decoding/cost.py)
-    # GT "auto" (docs/results.md, "GT auto, second round"; demo model and SmolLM2, four datasets):
+    # GT "auto" (docs/results.md, "GT principle: tree size"; demo model and SmolLM2, four datasets):
     floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
     # (without it the size choice trims a c = 0 tree: demo speedup 1.48 vs 1.89)
     rate: str = "session"  # what the size choice maximises (see GT_RATES): the run's tokens per ms
@@ -153,7 +153,7 @@ class GtConfig:
     chain_steps: float = 3.0  # a confident chain is extended (``Variant.max_extended_chain``) only while one
     # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
     # the least reliable (SmolLM2 q4, HumanEval: 86 rows kept for 63 expected tokens, 9 accepted).  Predicted
-    # speed, docs/results.md "Chain extension within 3 AR steps": SmolLM2 q4 HumanEval 2.42 vs 2.20, demo 2.72 vs 2.69
+    # speed, docs/results.md "GT principle: tree size": SmolLM2 q4 HumanEval 2.42 vs 2.20, demo 2.72 vs 2.69
 
     FLAT: ClassVar[dict[str, str]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
                                       "chain_steps": "gt_chain_steps"}

@@ -2,7 +2,7 @@
 linears on the model's own group codes (``Q4Linear``), each equal to the plain layer bit for bit on probes.
 
 Which precision a model runs in is chosen by measurement (``engine.product.models.precision``); docs/results.md,
-"Packed bf16 linears" and "q4", has the measurements.
+"Precision", has the measurements.
 """
 from __future__ import annotations
 

@@ -15,13 +15,13 @@ tree, the two forwards a run alternates between).  The result is cached next to 
 A bf16 model on such a CPU runs its linears on weights reordered once into oneDNN's blocked layout
 (``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
 in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step costs what fp32's does and a
-16-row tree ~0.75 of it (docs/results.md, "Packed bf16 linears").  The outputs equal ``F.linear``'s bit for
+16-row tree ~0.75 of it (docs/results.md, "Precision").  The outputs equal ``F.linear``'s bit for
 bit (checked per layer on probes when packing; at every row count only on a CPU with bf16 instructions).
 
 A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its
 linears run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes,
 with bf16 activations.  On this project's 2-core VMs it verified 1 to 16 rows faster than packed bf16 (an AR
-step 1.8x faster, 2.9x fp32's; a 16-row forward 1.3x: docs/results.md, "q4").
+step 1.8x faster, 2.9x fp32's; a 16-row forward 1.3x: docs/results.md, "Precision").
 
 fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
 precision a batched forward rounds differently from a one-token one, so a near-tie may flip
