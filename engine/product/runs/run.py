@@ -78,7 +78,7 @@ class Run:
         return DecodeConfig.from_dict(self.config)
 
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
-        """The run as a trace file's JSON text (``trace_io.export_run``); ``token_text`` decodes its ids."""
+        """The run as a trace file's JSON text (``engine.product.io.traces.export_run``); ``token_text`` decodes its ids."""
         header = RunHeader(model=self.model, prompt=self.prompt, config=self.config, prompt_format=self.prompt_format,
                            cost_curve=self.cost_curve, shown_curve=self.shown_curve,
                            ar_timing=self.ar_timing.to_dict() if self.ar_timing is not None else None)
@@ -86,7 +86,7 @@ class Run:
 
     @classmethod
     def from_trace_file(cls, data: bytes | str) -> Run:
-        """A run read back from a trace file (``trace_io.load_run``; ``segments`` left for the page).
+        """A run read back from a trace file (``engine.product.io.traces.load_run``; ``segments`` left for the page).
 
         Raises:
             TraceFormatError: too large, not JSON, another schema or version, or a malformed field.
