@@ -5,7 +5,8 @@ the GT principle (``GtConfig``), sampling (``SamplerConfig``), how the paper's g
 each draft source's own settings (its module's dataclass, e.g. ``PldConfig``).  Outside the engine a config is
 *flat*: every setting has one flat name (the CLI flag's dest, the trace file's key: ``budget``,
 ``gt_threshold``, ``ptd_rows``), and ``DecodeConfig.of`` / ``with_`` / ``get`` / ``to_dict`` / ``from_dict``
-speak it, so command lines and trace files written before the nesting still read.  How a setting shows to people
+speak it (found by reflection: engine/decoding/flat.py), so command lines and trace files written before the
+nesting still read.  How a setting shows to people
 (its CLI option, the page's range, a sweep's parse) is declared by flat name in engine/product/io/settings.py.
 
 Defaults are the Goose paper's Table 5 / Appendix C.3 hyper-parameters (fixed across datasets and models there)
@@ -19,6 +20,7 @@ from typing import Any, ClassVar
 
 from ..core.checks import ConfigError, check, one_of
 from ..sources import REGISTRY, SOURCE_TYPES, Role
+from . import flat
 
 #: Draft sources a tree may mix, from the registry; ``DecodeConfig.sources`` picks among them for goose / iso(k).
 SOURCES = tuple(info.name for info in REGISTRY)
@@ -325,37 +327,18 @@ class DecodeConfig:
         Raises:
             ConfigError: an unknown name, or a value out of range.
         """
-        top, groups, own = {}, {}, {}
         for name, value in settings.items():
             if name == "variant" and isinstance(value, str):
                 if value not in VARIANTS:
                     raise ConfigError(f"variant must be one of {', '.join(VARIANTS)} (got {value!r})")
-                value = VARIANTS[value]
-            if name in _TOP:
-                top[name] = value
-            elif name in _PATHS:
-                path = _PATHS[name]
-                if path[0] == "source_configs":
-                    own.setdefault(path[1], {})[path[2]] = value
-                else:
-                    groups.setdefault(path[0], {})[path[1]] = value
-            else:
+                settings[name] = VARIANTS[value]
+            elif name not in _TOP and name not in _PATHS:
                 raise ConfigError(f"unknown setting {name!r}; known: {', '.join(FLAT_NAMES)}")
-        for group, changes in groups.items():  # on top of a group given whole (``variant="authors"``)
-            top[group] = replace(top.get(group, getattr(self, group)), **changes)
-        if own:
-            configs = top.get("source_configs", self.source_configs)
-            top["source_configs"] = tuple(replace(c, **own[i]) if i in own else c for i, c in enumerate(configs))
-        return replace(self, **top) if top else self
+        return flat.apply(self, _PATHS, settings)
 
     def get(self, name: str):
         """The setting of flat name ``name`` ("variant": its ``VARIANTS`` name).  Raises KeyError if unknown."""
-        if name == "variant":
-            return self.variant.name
-        value: Any = self
-        for step in _PATHS[name]:
-            value = value[step] if isinstance(step, int) else getattr(value, step)
-        return value
+        return self.variant.name if name == "variant" else flat.read(self, _PATHS[name])
 
     def to_dict(self) -> dict:
         """Every setting by its flat name (what trace files and results store; ``from_dict`` reads it back)."""
@@ -455,21 +438,10 @@ class Resolved:
 _TOP = tuple(f.name for f in fields(DecodeConfig))
 
 
-def _flat_fields() -> list[tuple[str, tuple, Any]]:
-    """(flat name, where it lives: (field,), (group, field) or ("source_configs", index, field), its field)."""
-    named = [(f.name, (f.name,), f) for f in fields(DecodeConfig) if f.name in ("method", "max_new_tokens", "sources")]
-    for f in fields(DecodeConfig):
-        if f.name in ("tree", "gt", "sampler", "variant"):
-            kind = type(f.default)
-            named += [(kind.FLAT.get(g.name, g.name), (f.name, g.name), g) for g in fields(kind)]
-    for i, t in enumerate(SOURCE_TYPES):
-        named += [(t.config_type.FLAT.get(g.name, g.name), ("source_configs", i, g.name), g)
-                  for g in fields(t.config_type)]
-    assert len({name for name, _, _ in named}) == len(named), "two settings share a flat name"
-    return named
-
-
-_PATHS = {name: path for name, path, _ in _flat_fields()}
+#: Where each flat name lives (``engine.decoding.flat``): method, length and sources, then the groups' fields, then each
+#: source's own.
+_PATHS = flat.paths(DecodeConfig, ("method", "max_new_tokens", "sources"), ("tree", "gt", "sampler", "variant"),
+                    "source_configs", tuple(t.config_type for t in SOURCE_TYPES))
 #: Every setting's flat name, in the order ``to_dict`` writes them.
 FLAT_NAMES = tuple(_PATHS)
 #: Named configurations: flat settings on top of the defaults (``DecodeConfig.preset``).  "default" is the

@@ -78,7 +78,8 @@ class Run:
         return DecodeConfig.from_dict(self.config)
 
     def to_trace_file(self, token_text: Callable[[int], str]) -> str:
-        """The run as a trace file's JSON text (``engine.product.io.traces.export_run``); ``token_text`` decodes its ids."""
+        """The run as a trace file's JSON text (``engine.product.io.traces.export_run``); ``token_text`` decodes its
+        ids."""
         header = RunHeader(model=self.model, prompt=self.prompt, config=self.config, prompt_format=self.prompt_format,
                            cost_curve=self.cost_curve, shown_curve=self.shown_curve,
                            ar_timing=self.ar_timing.to_dict() if self.ar_timing is not None else None)
