@@ -434,7 +434,7 @@ class Resolved:
     chain_cap: int | None  # the longest extended chain (tokens) within ``gt.chain_steps`` AR steps; None: no curve
 
 
-#: The names a ``DecodeConfig.with_`` call may set one at a time: the top-level fields, then the groups' fields.
+#: The top-level fields, which ``DecodeConfig.with_`` also takes whole (``tree=TreeShape(...)``).
 _TOP = tuple(f.name for f in fields(DecodeConfig))
 
 
