@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             for ids in prompts:
                 cycles = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
                 tokens = sum(len(c.new_tokens) for c in cycles)
-                ms = sum(truth.latency(len(c.tree) + c.ptd_rows) for c in cycles)
+                ms = sum(truth.latency(c.forward_rows) for c in cycles)
                 speedups.append(tokens / ms * truth.latency(1))
                 taus.append(tokens / len(cycles))
             table[m][dataset] = statistics.median(speedups)

@@ -88,9 +88,13 @@ def test_estimates_that_rise_along_a_path_still_give_a_valid_tree():
 
 
 def test_curve_latency_is_monotone_and_extrapolates():
-    curve = CostCurve((1, 2, 4, 8), (2.0, 3.0, 2.5, 4.0))  # a noisy dip at 4
-    assert curve.latency(4) == 3.0 and curve.latency(3) == 3.0
-    assert curve.latency(16) == pytest.approx(4.0 + (4.0 - 3.0) / 4 * 8)
+    curve = CostCurve((1, 2, 3, 4, 5, 8), (2.0, 3.4, 2.6, 2.7, 2.8, 4.0))  # 2 rows cost more than 3-5: 2 is slow
+    assert curve.slow == (2,) and curve.verify_rows(2) == 3 and curve.verify_rows(3) == 3
+    assert curve.latency(2) == curve.latency(3) == 2.6  # priced where it is verified
+    assert curve.latency(16) == pytest.approx(4.0 + 0.1 * 8)  # the median of the last three segments' slopes
+    assert curve.latencies(40) == sorted(curve.latencies(40))
+    noisy = CostCurve((1, 2, 4, 8), (2.0, 2.6, 2.4, 4.0))  # a dip within the band: smoothed, not lifted
+    assert noisy.slow == () and (noisy.latency(2), noisy.latency(4)) == (2.4, 2.6)
 
 
 @pytest.mark.full  # several seconds of decoding (the quick tier keeps what issue 32 names and the sub-second tests)

@@ -32,6 +32,7 @@ class Source(str):
 
     _declared: dict[str, Source] = {}
     ROOT: Source  # the anchor token, committed in the previous cycle (declared below)
+    PAD: Source  # a padding row (``DraftTree.padded``)
 
     def __new__(cls, name: str) -> Source:
         if not isinstance(name, str):
@@ -76,6 +77,7 @@ class Source(str):
 
 
 Source.ROOT = Source.declare("anchor", verified=False)
+Source.PAD = Source.declare("padding", verified=False)  # rows that only pad a forward to a cheaper size
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,13 @@ class DraftTree:
         return DraftTree(self.tokens + tuple(tokens), self.parents + tuple(0 if p is None else n + p for p in parents),
                          self.sources + (source,) * len(tokens), self.scores + (0.0,) * len(tokens),
                          self.est_accept + (0.0,) * len(tokens))
+
+    def padded(self, rows: int) -> DraftTree:
+        """This tree with padding rows appended up to ``rows`` (``Source.PAD``, token 0, children of the root), so a
+        forward runs at a cheaper size (``CostCurve.verify_rows``): no node of the tree sees them, and their logits
+        are never read.  The tree itself when it has ``rows`` rows or more."""
+        extra = rows - len(self)
+        return self if extra <= 0 else self.graft([0] * extra, [None] * extra, Source.PAD)
 
     @cached_property
     def depths(self) -> tuple[int, ...]:

@@ -16,6 +16,20 @@ On a GPU T(n) is flat up to tens of nodes; on a CPU it grows with n, steeply at 
 A curve is identified by ``CostCurve.id``, a hash of its ``spec()``, the compact text that reproduces it exactly
 (``python -m cli.generate --cost-curve``); ``to_dict`` is its file form, format ``FORMAT``.
 
+What the loop reads is a *fit* of the raw medians, never the medians themselves (``CostCurve.fit``, ours):
+
+1. a size whose median sits beyond the noise band above a larger size's is *slow* (a kernel choice that is
+   reproducible on the machine, e.g. SmolLM2 fp32 on an AVX2 CPU: T(3) above T(4)-T(6)): its trees are verified
+   padded to the next size that is not slow (``verify_rows``; padding rows see only the committed prefix and their
+   logits are never read), and priced there: the lower envelope min over m >= n of T(m);
+2. the other sizes get a running median of three (``median3``: one median far off both neighbours takes the nearer
+   one's place), then the weighted isotonic (non-decreasing) regression, each size weighted by the inverse square of
+   its rounds' spread (``isotonic``: pool-adjacent-violators), so a noisy median is outvoted or averaged with its
+   neighbours instead of lifting every larger size to itself (a running maximum did);
+3. beyond the largest size the fit goes on along a robust slope: the median of its last three segments' slopes.
+
+The file keeps the raw medians and their spread; the fit is recomputed from them.
+
 A curve stays true two ways (ours, not the paper's): ``CostCurve.problem`` checks a fresh measurement (its medians
 non-decreasing within noise, its rounds' spread bounded), so a curve taken while the machine was busy is not
 cached (engine/product/models/cost_cache.py); and ``refine_curve`` / ``CurveRefiner`` correct a curve from the
@@ -28,6 +42,7 @@ import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +57,12 @@ FORMAT = 2  # version of the curve file; files of another version are measured a
 #: The busy curve of issue 44 (T(2) 107 ms > T(3) 89 ms, T(3) 89 > T(4) 51) is far outside it.
 NOISE_REL = 0.15
 NOISE_MS = 0.3
+#: The absolute part of the band is at most this fraction of T(1): a 1 ms GPU forward and a 130 ms CPU forward are
+#: judged alike (0.3 ms is a quarter of a graphed GPU T(1), which let a high median pass as noise).
+NOISE_T1 = 0.05
+#: A median's relative spread is floored at this when it weights the fit, so one size timed in unusually tight
+#: rounds does not pin the whole fit to itself.
+MIN_WEIGHT_SPREAD = 0.02
 #: The most a curve's typical round spread may be: the median over sizes of (interquartile range / median) of a
 #: size's timed rounds.  Idle, whole measurements' medians repeat within ~10 % (``NOISE_REL``'s figures), so the
 #: middle half of one size's rounds should sit well inside 25 % of their median (an estimate: not measured on an
@@ -100,6 +121,7 @@ class CostCurve:
         Defaults: ``NOISE_REL``, ``NOISE_MS``, ``MAX_SPREAD`` (their comments say why).
         """
         ms = np.asarray(self.ms, dtype=float)
+        abs_ms = min(abs_ms, NOISE_T1 * ms[0])
         worst, excess = None, 0.0
         for i in range(len(ms) - 1):
             j = i + 1 + int(np.argmin(ms[i + 1:]))  # the cheapest larger size
@@ -108,7 +130,13 @@ class CostCurve:
         if worst is not None:
             i, j = worst
             return (f"T({self.nodes[i]}) = {ms[i]:.1f} ms exceeds T({self.nodes[j]}) = {ms[j]:.1f} ms by "
-                    f"{100 * (excess - 1):.0f} %, beyond the noise band ({100 * rel:.0f} % + {abs_ms} ms)")
+                    f"{100 * (excess - 1):.0f} %, beyond the noise band ({100 * rel:.0f} % + {abs_ms:.3g} ms)")
+        fit = self.fit
+        for i in range(1, len(ms) - 1):  # far above the fit of both neighbours: twice the band
+            near = max(fit[i - 1], fit[i + 1])
+            if ms[i] > near * (1 + 2 * rel) + 2 * abs_ms:
+                return (f"T({self.nodes[i]}) = {ms[i]:.1f} ms sits far above its neighbours' fit ({near:.1f} ms), "
+                        f"beyond twice the noise band")
         if self.spread is not None:
             typical = float(np.median(self.spread))
             if typical > max_spread:
@@ -116,23 +144,78 @@ class CostCurve:
                         f"range, median over sizes), above the {100 * max_spread:.0f} % an idle machine stays within")
         return None
 
+    def band(self, ms: float, rel: float = NOISE_REL, abs_ms: float = NOISE_MS) -> float:
+        """The noise band (ms) around a median of ``ms`` ms on this curve's device: ``rel`` · ms plus ``abs_ms``, the
+        latter at most ``NOISE_T1`` · T(1) (timer jitter scales with the device's own step)."""
+        return rel * ms + min(abs_ms, NOISE_T1 * self.ms[0])
+
+    @cached_property
+    def slow(self) -> tuple[int, ...]:
+        """Measured sizes whose median exceeds a larger size's beyond the noise band (``band``), the larger sizes
+        read through a running median of three (``median3``, so one low median cannot make its smaller neighbours
+        look slow): more rows cost less there, so their trees verify padded (``verify_rows``)."""
+        ms, later = self.ms, median3(self.ms)
+        return tuple(n for i, n in enumerate(self.nodes[:-1])
+                     if ms[i] > min(later[i + 1:]) + self.band(min(later[i + 1:])))
+
+    @cached_property
+    def fit(self) -> tuple[float, ...]:
+        """The fitted T(n) at each measured size (ms): over the sizes that are not ``slow``, a running median of
+        three (one median far off its neighbours is replaced by theirs), then the weighted isotonic regression
+        (``isotonic``; weights 1 / spread², spread floored at ``MIN_WEIGHT_SPREAD``; equal without a spread); a slow
+        size carries the fit of the next size that is not slow, where it is verified.  Non-decreasing in n."""
+        keep = [i for i, n in enumerate(self.nodes) if n not in self.slow]
+        spread = self.spread or (MIN_WEIGHT_SPREAD,) * len(self.nodes)
+        weights = [1.0 / max(spread[i], MIN_WEIGHT_SPREAD) ** 2 for i in keep]
+        fitted = dict(zip(keep, isotonic(median3([self.ms[i] for i in keep]), weights)))
+        out, nxt = [0.0] * len(self.nodes), None
+        for i in reversed(range(len(self.nodes))):  # the last size is never slow
+            nxt = i if i in fitted else nxt
+            out[i] = fitted[nxt]
+        return tuple(out)
+
+    def raw(self, n: int) -> float:
+        """The raw median at ``n`` rows (ms), interpolated linearly between measured sizes and held beyond the
+        largest: what was measured, not what the loop prices (``latency``)."""
+        return float(np.interp(n, self.nodes, self.ms))
+
+    def verify_rows(self, n: int) -> int:
+        """Rows a forward of ``n`` rows is verified as: ``n``, or where the largest measured size at most ``n`` is
+        ``slow``, the next measured size that is not (cheaper here; the extra rows are padding)."""
+        below = [m for m in self.nodes if m <= n]
+        if n >= self.nodes[-1] or not below or below[-1] not in self.slow:
+            return n
+        return next(m for m in self.nodes if m > n and m not in self.slow)
+
     def latency(self, n: int) -> float:
-        """T(n) in ms: the measured medians made non-decreasing (more rows never cost less; a lower
-        median is noise), interpolated linearly, and extended along the last segment beyond the
-        largest measured size."""
+        """T(n) in ms as the loop prices it: the ``fit`` at ``verify_rows(n)``, interpolated linearly between
+        measured sizes that are not slow, and extended beyond the largest along a robust slope (the median of the
+        last three segments')."""
         return float(self._at(np.array([n]))[0])
 
     def latencies(self, upto: int) -> list[float]:
         """[T(1), ..., T(upto)] in ms, as ``latency`` gives each, in one pass (the size choice reads them all)."""
         return self._at(np.arange(1, upto + 1)).tolist()
 
+    @cached_property
+    def _knots(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(sizes that are not slow, their fit, the slope beyond the last) for ``_at``."""
+        keep = [i for i, n in enumerate(self.nodes) if n not in self.slow]
+        x = np.asarray([self.nodes[i] for i in keep], dtype=float)
+        y = np.asarray([self.fit[i] for i in keep], dtype=float)
+        slopes = np.diff(y)[-3:] / np.diff(x)[-3:] if len(x) > 1 else np.zeros(1)
+        return x, y, float(np.median(slopes))
+
     def _at(self, sizes: np.ndarray) -> np.ndarray:
-        ms = np.maximum.accumulate(np.asarray(self.ms, dtype=float))
-        out = np.interp(sizes, self.nodes, ms)
-        beyond = sizes > self.nodes[-1]
-        if len(self.nodes) > 1 and beyond.any():
-            slope = (ms[-1] - ms[-2]) / (self.nodes[-1] - self.nodes[-2])
-            out[beyond] = ms[-1] + slope * (sizes[beyond] - self.nodes[-1])
+        x, y, slope = self._knots
+        rows = sizes.copy()
+        for n in self.slow:  # n up to the next size that is not slow: verified (and priced) as that size
+            pad = self.verify_rows(n)
+            rows[(sizes >= n) & (sizes < pad)] = pad
+        out = np.interp(rows, x, y)
+        beyond = rows > x[-1]
+        if beyond.any():
+            out[beyond] = y[-1] + slope * (rows[beyond] - x[-1])
         return out
 
     def max_rows(self, ms: float) -> int:
@@ -195,6 +278,31 @@ class CostCurve:
             raise CostCurveError("cost-curve file lacks nodes / ms / past") from None
 
 
+def median3(values: Sequence[float]) -> list[float]:
+    """Tukey's running median of three (*Exploratory Data Analysis*, 1977, ch. 7): each inner value replaced by the
+    median of itself and its two neighbours, the end values kept (T(1), an AR step's price, stays as measured).  A
+    monotone run passes unchanged; one value off both its neighbours takes the nearer one's place."""
+    out = [float(v) for v in values]
+    for i in range(1, len(values) - 1):
+        out[i] = float(sorted(values[i - 1:i + 2])[1])
+    return out
+
+
+def isotonic(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators: a block whose mean
+    exceeds the next block's is merged with it, means weighted by ``weights``).  Source: Ayer et al. (1955), Barlow
+    et al., *Statistical Inference under Order Restrictions* (1972), §1.2; the same fit as SciPy's
+    ``optimize.isotonic_regression`` (not a dependency here for 20 lines)."""
+    blocks: list[list[float]] = []  # [weighted mean, total weight, count]
+    for v, w in zip(values, weights):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, c2 = blocks.pop()
+            m1, w1, c1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return [m for m, _, c in blocks for _ in range(c)]
+
+
 def load_cost_curve(text: str) -> CostCurve:
     """A curve from a ``spec()`` string or a JSON file: a curve file, or a result of ``cli.generate``
     (its ``cost_curve`` entry).  Raises ``CostCurveError`` when neither reads."""
@@ -229,30 +337,36 @@ def refine_curve(prior: CostCurve, observed: Mapping[int, Sequence[float]], min_
         observed: rows n → the ms of forwards of n rows the run made (what ``T(n)`` prices: one verification
             forward, its read-back and the adjacency store); sizes with fewer than ``min_count`` times are ignored,
             as are times that are not positive.
+            Sizes are the rows the forwards really ran (``verify_rows``: padding included).
         min_count, rel, abs_ms: a size with at least ``min_count`` times is an anchor; its median m is compared with
-            the prior's T(n) = p, and where |m - p| > ``rel`` · p + ``abs_ms`` (the noise band, ``NOISE_REL`` and
-            ``NOISE_MS`` by default) the anchor's ratio is m / p, else 1 (noise within the band is ignored).
+            the prior's raw median there p (interpolated between measured sizes), and where m is outside the noise
+            band (``CostCurve.band``: ``NOISE_REL`` and ``NOISE_MS`` by default) the anchor's ratio is m / p, else 1
+            (noise within the band is ignored).
 
     Returns:
-        ``prior`` itself when no anchor disagrees with it; else a curve over the prior's sizes and the anchors',
-        T(n) = p(n) · r(n), r linear in n between neighbouring anchors and held at the nearest anchor's ratio beyond
-        them (an anchor in the band pins its neighbourhood to the prior).  Times rounded to 0.001 ms; same ``past``
-        and ``key``; spread None (not measured).
+        ``prior`` itself when no anchor disagrees with it; else a curve of *raw* medians over the prior's sizes and
+        the anchors', T(n) = p(n) · r(n), r linear in n between neighbouring anchors and held at the nearest anchor's
+        ratio beyond them (an anchor in the band pins its neighbourhood to the prior).  Never the prior's fit: a
+        refined curve is fitted again when read, so it keeps no plateau the medians lack.  Times rounded to
+        0.001 ms; same ``past``, ``key`` and ``spread`` (the prior's rounds).
     """
     ratio: dict[int, float] = {}
     for n, times in observed.items():
         times = [t for t in times if t > 0]
         if n >= 1 and len(times) >= min_count:
-            m, p = float(np.median(times)), prior.latency(n)
-            ratio[int(n)] = m / p if abs(m - p) > rel * p + abs_ms else 1.0
+            m, p = float(np.median(times)), prior.raw(n)
+            ratio[int(n)] = m / p if abs(m - p) > prior.band(p, rel, abs_ms) else 1.0
     if all(r == 1.0 for r in ratio.values()):
         return prior
     anchors = sorted(ratio)
     sizes = np.array(sorted(set(prior.nodes) | set(anchors)))
     scale = np.interp(sizes, anchors, [ratio[n] for n in anchors])  # held constant beyond the end anchors
-    ms = np.array(prior.latencies(int(sizes[-1])))[sizes - 1] * scale
+    ms = np.array([prior.raw(int(n)) for n in sizes]) * scale
+    spread = None
+    if prior.spread is not None:  # the prior's rounds at its own sizes, interpolated at an anchor it never measured
+        spread = tuple(round(float(v), 3) for v in np.interp(sizes, prior.nodes, prior.spread))
     return CostCurve(tuple(int(n) for n in sizes), tuple(round(max(float(t), 0.001), 3) for t in ms), prior.past,
-                     prior.key)
+                     prior.key, spread)
 
 
 class CurveRefiner:

@@ -59,6 +59,7 @@ class Plan:
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
     built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
     left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
+    rows: int = 0  # rows the forward runs: ``forward`` padded to a cheaper size (``CostCurve.verify_rows``)
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ class SpecDecoder:
             clock.lap("draft")
             plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
-            logits = session.forward.verify(plan.forward)  # 3. verify: one forward of the whole tree
+            logits = session.forward.verify(plan.forward.padded(plan.rows))[: len(plan.forward)]  # 3. verify: (n, |V|)
             back = read_back(logits, self._read_k(session), self._rows(plan, logits))  # the cycle's one host sync
             clock.lap("forward")
             walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
@@ -293,7 +294,9 @@ class SpecDecoder:
                 left_out.append(src)
                 continue
             forward = grafted
-        return replace(plan, forward=forward, left_out=tuple(left_out))
+        pad = self.cost_curve is not None and (room is None or room >= 1)  # a slow size: padded, rows at depth 1
+        rows = self.cost_curve.verify_rows(len(forward)) if pad else len(forward)
+        return replace(plan, forward=forward, left_out=tuple(left_out), rows=rows)
 
     def _route(self, s: Generation, drafts: Drafts) -> Plan:
         """Alg. 2 lines 6-13: bypass (``Variant.bypass_rule``), else a tree shaped by the match confidence, else AR.
@@ -461,7 +464,8 @@ class SpecDecoder:
             greedy=tuple(back.greedy[: len(plan.tree)]), accepted=walk.accepted, bonus=walk.bonus,
             new_tokens=done.tokens, spine_ratio=plan.spine_ratio, p_s_ema=s.stats.p_s_ema, timings_ms=timings,
             elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
-            ptd_rows=len(plan.forward) - len(plan.tree), confidence=drafts.confidence,
+            ptd_rows=len(plan.forward) - len(plan.tree), pad_rows=plan.rows - len(plan.forward),
+            confidence=drafts.confidence,
             match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens, budget=plan.budget, **_gt_fields(plan.gt))
 
 

@@ -37,6 +37,9 @@ class CycleTrace:
         total_tokens: tokens generated so far, this cycle included.
         finished: True on the last cycle (EOS, max new tokens, or stop request).
         ptd_rows: PTD drafting rows that rode along in this forward (not part of ``tree``).
+        pad_rows: padding rows of this forward: the tree (and its ride-along rows) verified as a cheaper, larger size
+            of the cost curve (``CostCurve.verify_rows``); they see only the committed prefix and the anchor, and their
+            logits are never read.
         confidence: Goose §4.3 confidence of this cycle's spine match in [0, 1] (0 = no match; None in
             traces written before it was recorded).
         match_tokens: tokens of the spine source's chain before any extension (0 = no spine).
@@ -66,6 +69,7 @@ class CycleTrace:
     total_tokens: int
     finished: bool
     ptd_rows: int = 0
+    pad_rows: int = 0
     confidence: float | None = None
     match_tokens: int = 0
     chain_tokens: int = 0
@@ -77,6 +81,11 @@ class CycleTrace:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
+
+    @property
+    def forward_rows(self) -> int:
+        """Rows the verification forward ran: the tree, its ride-along rows and its padding."""
+        return len(self.tree) + self.ptd_rows + self.pad_rows
 
     def __getstate__(self) -> dict:
         """Pickled with ``timings_ms`` as a dict (a read-only mapping proxy does not pickle): a page's frames cross

@@ -14,31 +14,23 @@ against 21.9 idle, was cached, and sized every later run's trees).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import random
-import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from engine.core.forward import EagerPath, ForwardPath
-from engine.core.tree import DraftTree, Source
-from engine.core.verify import read_back
-from engine.decoding.cost import NOISE_MS, CostCurve, CurveRefiner, round_spread
-from engine.product.models.paths import cache_root
-from engine.sources.tr import AdjacencyTable, TrSource
+from engine.decoding.cost import NOISE_MS, CostCurve, CurveRefiner
+from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
 # 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
-MEASUREMENT = 3  # how a cached curve was measured; a curve of an older one is measured again.  1 timed sizes in a
-# fixed order (T(1), right after T(128), read 20 % high); 2 shuffles them each round; 3 times the read-back that
-# takes the argmax off an fp32 top-k (0.2-0.8 ms cheaper per forward on a CPU: the old curve overprices trees)
+MEASUREMENT = 4  # how a cached curve was measured; a curve of an older one is measured again.  2 shuffles the sizes
+# each round; 3 times the loop's own read-back; 4 keeps raw medians only (a refinement wrote a fitted plateau before)
 REFINE_ENV = "GOOSE_LENS_REFINE_CURVE"  # "0": the shared curve is never corrected from runs (tests' fixed curves)
 RETRY_PAUSE_S = 2.0  # the pause before measuring again a curve that failed its check (a burst of load may pass)
 
@@ -56,48 +48,24 @@ def curve_key(model, path: str = "eager") -> str:
     return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}{forward}"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.no_grad()
 def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, repeats: int = 7,
                        path: ForwardPath | None = None) -> CostCurve:
     """Measure a fresh curve; writes nothing (so a page's re-measure stays in that user's session).
 
-    Per size n: one verification forward of an n-node chain over ``past`` cached tokens, the
-    cycle's read-back (argmax and top-K, one device-to-host copy) and the adjacency store, timed as
-    the decoding loop runs them.  Sizes are interleaved within each repeat so machine drift hits all
-    alike, in a new (seeded) order each round: a forward right after a large one runs slow (its cache and
-    allocator state; in a fixed order 1 always followed 128, and T(1) of SmolLM2 in q4 read 24-25 ms against the
-    loop's 20), and the median drops the rounds that put a size there.  The first round warms up; ``ms`` is the
-    median of ``repeats`` rounds, ``spread`` their interquartile range / median (``round_spread``), for the check
-    ``CostCurve.problem``.  ``path``: the forward path the curve is of (``engine.core.forward``; default
-    the eager path), so the curve prices the forward that runs (a compiled path's padded buckets included).
+    Per size n: one verification forward of an n-node chain over ``past`` cached tokens, the cycle's read-back and
+    the adjacency store, timed by the project's one timer (``timing.time_forwards``: sizes in a new order each round,
+    the warm-up round dropped); ``ms`` is the median of ``repeats`` rounds, ``spread`` their interquartile range /
+    median, for the check ``CostCurve.problem``.  ``path``: the forward path the curve is of
+    (``engine.core.forward``; default the eager path), so the curve prices the forward that runs (a compiled path's
+    padded buckets included).
     """
     path = path if path is not None else EagerPath(model)
     vocab = model.config.get_text_config().vocab_size
-    gen = torch.Generator().manual_seed(0)
     forward = path.open(past + max(sizes) + 1, max(sizes))
-    forward.prefill(torch.randint(0, vocab, (past,), generator=gen).tolist())
-    table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost
-    trees = {n: DraftTree(tuple(torch.randint(0, vocab, (n,), generator=gen).tolist()), (None, *range(n - 1)),
-                          (Source.ROOT,) + (TrSource.info.source,) * (n - 1), (1.0,) * n, (1.0,) * n) for n in sizes}
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    order, shuffle = list(sizes), random.Random(0).shuffle
-    for _ in range(repeats + 1):  # the first round warms up
-        shuffle(order)
-        for n in order:
-            tree = trees[n]
-            _sync(model.device)
-            t0 = time.perf_counter()
-            back = read_back(forward.verify(tree), table.top_k)  # waits for the device
-            table.store([None, *tree.tokens[:-1]], list(tree.tokens), back.successor_ids, back.successor_scores)
-            times[n].append((time.perf_counter() - t0) * 1000)
-            forward.commit([])
-    return CostCurve(tuple(sizes), tuple(round(statistics.median(times[n][1:]), 3) for n in sizes), past,
-                     curve_key(model, path.name), tuple(round(round_spread(times[n][1:]), 3) for n in sizes))
+    forward.prefill(torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist())
+    timed = time_forwards({path.name: forward}, tuple(sizes), vocab, model.device, repeats)
+    return CostCurve(tuple(sizes), tuple(timed.median(path.name, n) for n in sizes), past,
+                     curve_key(model, path.name), tuple(timed.spread(path.name, n) for n in sizes))
 
 
 def _path_name(path: ForwardPath | None) -> str:
@@ -105,8 +73,7 @@ def _path_name(path: ForwardPath | None) -> str:
 
 
 def _cache_path(model, cache_dir: str | Path | None, path: ForwardPath | None = None) -> Path:
-    folder = cache_root(cache_dir) / "cost"
-    return folder / (hashlib.sha1(curve_key(model, _path_name(path)).encode()).hexdigest()[:16] + ".json")
+    return cache_file("cost", curve_key(model, _path_name(path)), cache_dir)
 
 
 _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a measurement, no user data)
@@ -178,13 +145,14 @@ def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPa
     file = _cache_path(model, cache_dir, path)
     if file in _loaded:
         return _loaded[file]
+    data = read_cache(file, measurement=MEASUREMENT, key=curve_key(model, _path_name(path)))
     try:
-        data = json.loads(file.read_text())
-        curve = CostCurve.from_dict(data)
-    except (ValueError, OSError):
-        return None  # absent, unreadable or older format: measured when first needed
-    if curve.key == curve_key(model, _path_name(path)) and curve.nodes == SIZES \
-            and data.get("measurement") == MEASUREMENT and (curve.problem() is None or data.get("reproduced")):
+        curve = CostCurve.from_dict(data) if data is not None else None
+    except ValueError:
+        curve = None  # another format or bad values
+    if curve is None:
+        return None  # absent, unreadable, of another key or measurement: measured when first needed
+    if curve.nodes == SIZES and (curve.problem() is None or data.get("reproduced")):
         # a busy curve cached before the check existed (no spread: only its medians are checked) is measured again;
         # one flagged twice alike was this machine's own (``_agree``)
         _loaded[file] = curve
@@ -200,10 +168,10 @@ def refine_cost_curve(model, traces, path: ForwardPath | None = None,
     """Correct the model's shared curve from a finished run's own forwards (``CurveRefiner``: ours; T(n) is the GT
     principle's, §3.1 Eq. 6): each decoding cycle's forward time (its "forward" lap: the forward and its read-back)
     at its rows (the tree and the rows riding along).  Where at least 5 recent forwards of a size disagree with the
-    curve beyond the noise band, the corrected curve, resampled at ``SIZES`` and passing its check, replaces the
-    shared one for later runs, in memory and on disk; a run keeps the curve it started with, so its trees replay
-    from the curve it recorded.  Only the curve the process has loaded is refined (a visitor's own re-measured
-    curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
+    curve beyond the noise band, the corrected raw medians at ``SIZES`` (never the fit: ``refine_curve``), passing
+    its check, replace the shared one for later runs, in memory and on disk; a run keeps the curve it started with,
+    so its trees replay from the curve it recorded.  Only the curve the process has loaded is refined (a visitor's
+    own re-measured curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
 
     Args:
         model: the model the run ran on; traces: its ``CycleTrace``s (prefill included, skipped); path: its forward
@@ -221,38 +189,26 @@ def refine_cost_curve(model, traces, path: ForwardPath | None = None,
         refiner = _refiners[file] = CurveRefiner(prior)
     for trace in traces:
         if trace.mode != "prefill" and "forward" in trace.timings_ms:
-            refiner.observe(len(trace.tree) + trace.ptd_rows, trace.timings_ms["forward"])
+            refiner.observe(trace.forward_rows, trace.timings_ms["forward"])
     refined = refiner.curve()
     if refined is prior:
         return None
-    fixed = CostCurve(SIZES, tuple(round(refined.latency(n), 3) for n in SIZES), prior.past, prior.key)
-    if fixed.problem() is not None:
+    spread = None if refined.spread is None else tuple(refined.spread[refined.nodes.index(n)] for n in SIZES)
+    fixed = CostCurve(SIZES, tuple(round(refined.raw(n), 3) for n in SIZES), prior.past, prior.key, spread)
+    reproduced = prior.problem() is not None  # a curve cached as this machine's own (a slow size) stays so
+    if fixed.problem() is not None and not reproduced:
         return None
     _loaded[file] = fixed
     _refiners[file] = CurveRefiner(fixed)
-    write_cost_curve(fixed, file)
+    write_cost_curve(fixed, file, reproduced=reproduced)
     log.info("cost curve: corrected from the runs' own forwards: T(1) %.1f -> %.1f ms, T(16) %.1f -> %.1f ms",
              prior.latency(1), fixed.latency(1), prior.latency(16), fixed.latency(16))
     return fixed
 
 
 def write_cost_curve(curve: CostCurve, path: str | Path, reproduced: bool = False) -> bool:
-    """Write ``curve`` to ``path`` atomically (temporary file in the same folder, then ``os.replace``), so
-    a reader never sees a half-written file; the file is stamped with this ``MEASUREMENT`` (and ``reproduced``: a
-    curve that fails its check the same way twice, read back as this machine's own).  Returns False when the
-    folder is not writable."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                mark = {"reproduced": True} if reproduced else {}
-                json.dump({**curve.to_dict(), "measurement": MEASUREMENT, **mark}, f)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        return False  # a read-only home still gets the curve, just not cached
-    return True
+    """Write ``curve`` to ``path`` atomically (``timing.write_cache``), so a reader never sees a half-written file;
+    the file is stamped with this ``MEASUREMENT`` (and ``reproduced``: a curve that fails its check the same way
+    twice, read back as this machine's own).  Returns False when the folder is not writable."""
+    mark = {"reproduced": True} if reproduced else {}
+    return write_cache(Path(path), {**curve.to_dict(), "measurement": MEASUREMENT, **mark})

@@ -17,12 +17,9 @@ eager path serves: nothing is lost.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +31,7 @@ from engine.core.graphs import GraphedPath
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
+from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)
 
@@ -77,31 +75,22 @@ def use_cache_root(cache_dir: str | Path | None = None) -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root(cache_dir) / "inductor"))
 
 
-@torch.no_grad()
 def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, TREE_ROWS), past: int = 128,
             repeats: int = 7, first: dict | None = None) -> dict[str, list[float]]:
-    """Median ms of one verification forward of each of ``sizes`` nodes (a chain) over ``past`` cached tokens and
-    its argmax read-back (which waits for the device), per path, interleaved within each round; the first round
-    warms up (and compiles or captures a path's buckets).  Returns {path name: [T(n) for n in sizes]}; ``first``,
-    when given, gets {(path name, n): seconds of that first forward}."""
+    """Median ms of one verification forward of each of ``sizes`` nodes (a chain) over ``past`` cached tokens, with
+    the loop's read-back, per path, by the project's one timer (``timing.time_forwards``: pairs in a new order each
+    round; the warm-up round compiles or captures a path's buckets).  Returns {path name: [T(n) for n in sizes]};
+    ``first``, when given, gets {(path name, n): seconds of that first forward}."""
     vocab = model.config.get_text_config().vocab_size
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (past,), generator=gen).tolist()
+    prefix = torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist()
     forwards = {}
     for name, path in paths.items():
         forwards[name] = path.open(past + max(sizes) + 1, max(sizes))
         forwards[name].prefill(prefix)
-    times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in paths for n in sizes}
-    for _ in range(repeats + 1):
-        for (name, n), row in times.items():
-            chain = DraftTree.chain(torch.randint(0, vocab, (n,), generator=gen).tolist(), Source.ROOT)
-            t0 = time.perf_counter()
-            forwards[name].verify(chain).argmax(-1).tolist()  # the read-back waits for the device
-            row.append((time.perf_counter() - t0) * 1000)
-            forwards[name].commit([])
+    timed = time_forwards(forwards, tuple(sizes), vocab, model.device, repeats)
     if first is not None:
-        first.update({key: row[0] / 1000 for key, row in times.items()})
-    return {name: [round(statistics.median(times[(name, n)][1:]), 3) for n in sizes] for name in paths}
+        first.update(timed.first)
+    return timed.medians(tuple(sizes))
 
 
 def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
@@ -119,7 +108,7 @@ def _key(model) -> str:
 
 
 def _cache_file(model, cache_dir: str | Path | None) -> Path:
-    return cache_root(cache_dir) / "forward" / (hashlib.sha1(_key(model).encode()).hexdigest()[:16] + ".json")
+    return cache_file("forward", _key(model), cache_dir)
 
 
 def _compiled(model, cache_dir: str | Path | None) -> tuple[ForwardPath | None, str]:
@@ -213,13 +202,8 @@ def choose(model, want: str | None = None, compiled: bool = False,
 
 def _read(model, cache_dir: str | Path | None) -> dict | None:
     """The cached measurement of ``model`` on this machine ({"path", "reason", "ms"}), or None."""
-    try:
-        data = json.loads(_cache_file(model, cache_dir).read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("key") == _key(model) and data.get("path") in CHOICES[1:]:
-            return data
-    except (OSError, ValueError, TypeError):
-        pass
-    return None
+    data = read_cache(_cache_file(model, cache_dir), format=FORMAT, key=_key(model))
+    return data if data is not None and data.get("path") in CHOICES[1:] else None
 
 
 def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | None) -> dict:
@@ -249,14 +233,7 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     log.info("forward path: %s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
              time.perf_counter() - start, TREE_ROWS, ms)
     data = {"format": FORMAT, "key": _key(model), "path": name, "reason": reason + note, "ms": ms}
-    file = _cache_file(model, cache_dir)
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, file)
-    except OSError:
-        pass  # a read-only cache only costs a re-measurement next time
+    write_cache(_cache_file(model, cache_dir), data)  # a read-only cache only costs a re-measurement next time
     return data
 
 

@@ -30,12 +30,8 @@ precision a batched forward rounds differently from a one-token one, so a near-t
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
-import os
 import platform
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,9 +40,8 @@ import torch
 
 from engine.core import attention
 from engine.core.forward import EagerPath
-from engine.core.tree import DraftTree, Source
 from engine.product.models.kernels import Q4Linear, cpu_runs_bf16, pack_linears, packing_enabled, quantize_linears
-from engine.product.models.paths import cache_root
+from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
 
@@ -121,7 +116,8 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
 
     ``model`` (fp32) is copied once per variant and made that precision as ``load_model`` will serve it
     (``apply``: packed bf16 linears, 4-bit ones for "q4"; a variant the model cannot run is left out); sizes and
-    variants are interleaved within each repeat so machine drift hits all alike; the first repeat warms up.
+    variants are timed by the project's one timer (``timing.time_forwards``: pairs in a new order each round, the
+    loop's read-back, the warm-up round dropped).
     "sdpa" is timed as ``load_model`` serves it (``attention.use_tree_sdpa``).
     Returns {"dtype/attention": [T(1), T(16)]}.
     """
@@ -142,15 +138,7 @@ def measure(model, variants: tuple[tuple[str, str], ...] = CPU_VARIANTS, past: i
     for name, m in copies.items():
         forwards[name] = EagerPath(m).open(past + TREE_ROWS + 1, TREE_ROWS)
         forwards[name].prefill(prefix)
-    times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in copies for n in (1, TREE_ROWS)}
-    for _ in range(repeats + 1):
-        for (v, n), row in times.items():
-            chain = DraftTree.chain(torch.randint(0, vocab, (n,), generator=gen).tolist(), Source.ROOT)
-            t0 = time.perf_counter()
-            forwards[v].verify(chain).argmax(-1).tolist()
-            row.append((time.perf_counter() - t0) * 1000)
-            forwards[v].commit([])
-    return {v: [round(statistics.median(times[(v, n)][1:]), 3) for n in (1, TREE_ROWS)] for v in copies}
+    return time_forwards(forwards, (1, TREE_ROWS), vocab, model.device, repeats).medians((1, TREE_ROWS))
 
 
 def decide(ms: dict[str, list[float]], reference: str = "fp32/sdpa") -> PrecisionChoice:
@@ -170,7 +158,7 @@ def decide(ms: dict[str, list[float]], reference: str = "fp32/sdpa") -> Precisio
 
 
 def _cache_file(key: str, cache_dir: str | Path | None) -> Path:
-    return cache_root(cache_dir) / "precision" / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    return cache_file("precision", key, cache_dir)
 
 
 def machine_key(model_name: str) -> str:
@@ -210,13 +198,11 @@ def cached_choice(model_name: str, cache_dir: str | Path | None = None) -> Preci
     if not cpu_runs_bf16():
         return PrecisionChoice("fp32", "fp32: this CPU runs no bf16", {})
     key = machine_key(model_name)
+    data = read_cache(_cache_file(key, cache_dir), format=FORMAT, key=key)
     try:
-        data = json.loads(_cache_file(key, cache_dir).read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("key") == key:
-            return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", ""))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+        return PrecisionChoice(data["dtype"], data["reason"], data["ms"], data.get("attn", "")) if data else None
+    except (KeyError, TypeError):
+        return None
 
 
 def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice:
@@ -238,11 +224,5 @@ def cpu_choice(model, model_name: str, cache_dir: str | Path | None = None) -> P
     start = time.perf_counter()
     choice = decide(measure(model))
     log.info("auto precision: %s (measured in %.0f s)", choice.reason, time.perf_counter() - start)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "key": key, **asdict(choice)}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_cache(path, {"format": FORMAT, "key": key, **asdict(choice)})
     return choice
