@@ -33,7 +33,6 @@ from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve, load_cost_curve
 from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, BenchError, encode, load_prompts
 from engine.product.io.options import add_config_options, add_model_options, config_from_args
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.loading import ModelLoadError, load_model, with_forward
 from engine.product.runs.lossless import Divergence
 from engine.product.runs.sweep import (
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"model: {lm.summary()}", file=sys.stderr)
     if curve is None and spec.needs_cost_curve(base):
-        curve = cached_cost_curve(lm.model, path=lm.forward)  # measured once per machine when absent: not the
+        curve = lm.curves.shared()  # measured once per machine when absent: not the
         # sweep's time
     lm.warm_up()  # lazy initialisation is not AR's time
     try:

@@ -9,7 +9,6 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.models.cost_cache import refine_cost_curve
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup
@@ -147,7 +146,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
     """``generate``'s frames while decoding (``traces``, each recorded in ``live.run``), throttled (``Throttle``),
     the last cycle always drawn in full; returns the last trace (None: no cycle).  The speedup shown meanwhile is
     live when this visitor has AR's timing on the prompt (``known``), else says AR is timed beside it.  The
-    run's forward times then correct the model's shared cost curve (``refine_cost_curve``; runs after this one
+    run's forward times then correct the model's shared cost curve (``CurveOwner.refine``; runs after this one
     read it)."""
     live_speedup = Speedup(None, "AR is timed beside the run") if known is None else None  # else live, below
     throttle, trace, drawn = Throttle(), None, None  # drawn: the last cycle whose tree is on screen
@@ -166,7 +165,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
         yield _frame(live, trace, trace, True, live_speedup or Speedup.of(live.run.traces, known))
     if trace is None:  # stopped before the first token: nothing to wait for any more
         yield {"notice": ""}
-    refine_cost_curve(live.lm.model, live.run.traces, path=live.lm.forward)  # the shared curve learns the run's times
+    live.lm.curves.refine(live.run.traces)  # the shared curve learns the run's times
     return trace
 
 

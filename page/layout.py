@@ -7,7 +7,6 @@ import plotly.graph_objects as go
 
 from engine.decoding.config import METHODS
 from engine.product.io.deploy import serving_text
-from engine.product.models.cost_cache import known_cost_curve
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.sources import REGISTRY, SourceMemory
 from page.contract import Drawing, Endpoint, Page, wire
@@ -63,7 +62,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                 with gr.Column(elem_id="prompt-block"):
                     _prompt_inputs(page, preset)
                 with gr.Column(elem_id="settings-block"):
-                    known = known_cost_curve(first.model, path=first.forward)
+                    known = first.curves.known()
                     _lesson_and_presets(page, preset, known, first.precision)
                     _settings_inputs(page, options)
                     _model_and_trace_files(page, models, options)
@@ -74,7 +73,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     _race_and_cost_views(page, first)
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
-        known = known_cost_curve(first.model, path=first.forward)
+        known = first.curves.known()
         built = (models.key_of(first), known is not None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
@@ -241,7 +240,7 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
         page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
                                   elem_id="sweep-open")
     with gr.Accordion("Verification cost curve and the GT principle", open=False):
-        curve = known_cost_curve(first.model, path=first.forward)  # a cold start measures it once the page is up
+        curve = first.curves.known()  # a cold start measures it once the page is up
         # (page.startup)
         page.cost_plot = gr.Plot(cost_figure(curve, INITIAL.budget) if curve else cost_figure_pending(),
                                  show_label=False, elem_id="cost-curve")

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import gradio as gr
 import torch
 
-from engine.product.models.cost_cache import known_cost_curve, measure_cost_curve
 from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
 from page.frames import session_curve
@@ -107,7 +106,7 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
     lm = result["lm"]
     yield {"model_status": f"✓ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
            "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
-           "lesson": what_is_it(known_cost_curve(lm.model, path=lm.forward), lm.precision),
+           "lesson": what_is_it(lm.curves.known(), lm.precision),
            **({} if lm.has_chat_template else {"prompt_format": "raw"})}
 
 
@@ -148,7 +147,7 @@ def header_text(lm: LoadedModel, notice: str | None = None, shown: str | None = 
 def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
     """Re-measure the cost curve for this visitor only (``curve``): nobody else's runs change."""
     lm = models.get(model_key)
-    fresh = measure_cost_curve(lm.model, path=lm.forward)
+    fresh = lm.curves.fresh()
     return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)),
             "lesson": what_is_it(fresh, models.get(model_key).precision)}
 
@@ -157,7 +156,7 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
     lm = models.get(model_key)
     low, high, _ = RANGES["budget"]
-    shown = session_curve(curve, lm) or known_cost_curve(lm.model, path=lm.forward)  # never measured here: not the
+    shown = session_curve(curve, lm) or lm.curves.known()  # never measured here: not the
     # engine thread
     if shown is None:
         return {"cost_plot": cost_figure_pending()}
@@ -172,7 +171,7 @@ def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions =
     line: an update on page load re-drew the Model accordion, and a name a visitor was typing there was lost (a
     browser test, 1 run in 3); that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
     lm = models.get(model_key)
-    curve = known_cost_curve(lm.model, path=lm.forward)
+    curve = lm.curves.known()
     if (models.key_of(lm), curve is not None) == tuple(built):
         return {}
     return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve, lm.precision),

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from page.contract import Session
 from page.frames import session_curve
@@ -29,9 +28,7 @@ class RunSetup:
         """The cost curve the run reads and the page shows: the visitor's own, else the model's shared curve on its
         forward path (measured here the first time), or None when ``needed`` is False (GT's c is a number: the
         runs then read no curve)."""
-        if self.own_curve is not None or not needed:
-            return self.own_curve
-        return cached_cost_curve(self.lm.model, path=self.lm.forward)
+        return self.lm.curves.for_run(self.own_curve, needed)
 
 
 def set_up(settings: PageSettings, session: Session, models: ModelRegistry) -> RunSetup:

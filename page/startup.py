@@ -15,7 +15,6 @@ import threading
 from dataclasses import replace
 
 from engine.product.models import forward_choice, precision
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.loading import (
     LoadedModel,
     ModelLoadError,
@@ -76,7 +75,7 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
             default = chosen
             models.make_default(default)
             log.info("every visitor's runs now take the %s", default.forward_reason)
-        cached_cost_curve(default.model, path=default.forward)
+        default.curves.shared()
     except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:
@@ -94,7 +93,7 @@ def compile_between_runs(models: ModelRegistry, chosen: LoadedModel) -> threadin
     def switch() -> None:
         models.make_default(chosen)
         log.info("every visitor's runs now take the %s", chosen.forward_reason)
-        cached_cost_curve(chosen.model, path=path)
+        chosen.curves.shared()
 
     def hand_over() -> None:
         models.compiling = COMPILING

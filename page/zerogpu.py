@@ -14,7 +14,6 @@ try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU a
 except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
-from engine.product.models.cost_cache import cached_cost_curve
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loading import (
     LoadedModel,
@@ -210,7 +209,7 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
     def prepare() -> None:  # in a GPU worker
         for lm in placed:
             lm.warm_up()
-            cached_cost_curve(lm.model, path=lm.forward)
+            lm.curves.shared()
 
     on_gpu(prepare, min(GPU_MAX_S, GPU_SETUP_S + REMEASURE_S * len(placed)))()
     return models

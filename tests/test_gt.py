@@ -148,7 +148,8 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
     cal.resolve(stream + [7, 8, 9], stats)
     assert not cal.pending
     assert cal.calibrate(Source("pld"), .125) > 0.9 and cal.calibrate(Source("tr"), .2) < 0.02  # all / none accepted
-    assert cal.calibrate(Source("ptd"), .3) == .3  # no outcome in that bin: the estimate as it is
+    assert cal.calibrate(Source("ptd"), .3) == .3 * cal.start  # a source with no outcome yet: doubted (``start``)
+    assert cal.calibrate(Source("pld"), .5) > 0.9  # an empty bin of a source that has shown its worth: trusted
     assert stats.counter(Source("pld")).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
     assert stats.counter(Source("tr")).reached == {1: 21} and stats.counter(Source("tr")).accepted == {1: 0}
     assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))

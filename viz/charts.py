@@ -48,14 +48,25 @@ def speed_figure(traces: Sequence[CycleTrace]) -> go.Figure:
 
 
 def cost_figure(curve, budget: int | None = None) -> go.Figure:
-    """Verification latency vs tree nodes (the GT principle's cost curve) with c(B) on a second axis.
+    """Verification latency vs tree nodes (the GT principle's cost curve) with c(B) on a second axis: the raw
+    medians as points (error bars: their rounds' interquartile range, when measured; a slow size, verified padded,
+    in its own marker) and the fit GT reads (``CostCurve.latency``) as a line, so an outlier and what the fit made of
+    it both show.
 
     Args:
         curve: ``engine.decoding.cost.CostCurve``.
         budget: node budget B to mark, with its threshold c(B).
     """
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(x=list(curve.nodes), y=list(curve.ms), mode="lines+markers", name="forward ms"),
+    nodes = list(curve.nodes)
+    error = None if curve.spread is None else dict(type="data", array=[s * m for s, m in zip(curve.spread, curve.ms)],
+                                                    visible=True, thickness=1)
+    slow = set(curve.slow)
+    fig.add_trace(go.Scatter(x=nodes, y=list(curve.ms), mode="markers", name="measured median", error_y=error,
+                             marker=dict(symbol=["x" if n in slow else "circle" for n in nodes], size=7),
+                             hovertext=[f"verified as {curve.verify_rows(n)} rows (cheaper)" if n in slow else ""
+                                        for n in nodes]), secondary_y=False)
+    fig.add_trace(go.Scatter(x=nodes, y=[curve.latency(n) for n in nodes], mode="lines", name="fit GT reads"),
                   secondary_y=False)
     fig.add_trace(go.Scatter(x=list(curve.nodes), y=[curve.threshold(n) for n in curve.nodes], mode="lines",
                              name="c(B)", line=dict(dash="dot")), secondary_y=True)

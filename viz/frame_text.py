@@ -55,6 +55,9 @@ def cycle_line(trace, run, marks: GhostMarks | None = None) -> str:
     confidence schedule took the cycle's budget above the run's B, or its r above a fixed r, the line says so
     with both numbers (``_raised``); ``marks``: where the drawing has the cycle's ghosts (``gt_words``)."""
     rows = f" · +{trace.ptd_rows} PTD rows" if trace.ptd_rows else ""
+    if getattr(trace, "pad_rows", 0):  # a slow size of the cost curve, verified as a cheaper larger one
+        n = trace.forward_rows - trace.pad_rows
+        rows += f" · {n} rows verified as {trace.forward_rows}: T({trace.forward_rows}) < T({n}) here"
     gt = f" · {gt_words(run.config.get('gt_threshold'), trace, marks)}" if trace.mode != "prefill" else ""
     return f"**Cycle {trace.index} of {len(run.traces) - 1}**{rows}{_raised(trace, run.config)}{gt}"
 

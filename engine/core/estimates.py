@@ -67,12 +67,19 @@ class PathCalibration:
     never correct an estimate that gets its nodes pruned, so each cycle's whole built tree is kept
     (``record``) until the output decides every node (``resolve``): a node's path is the output's
     continuation after the anchor, or not.  Outcomes are counted per (source, bin of α̂); ``calibrate``
-    maps α̂ to its bin's posterior rate under a prior of weight ``weight`` centred on the bin's mean α̂,
-    so an empty bin returns α̂ unchanged.  (In sampling mode "the output's continuation" is one draw, so
-    the rates are those of the sampled text: still an estimate, never a test of acceptance.)
+    maps α̂ to its bin's posterior rate under a prior of weight ``weight`` centred on the bin's mean α̂ times
+    the source's own ratio (``ratio``: accepted nodes over Σ α̂ over all its bins, under a prior of weight
+    ``start_weight`` at ``start``), so an empty bin borrows what its source has shown, and a run's first trees,
+    before any outcome, are priced at ``start`` · α̂.  Starting doubtful costs little: the built trees are counted
+    whole, the pruned nodes too, so a source whose estimates hold is trusted again within a few cycles, while
+    starting trusting spends whole trees on a steep curve (docs/results.md, "GT on a steep curve").  (In sampling
+    mode "the output's continuation" is one draw, so the rates are those of the sampled text: still an estimate,
+    never a test of acceptance.)
     """
 
     weight: float = 4.0  # prior weight in nodes: a bin moves half-way to its measured rate after 4 outcomes
+    start: float = 0.5  # a source's ratio of accepted nodes to Σ α̂ before any outcome (doubtful, see above)
+    start_weight: float = 2.0  # its prior weight in estimated tokens: 2 estimated tokens decided move it half-way
     counts: dict[tuple[Source, int], list[float]] = field(default_factory=dict)  # [decided, accepted, Σ α̂]
     pending: list[tuple[int, DraftTree]] = field(default_factory=list)  # (stream index of depth 1, built tree)
 
@@ -108,14 +115,22 @@ class PathCalibration:
         slot[1] += accepted
         slot[2] += est
 
+    def ratio(self, source: Source) -> float:
+        """The ``source``'s accepted nodes over its summed raw estimates, all bins pooled, under a prior of weight
+        ``start_weight`` at ``start``: how far its estimates over- (< 1) or under-state (> 1) acceptance."""
+        slots = [v for (src, _), v in self.counts.items() if src is source]
+        accepted, est_sum = sum(v[1] for v in slots), sum(v[2] for v in slots)
+        return (accepted + self.start_weight * self.start) / (est_sum + self.start_weight)
+
     def calibrate(self, source: Source, est: float) -> float:
         """The calibrated acceptance estimate of a ``source`` node whose raw path estimate is ``est`` (in [0, 1])."""
         slot = self.counts.get((source, bisect_right(CALIBRATION_EDGES, est)))
+        ratio = self.ratio(source)
         if slot is None or not slot[2]:
-            return est
+            return min(1.0, est * ratio)
         decided, accepted, est_sum = slot
         prior = est_sum / decided  # the bin's mean raw estimate
-        return min(1.0, est * (accepted + self.weight * prior) / (prior * (decided + self.weight)))
+        return min(1.0, est * (accepted + self.weight * prior * ratio) / (prior * (decided + self.weight)))
 
     def tree(self, tree: DraftTree) -> tuple[float, ...]:
         """Calibrated estimates of every node of ``tree`` (root 1.0)."""

@@ -257,11 +257,15 @@ class CostCurve:
             raise CostCurveError(f"not a cost-curve spec (want 'past=128;1:5.1,2:5.3,...'): {text[:80]!r}") from None
 
     def to_dict(self) -> dict:
-        """The file form (``FORMAT``): id, spec, key, and the values as lists."""
+        """The file form (``FORMAT``): id, spec, key, the raw medians (and spread) as lists, and, for a reader, the
+        fit GT reads at each size and the padded size of each slow one (derived from the medians; not read back)."""
         data = {"format": FORMAT, "id": self.id, "key": self.key, "past": self.past, "nodes": list(self.nodes),
                 "ms": list(self.ms), "spec": self.spec()}
         if self.spread is not None:  # optional within format 2: a curve without it writes the file it always did
             data["spread"] = list(self.spread)
+        data["fit"] = [round(v, 3) for v in self.fit]  # what GT reads at each size (derived; never read back)
+        if self.slow:
+            data["verified_as"] = {str(n): self.verify_rows(n) for n in self.slow}
         return data
 
     @classmethod

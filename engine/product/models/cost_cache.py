@@ -212,3 +212,38 @@ def write_cost_curve(curve: CostCurve, path: str | Path, reproduced: bool = Fals
     twice, read back as this machine's own).  Returns False when the folder is not writable."""
     mark = {"reproduced": True} if reproduced else {}
     return write_cache(Path(path), {**curve.to_dict(), "measurement": MEASUREMENT, **mark})
+
+
+class CurveOwner:
+    """The one owner of a loaded model's cost curve on its forward path: the page, the CLI and the bench ask it, and
+    nothing else holds curve state (the shared curve lives in this module's cache, in memory and on disk).
+
+    Args:
+        model: the transformers model; path: its ``ForwardPath`` (the curve is of the forward that runs).
+    """
+
+    def __init__(self, model, path: ForwardPath | None = None) -> None:
+        self.model, self.path = model, path
+
+    def known(self) -> CostCurve | None:
+        """The shared curve when measured already, else None: never measures (``known_cost_curve``)."""
+        return known_cost_curve(self.model, path=self.path)
+
+    def shared(self) -> CostCurve:
+        """The shared curve, measured and cached the first time (``cached_cost_curve``)."""
+        return cached_cost_curve(self.model, path=self.path)
+
+    def fresh(self) -> CostCurve:
+        """A new measurement that writes nothing: one visitor's own curve (``measure_cost_curve``)."""
+        return measure_cost_curve(self.model, path=self.path)
+
+    def refine(self, traces) -> CostCurve | None:
+        """The shared curve corrected from a finished run's forwards (``refine_cost_curve``); None: unchanged."""
+        return refine_cost_curve(self.model, traces, path=self.path)
+
+    def for_run(self, own: CostCurve | None = None, needed: bool = True) -> CostCurve | None:
+        """The curve a run reads: ``own`` (a visitor's re-measured curve), else the shared one, or None when
+        ``needed`` is False (GT's c is a number: the run reads no curve)."""
+        if own is not None or not needed:
+            return own
+        return self.shared()

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from engine.core import attention, compat
 from engine.core.forward import EagerPath, ForwardPath
 from engine.product.models import forward_choice, kernels, precision
+from engine.product.models.cost_cache import CurveOwner
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.named import (
     DEFAULT_MODEL,
@@ -73,6 +74,11 @@ class LoadedModel:
     def forward(self) -> ForwardPath:
         """The model's forward path, shared by its generations (``forward_choice.choose``; eager by default)."""
         return self.forward_path if self.forward_path is not None else EagerPath(self.model)
+
+    @property
+    def curves(self) -> CurveOwner:
+        """The owner of this model's cost curve on its forward path (``cost_cache.CurveOwner``)."""
+        return CurveOwner(self.model, self.forward)
 
     @property
     def params(self) -> int:
