@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.core.forward import make_path  # noqa: E402
+from engine.core.paths import make_path  # noqa: E402
 from engine.product.models.forward_choice import TREE_ROWS, choose, measure, use_cache_root  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--paths", default="eager,static,compiled")
+    ap.add_argument("--paths", default="eager,static,compiled", help="registered paths, e.g. eager,static,llamacpp")
     ap.add_argument("--sizes", default="1,2,4,8,16,32")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--choose", action="store_true", help="measure the paths for auto and cache its choice")
@@ -43,7 +43,8 @@ def main(argv=None) -> int:
         print(f"{lm.describe()}: {choice.reason}; T(1), T({TREE_ROWS}) in ms: {choice.ms}")
         return 0
     first: dict = {}
-    ms = measure(lm.model, {name: make_path(lm.model, name) for name in args.paths.split(",")}, sizes,
+    ms = measure(lm.model, {name: make_path(lm.model, name, lm.gguf() if name == "llamacpp" else None)
+                            for name in args.paths.split(",")}, sizes,
                  repeats=args.rounds, first=first)
     print(f"{lm.describe()}, {torch.get_num_threads()} threads, 128 cached tokens, medians of {args.rounds} rounds")
     print("| path | " + " | ".join(f"T({n}) ms" for n in sizes) + " | first forward of each size (s) |")

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
-from engine.core.forward import BUCKETS, make_path  # noqa: E402
-from engine.core.graphs import GraphedPath  # noqa: E402
+from engine.core.forward import BUCKETS, REGISTRY  # noqa: E402
+from engine.core.paths import make_path, path_names  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402
@@ -47,11 +47,10 @@ PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 
 
 def paths_here(model) -> dict:
-    """The forward paths to compare on ``model``'s device: eager, static, and graphed on CUDA."""
-    paths = {name: make_path(model, name) for name in ("eager", "static")}
-    if model.device.type == "cuda":
-        paths["graphed"] = GraphedPath(model)
-    return paths
+    """The forward paths to compare on ``model``'s device: every registered path that can run it here (``REGISTRY``:
+    eager, static, and graphed on CUDA; the compiled one is left out: minutes of compiling)."""
+    return {name: make_path(model, name) for name in path_names()
+            if name != "compiled" and REGISTRY[name].problem(model) is None}
 
 
 def cost_curves(device: str, rounds: int) -> dict:

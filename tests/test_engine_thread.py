@@ -149,7 +149,8 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
         return measured
 
     monkeypatch.setattr(startup, "load_model", load)
-    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: seen.setdefault("curve_of", model))
+    from engine.product.models.cost_cache import CurveOwner
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner: seen.setdefault("curve_of", owner.model))
     monkeypatch.setattr(type(measured), "warm_up", lambda self: None)
     models.engine.call(startup.settle, models, "demo", "cpu", True)
     assert seen["busy"] == startup.MEASURING and models.busy is None

@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import greedy_reference
 
-from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, make_path, static_problem
+from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, static_problem
+from engine.core.paths import make_path
 from engine.core.tree import DraftTree, Source
 from engine.decoding.config import DecodeConfig
 from engine.product.runs.decoder import make_decoder
@@ -232,7 +233,8 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
         StaticPath(model), "static: measured faster") if want is None else forward_choice.PathChoice(
         EagerPath(model), f"{want}: as asked"))
     curves = []
-    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: curves.append(path.name))
+    from engine.product.models.cost_cache import CurveOwner
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner: curves.append(owner.path.name))
     models.engine.call(startup.settle, models, "demo", "cpu", False)  # auto
     assert models.get(None).forward.name == "static" and models.get(None).forward_reason == "static: measured faster"
     assert curves == ["static"] and demo_lm.forward.name == "eager"  # the loaded model itself is not changed
@@ -267,7 +269,8 @@ def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
         return 0.0
 
     monkeypatch.setattr(forward_choice, "warm_bucket", fake_warm)
-    monkeypatch.setattr(startup, "cached_cost_curve", lambda model, path: order.append(("curve", path.name)))
+    from engine.product.models.cost_cache import CurveOwner
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner: order.append(("curve", owner.path.name)))
     models.engine.call(startup.settle, models, "demo", "cpu", False)
     assert started.wait(10) and "compiled, one tree size at a time" in RunBoard(models).waiting_words()
     run = models.engine.submit(lambda: order.append(("run", models.get(None).forward.name)))

@@ -52,7 +52,17 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 #: Capacity of a static cache is rounded up to a multiple of this (tokens); the attention reads the whole capacity,
 #: so the step stays small.  A compiled graph takes the capacity as a dynamic size: runs of any length share it.
 CAPACITY_STEP = 256
-PATHS = ("eager", "static", "compiled")
+#: Every forward path by name, each one class entered by ``register`` in its own module: eager, static and compiled
+#: here, graphed in ``graphs``, llamacpp in ``ggml`` (``engine.core.paths`` imports them all: the registry is whole
+#: there).
+#: ``choose``, the CLI's ``--forward``, ``scripts/forward_paths.py`` and ``scripts/gpu_check.py`` read it.
+REGISTRY: dict[str, type[ForwardPath]] = {}
+
+
+def register(cls: type[ForwardPath]) -> type[ForwardPath]:
+    """Enter a ``ForwardPath`` class in ``REGISTRY`` under its ``name`` (a class decorator)."""
+    REGISTRY[cls.name] = cls
+    return cls
 
 
 class TreeForward(ABC):
@@ -105,6 +115,21 @@ class ForwardPath(ABC):
     def __init__(self, model) -> None:
         self.model = model
 
+    @classmethod
+    def for_model(cls, model, gguf=None) -> ForwardPath:
+        """This path for ``model``; ``gguf``: the ``.gguf`` file the model was converted from, for a path that runs
+        the file itself (None: not from a GGUF file).  Raises ValueError when this path cannot serve the model."""
+        return cls(model)
+
+    @classmethod
+    def problem(cls, model, gguf=None) -> str | None:
+        """Why this path cannot run ``model`` here (one sentence), or None; checked before any forward."""
+        return None
+
+    def describe(self) -> str | None:
+        """What runs, for a model line, when it is not the transformers model in its own dtype; None otherwise."""
+        return None
+
     @abstractmethod
     def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
         """A fresh ``TreeForward`` for a run of at most ``max_length`` committed positions (prompt + new tokens)
@@ -141,6 +166,7 @@ class EagerForward(TreeForward):
         self._rows = 0
 
 
+@register
 class EagerPath(ForwardPath):
     """The reference path: ``EagerForward`` for every generation."""
 
@@ -314,6 +340,7 @@ class StaticForward(TreeForward):
         self._rows = 0
 
 
+@register
 class StaticPath(ForwardPath):
     """``StaticForward`` for every generation, the model's own forward at each tree's size.
 
@@ -360,6 +387,7 @@ class StaticPath(ForwardPath):
             del self.spares[self.SPARES:]
 
 
+@register
 class CompiledPath(StaticPath):
     """The static path with trees padded to ``BUCKETS`` and the model's forward compiled by ``torch.compile``
     (inductor, ``dynamic=False``: one graph per bucket and cache capacity, compiled on its first use; the prefill
@@ -375,15 +403,3 @@ class CompiledPath(StaticPath):
         self.buckets = buckets
         self.step = torch.compile(model, dynamic=False)
         self.warmed: set[int] = set()  # buckets compiled ahead of any run (engine.product.models.forward_choice.warm)
-
-
-def make_path(model, name: str = "eager") -> ForwardPath:
-    """The ``ForwardPath`` called ``name`` ("eager", "static", "compiled") for ``model``.
-
-    Raises:
-        ValueError: an unknown name, or a model the static paths cannot serve (``static_problem``).
-    """
-    paths = {"eager": EagerPath, "static": StaticPath, "compiled": CompiledPath}
-    if name not in paths:
-        raise ValueError(f"unknown forward path {name!r}: one of {', '.join(PATHS)}")
-    return paths[name](model)

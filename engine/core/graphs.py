@@ -27,7 +27,7 @@ import logging
 
 import torch
 
-from .forward import BUCKETS, StaticForward, StaticPath
+from .forward import BUCKETS, StaticForward, StaticPath, register
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class GraphedForward(StaticForward):
         return graph, logits
 
 
+@register
 class GraphedPath(StaticPath):
     """The static path with each bucket's forward captured as a CUDA graph (``GraphedForward``), lazily, into one
     memory pool per path; the graphs stay with their buffers, which a finished generation hands to the next
@@ -104,6 +105,10 @@ class GraphedPath(StaticPath):
         super().__init__(model)
         self.buckets = buckets
         self._pool = None
+
+    @classmethod
+    def problem(cls, model, gguf=None) -> str | None:
+        return None if torch.device(model.device).type == "cuda" else "CUDA graphs need a model on a CUDA device"
 
     def pool(self):
         """The memory pool every capture of this path shares (``torch.cuda.graph_pool_handle``)."""

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import torch
 
-from engine.core.forward import PATHS, CompiledPath, EagerPath, ForwardPath, make_path, static_problem
-from engine.core.graphs import GraphedPath
+from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, static_problem
+from engine.core.ggml import GgmlPath
+from engine.core.paths import make_path, path_names
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
@@ -35,10 +36,10 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 
 log = logging.getLogger(__name__)
 
-ENV = "GOOSE_LENS_FORWARD"  # auto | eager | static | compiled: the path every command and the page use
+ENV = "GOOSE_LENS_FORWARD"  # auto | a registered path's name: the path every command and the page use
 FORMAT = 1  # version of the cached choice file
 TREE_ROWS = 16  # the tree size weighed beside one AR step (as precision.TREE_ROWS)
-CHOICES = ("auto", *PATHS, "graphed")  # graphed: CUDA graphs of the static forward (engine/core/graphs.py)
+CHOICES = ("auto", *path_names())  # the registry's paths (engine.core.forward.REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,13 @@ def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
                   f"(T(1) {ms[best][0]:.1f} vs {ms['eager'][0]:.1f} ms)")
 
 
-def _key(model) -> str:
-    return f"{curve_key(model)}|{torch.get_num_threads()} threads|{os.cpu_count()} cpus"
+def _key(model, gguf=None) -> str:
+    ggml = "|llamacpp" if GgmlPath.problem(model, gguf) is None else ""  # a choice made without it is made again
+    return f"{curve_key(model)}|{torch.get_num_threads()} threads|{os.cpu_count()} cpus{ggml}"
 
 
-def _cache_file(model, cache_dir: str | Path | None) -> Path:
-    return cache_file("forward", _key(model), cache_dir)
+def _cache_file(model, cache_dir: str | Path | None, gguf=None) -> Path:
+    return cache_file("forward", _key(model, gguf), cache_dir)
 
 
 def _compiled(model, cache_dir: str | Path | None) -> tuple[ForwardPath | None, str]:
@@ -156,7 +158,7 @@ def warm(path: ForwardPath) -> float:
 
 
 def choose(model, want: str | None = None, compiled: bool = False,
-           cache_dir: str | Path | None = None, warm_now: bool = True) -> PathChoice:
+           cache_dir: str | Path | None = None, warm_now: bool = True, gguf: Path | None = None) -> PathChoice:
     """The forward path for ``model``: ``want`` ("auto", "eager", "static", "compiled"; None reads
     ``$GOOSE_LENS_FORWARD``, default "auto").
 
@@ -177,41 +179,42 @@ def choose(model, want: str | None = None, compiled: bool = False,
     eager = EagerPath(model)
     if want == "eager":
         return PathChoice(eager, "eager: as asked")
-    problem = static_problem(model)
-    if problem:
-        return PathChoice(eager, f"eager: the static path cannot serve this model: {problem}")
-    if want == "static":
-        return PathChoice(make_path(model, "static"), "static: as asked")
+    if want == "compiled" or want == "auto":
+        problem = static_problem(model)
+        if problem:
+            return PathChoice(eager, f"eager: the static path cannot serve this model: {problem}")
     if want == "compiled":
         return _warmed(model, "compiled: as asked", {}, cache_dir, warm_now)
-    if want == "graphed":
+    if want != "auto":  # any other path of the registry, as asked, or eager with its sentence
+        problem = REGISTRY[want].problem(model, gguf)
         try:
-            return PathChoice(GraphedPath(model), "graphed: as asked")
+            return PathChoice(make_path(model, want, gguf), f"{want}: as asked") if problem is None else \
+                PathChoice(eager, f"eager: the {want} path cannot run here: {problem}")
         except ValueError as exc:
-            return PathChoice(eager, f"eager: the graphed path cannot run here: {exc}")
-    known = _read(model, cache_dir)
+            return PathChoice(eager, f"eager: the {want} path cannot serve this model: {exc}")
+    known = _read(model, cache_dir, gguf)
     if known is None or (compiled and "compiled" not in known["ms"]):
-        known = _measure(model, eager, compiled, cache_dir)
+        known = _measure(model, eager, compiled, cache_dir, gguf)
     if known["path"] == "compiled":
         return _warmed(model, known["reason"], known["ms"], cache_dir, warm_now)
-    if known["path"] == "graphed":
-        return PathChoice(GraphedPath(model), known["reason"], known["ms"])
-    return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"]), known["reason"],
+    return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"], gguf), known["reason"],
                       known["ms"])
 
 
-def _read(model, cache_dir: str | Path | None) -> dict | None:
+def _read(model, cache_dir: str | Path | None, gguf=None) -> dict | None:
     """The cached measurement of ``model`` on this machine ({"path", "reason", "ms"}), or None."""
-    data = read_cache(_cache_file(model, cache_dir), format=FORMAT, key=_key(model))
+    data = read_cache(_cache_file(model, cache_dir, gguf), format=FORMAT, key=_key(model, gguf))
     return data if data is not None and data.get("path") in CHOICES[1:] else None
 
 
-def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | None) -> dict:
-    """Time the eager and static paths (and, with ``compiled``, the compiled one where it compiles), decide, and
-    cache the result; returns it ({"path", "reason", "ms"})."""
+def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | None, gguf=None) -> dict:
+    """Time the eager and static paths (the graphed one on CUDA, llama.cpp's for a model from a ``.gguf`` file where
+    llama-cpp-python is installed, and, with ``compiled``, the compiled one where it compiles), decide, and cache the
+    result; returns it ({"path", "reason", "ms"})."""
     paths = {"eager": eager, "static": make_path(model, "static")}
-    if torch.device(model.device).type == "cuda":  # captures cost milliseconds there: always measured
-        paths["graphed"] = GraphedPath(model)
+    for name in ("graphed", GgmlPath.name):  # CUDA graphs: captures cost milliseconds; llama.cpp: loads in a second
+        if REGISTRY[name].problem(model, gguf) is None:
+            paths[name] = make_path(model, name, gguf)
     note = ""
     if compiled:
         path, problem = _compiled(model, cache_dir)
@@ -232,8 +235,8 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     name, reason = decide(ms)
     log.info("forward path: %s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
              time.perf_counter() - start, TREE_ROWS, ms)
-    data = {"format": FORMAT, "key": _key(model), "path": name, "reason": reason + note, "ms": ms}
-    write_cache(_cache_file(model, cache_dir), data)  # a read-only cache only costs a re-measurement next time
+    data = {"format": FORMAT, "key": _key(model, gguf), "path": name, "reason": reason + note, "ms": ms}
+    write_cache(_cache_file(model, cache_dir, gguf), data)  # a read-only cache only costs a re-measurement next time
     return data
 
 

