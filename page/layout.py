@@ -74,7 +74,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
         known = first.curves.known()
-        built = (models.key_of(first), known is not None)  # the page as built, below
+        built = (models.key_of(first), known.id if known is not None else None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 import torch
 
+from engine.core import ggml
 from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
 from page.frames import session_curve
@@ -123,7 +124,18 @@ def exact_mode(model_key, *, models: ModelRegistry, options: PageOptions = PageO
 def using_words(lm: LoadedModel) -> str:
     """The model status line: "Using SmolLM2-135M-Instruct (135M, bf16, CPU) — auto: bf16: verifies …"."""
     why = dtype_words(lm)
-    return f"Using {lm.describe()}" + (f" — {why}" if why else "") + "."
+    return f"Using {lm.describe()}" + (f" — {why}" if why else "") + "." + llamacpp_hint(lm)
+
+
+def llamacpp_hint(lm: LoadedModel) -> str:
+    """One line, where a CPU model from a GGUF file runs torch's kernels because llama-cpp-python is missing: how to
+    get llama.cpp's (the ``llamacpp`` forward path: the file's own 4-bit blocks, several times faster on a CPU)."""
+    src = lm.source
+    from_gguf = src is not None and (src.fetch is not None or src.path.endswith(".gguf"))
+    if not from_gguf or lm.device != "cpu" or ggml.installed():
+        return ""
+    return (f" llama.cpp's kernels would run this model's GGUF file several times faster here: `{ggml.INSTALL}` "
+            "(built from source, about 10 minutes on 2 cores), then restart.")
 
 
 def dtype_words(lm: LoadedModel) -> str:
@@ -166,13 +178,14 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
 def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions(),
              built: tuple = ()) -> dict:
     """A page opened: the header, the lesson and the cost curve of the visitor's model as they are now, when they
-    differ from the page as built (``built``: its model's key and whether its curve was known); after a cold start
-    the default model and its curve change once measured (``page.startup``).  Nothing otherwise, and never the model
+    differ from the page as built (``built``: its model's key and its curve's id, None when not yet measured); after
+    a cold start the default model and its curve change once measured (``page.startup``), and runs refine the curve
+    (issue 56: a fresh visit showed the curve of the page's build, not the one runs then read).  Nothing otherwise, and never the model
     line: an update on page load re-drew the Model accordion, and a name a visitor was typing there was lost (a
     browser test, 1 run in 3); that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
     lm = models.get(model_key)
     curve = lm.curves.known()
-    if (models.key_of(lm), curve is not None) == tuple(built):
+    if (models.key_of(lm), curve.id if curve is not None else None) == tuple(built):
         return {}
     return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve, lm.precision),
             **cost_plot_for(budget, model_key, None, models=models)}

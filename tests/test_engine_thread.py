@@ -159,6 +159,10 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     assert RunBoard(models).waiting_words() == "Starting …"
     from page.models import on_visit  # a page opened now names the new model; one built with it gets no update
 
-    update = on_visit(None, 8, models=models, built=(models.key_of(demo_lm), True))
+    curve_id = measured.curves.known().id
+    update = on_visit(None, 8, models=models, built=(models.key_of(demo_lm), curve_id))
     assert set(update) == {"header", "lesson", "cost_plot"}
-    assert on_visit(None, 8, models=models, built=(models.key_of(measured), True)) == {}
+    assert on_visit(None, 8, models=models, built=(models.key_of(measured), curve_id)) == {}
+    # issue 56: the curve changed since the page was built (a refinement): a fresh visit shows the one in use
+    assert set(on_visit(None, 8, models=models, built=(models.key_of(measured), "another-id"))) == {
+        "header", "lesson", "cost_plot"}

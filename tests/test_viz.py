@@ -406,7 +406,11 @@ def test_a_cycle_title_says_what_none_accepted_means():
 
     tree_cycle = replace(make_trace(), accepted=(), new_tokens=(9,))
     assert "1 token (no draft accepted: the bonus token only)" in default_title(tree_cycle)
-    assert "(one AR step: no drafts)" in default_title(replace(tree_cycle, mode="ar"))
+    assert "(one AR step: no drafts)" in default_title(replace(tree_cycle, mode="ar", ghosts=()))
+    # issue 56, finding 3: an AR step whose drafts GT priced out draws them as ghosts; the title says so
+    ghost = GhostNode(0, 5, Source("tr"), 0.2, 0.2)
+    assert "(one AR step: GT kept none of 2 drafts)" in default_title(replace(tree_cycle, mode="ar",
+                                                                             ghosts=(ghost, ghost)))
     assert "(the prefill's own next token)" in default_title(replace(tree_cycle, mode="prefill"))
     assert "(none" not in default_title(tree_cycle)
 

@@ -92,8 +92,10 @@ def _outcome(trace: CycleTrace) -> str:
         return trace.path_category
     if trace.mode == "prefill":
         return "the prefill's own next token"
-    if trace.mode == "ar":
-        return "one AR step: no drafts"
+    if trace.mode == "ar":  # drafts GT priced out are drawn as ghosts: the title says so instead of "no drafts"
+        ghosts = len(trace.ghosts)
+        return (f"one AR step: GT kept none of {count_words(ghosts, 'draft')}" if ghosts
+                else "one AR step: no drafts")
     return "no draft accepted: the bonus token only"
 
 
