@@ -28,7 +28,10 @@ def show_cycle(run: Run | None, scrubber, drawing: Drawing = Drawing(), model_ke
     views = cycle_views(run, run.traces[k], models.get(model_key), drawing)
     if asked != k and not step:  # a typed number out of range: the nearest cycle, and a sentence that says so
         views["explain"] = f"There is no cycle {asked}: the cycles run from 0 to {last}.  \n{views['explain']}"
-    return {"scrubber": k, **views, "output": marked_output(run, k)}
+    # the box is set only where it must change (a button's step, a clamped number): setting it on every keystroke
+    # wrote "4" back over a "45" still being typed (issue 56)
+    box = {"scrubber": k} if step or asked != k else {}
+    return {**box, **views, "output": marked_output(run, k)}
 
 
 def _cycle_number(value) -> int:
