@@ -180,9 +180,9 @@ def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions =
     """A page opened: the header, the lesson and the cost curve of the visitor's model as they are now, when they
     differ from the page as built (``built``: its model's key and its curve's id, None when not yet measured); after
     a cold start the default model and its curve change once measured (``page.startup``), and runs refine the curve
-    (issue 56: a fresh visit showed the curve of the page's build, not the one runs then read).  Nothing otherwise, and never the model
-    line: an update on page load re-drew the Model accordion, and a name a visitor was typing there was lost (a
-    browser test, 1 run in 3); that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
+    (a fresh visit would otherwise show the curve of the page's build, not the one runs read).  Nothing otherwise,
+    and never the model line: an update on page load re-drew the Model accordion, and a name a visitor was typing
+    there was lost; that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
     lm = models.get(model_key)
     curve = lm.curves.known()
     if (models.key_of(lm), curve.id if curve is not None else None) == tuple(built):
