@@ -96,8 +96,7 @@ class LoadedModel:
                 + (f"; forward path {self.forward_reason}" if self.forward_reason else ""))
 
     def describe(self) -> str:
-        """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)", or on llama.cpp's path "(135M, Q4_1 ·
-        llama.cpp kernels, CPU)" (the file's own weights run); never a filesystem path."""
+        """Header line, e.g. "SmolLM2-135M-Instruct (135M, fp32, CPU)" ("Q4_1 · llama.cpp kernels" for fp32 there)."""
         n = self.params
         size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M"
         dtype = self.forward.describe() or self.precision
@@ -330,7 +329,8 @@ def with_forward(lm: LoadedModel, want: str | None = None, engine: EngineThread 
     """``lm`` with its trees run on the forward path ``want`` (``forward_choice.choose``: "auto" or a registered path;
     None reads ``$GOOSE_LENS_FORWARD``, else "auto": the fastest path measured once per model and machine, llamacpp
     among them for a model from a ``.gguf`` file), chosen (and compiled) on ``engine`` when given."""
-    gguf = lm.gguf() if want in (None, "auto", ggml.GgmlPath.name) and ggml.installed() else None
+    want = want or os.environ.get(forward_choice.ENV) or "auto"  # the GGUF file is fetched only where it may run
+    gguf = lm.gguf() if want in ("auto", ggml.GgmlPath.name) and ggml.installed() else None
     choice = (engine.call if engine else _call)(forward_choice.choose, lm.model, want, gguf=gguf)
     return replace(lm, forward_path=choice.path, forward_reason=choice.reason)
 
