@@ -77,7 +77,8 @@ def jump_to_token(run: Run | None, index, drawing: Drawing = Drawing(), model_ke
     """Clicking output token ``index`` shows the cycle that produced it (``CYCLE_OUT``)."""
     if not run or not isinstance(index, int) or not 0 <= index < len(run.token_cycles):
         return {}
-    return show_cycle(run, run.token_cycles[index], drawing, model_key, models=models)
+    k = run.token_cycles[index]
+    return {"scrubber": k, **show_cycle(run, k, drawing, model_key, models=models)}  # the scrubber moves there
 
 
 def request_stop(control: dict) -> None:

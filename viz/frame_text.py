@@ -38,7 +38,9 @@ def stats_line(summary, run, cost: str = "") -> str:
     by source, from ``REGISTRY``), labelled as such, then ``cost`` (``viz.explain.cost_sentence``: τ tied to the
     cost curve) on a line of its own.  The cycle on screen is described under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
-    by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY)
+    drawn = {tag for t in run.traces for tag in t.tree.sources}  # sources that drafted in this run, accepted or not
+    by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY
+                           if src.get(info.name, 0) or info.source in drawn) or "no drafts"
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     tokens, seconds = decode_phase(run.traces)
     decode = f" ({tokens / seconds:.1f} in the decode phase)" if tokens and seconds > 0 else ""
