@@ -81,9 +81,7 @@ class LoadedModel:
         """The ``.gguf`` file the model came from (the llamacpp path runs it), or None (``named.source_gguf``)."""
         return source_gguf(self.source.fetch, self.source.path) if self.source is not None else None
 
-    @property
-    def curves(self) -> CurveOwner:  # the one owner of this model's cost curve on its forward path
-        return CurveOwner(self.model, self.forward)
+    curves = property(lambda self: CurveOwner(self.model, self.forward))  # the one owner of its cost curve
 
     @property
     def params(self) -> int:
@@ -91,8 +89,9 @@ class LoadedModel:
         return self.param_count or sum(p.numel() for p in self.model.parameters())
 
     def summary(self) -> str:
-        """The command line's model line: ``describe()``, why this precision and which forward path."""
-        return (self.describe() + (f" — {self.dtype_reason}" if self.dtype_reason else "")
+        """The command line's model line: ``describe()``, why this precision (where it runs) and which path."""
+        return (self.describe() + (f" — {self.dtype_reason}" if self.dtype_reason and not self.forward.describe() else
+                                   "")
                 + (f"; forward path {self.forward_reason}" if self.forward_reason else ""))
 
     def describe(self) -> str:
