@@ -133,3 +133,18 @@ def lossless_prompts() -> list[str]:
     mt_bench = read_jsonl(DATA / "mt_bench" / "question.jsonl")
     return ([humaneval[i]["prompt"] for i in (0, 7, 23, 51, 88, 130)]
             + [mt_bench[i]["turns"][0] for i in (0, 25, 40, 65)])
+
+
+@pytest.fixture
+def without_llama_cpp(monkeypatch):
+    """Imports of ``llama_cpp`` fail for the test, as where llama-cpp-python is not installed."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_llama_cpp(name, *args, **kwargs):
+        if name.startswith("llama_cpp"):
+            raise ImportError("No module named 'llama_cpp'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_llama_cpp)

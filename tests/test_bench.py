@@ -90,19 +90,9 @@ def test_bench_refuses_what_it_cannot_measure(tmp_path, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
-def test_llamacpp_methods_say_how_to_install_or_what_model_they_need(tmp_path, capsys, monkeypatch):
+def test_llamacpp_methods_say_how_to_install_or_what_model_they_need(tmp_path, capsys, monkeypatch, without_llama_cpp):
     """Without llama-cpp-python, one sentence on how to install it, never a traceback; on a model with no GGUF
     file, one sentence naming what they need."""
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_llama_cpp(name, *args, **kwargs):
-        if name.startswith("llama_cpp"):
-            raise ImportError("No module named 'llama_cpp'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_llama_cpp)
     monkeypatch.setattr(bench, "ensure_gguf", lambda spec: tmp_path / "model.gguf")  # no download
     args = ["--datasets", "humaneval", "--limit", "1", "--methods", "ar,llamacpp-ar", "--out", str(tmp_path)]
     assert bench.main(["--model", "smollm2", *args]) == 2

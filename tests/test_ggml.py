@@ -8,7 +8,6 @@ quick tier skips all but the import check: each test builds llama.cpp contexts a
 """
 from __future__ import annotations
 
-import builtins
 import gc
 import json
 import os
@@ -73,15 +72,7 @@ def prompt(smollm2_lm) -> list[int]:
     return smollm2_lm.encode_prompt(CODE, chat=False)
 
 
-def test_import_needs_no_llama_cpp_and_missing_it_says_how_to_install(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_llama_cpp(name, *args, **kwargs):
-        if name.startswith("llama_cpp"):
-            raise ImportError("No module named 'llama_cpp'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_llama_cpp)
+def test_import_needs_no_llama_cpp_and_missing_it_says_how_to_install(without_llama_cpp):
     with pytest.raises(GgmlUnavailable, match="pip install llama-cpp-python==0.3.36"):
         GgmlPath(object(), "model.gguf")
 

@@ -121,6 +121,33 @@ def test_demo_model_matches_greedy(demo_lm, lossless_prompts, name):
         assert by_source[source] > 0, f"inconclusive: config {name} never accepted a {source} token"
 
 
+#: A cost curve with slow sizes (a kernel's choice, as T(3) on an AVX2 CPU): 3 rows cost more than 4-6, and 7 more
+#: than 8-10, so trees of 3 and 7 rows verify padded to 4 and 8
+SLOW_SIZES = "past=128;1:5,2:7,3:11,4:8,5:8.2,6:8.4,7:12,8:9,9:9.2,10:9.4,16:11,32:15,64:22,128:36"
+
+
+@pytest.mark.parametrize("forward", ["eager", "static"])
+def test_padded_verification_matches_greedy(demo_lm, lossless_prompts, forward):
+    """Issue 52: a tree of a slow size is verified padded to the next cheaper one (``CostCurve.verify_rows``); its
+    padding rows change no token: greedy ids equal ``generate``'s, with drafts accepted and trees padded."""
+    from engine.core.paths import make_path
+    from engine.decoding.cost import CostCurve
+
+    curve = CostCurve.from_spec(SLOW_SIZES)
+    assert curve.slow == (3, 7)
+    config = DecodeConfig.of(max_new_tokens=MAX_NEW)
+    path, eos = make_path(demo_lm.model, forward), demo_lm.eos_token_ids
+    padded = accepted = 0
+    for p in lossless_prompts:
+        ids = demo_lm.encode_prompt(p)
+        traces = list(make_decoder(demo_lm.model, config, eos, cost_curve=curve, forward=path).generate(ids))
+        got = [t for tr in traces for t in tr.new_tokens]
+        assert got == greedy_reference(demo_lm.model, ids, MAX_NEW, eos)
+        padded += sum(tr.pad_rows > 0 for tr in traces)
+        accepted += sum(len(tr.accepted) for tr in traces)
+    assert padded and accepted, f"inconclusive: {padded} padded cycles, {accepted} draft tokens accepted"
+
+
 @pytest.mark.full  # a newer source's memory across requests: beyond the quick tier's four configurations
 @pytest.mark.parametrize("sources", [("suffix",), ("pld", "tr", "suffix")])
 def test_suffix_memory_carries_earlier_outputs_and_stays_lossless(demo_lm, lossless_prompts, sources):

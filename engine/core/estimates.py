@@ -110,16 +110,17 @@ class PathCalibration:
         self.pending = undecided
 
     def _add(self, source: Source, est: float, accepted: bool) -> None:
-        slot = self.counts.setdefault((source, bisect_right(CALIBRATION_EDGES, est)), [0, 0, 0.0])
-        slot[0] += 1
-        slot[1] += accepted
-        slot[2] += est
+        for slot in (self.counts.setdefault((source, bisect_right(CALIBRATION_EDGES, est)), [0, 0, 0.0]),
+                     self.counts.setdefault((source, None), [0, 0, 0.0])):  # its bin, and the source's total
+            slot[0] += 1
+            slot[1] += accepted
+            slot[2] += est
 
     def ratio(self, source: Source) -> float:
-        """The ``source``'s accepted nodes over its summed raw estimates, all bins pooled, under a prior of weight
-        ``start_weight`` at ``start``: how far its estimates over- (< 1) or under-state (> 1) acceptance."""
-        slots = [v for (src, _), v in self.counts.items() if src is source]
-        accepted, est_sum = sum(v[1] for v in slots), sum(v[2] for v in slots)
+        """The ``source``'s accepted nodes over its summed raw estimates, all bins pooled (its total, kept beside
+        its bins under bin ``None``), under a prior of weight ``start_weight`` at ``start``: how far its estimates
+        over- (< 1) or under-state (> 1) acceptance."""
+        _, accepted, est_sum = self.counts.get((source, None), (0, 0, 0.0))
         return (accepted + self.start_weight * self.start) / (est_sum + self.start_weight)
 
     def calibrate(self, source: Source, est: float) -> float:
