@@ -52,6 +52,10 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 #: Capacity of a static cache is rounded up to a multiple of this (tokens); the attention reads the whole capacity,
 #: so the step stays small.  A compiled graph takes the capacity as a dynamic size: runs of any length share it.
 CAPACITY_STEP = 256
+#: Prompt tokens a run is expected to stay within when a path is prepared before its prompt is known
+#: (``ForwardPath.prepare`` from ``engine.product.runs.decoder.make_decoder``: max new tokens + this); a longer
+#: prompt only runs on buffers prepared for it later (the graphed path: uncaptured, at the static path's speed).
+PROMPT_ROOM = 256
 #: Every forward path by name, each one class entered by ``register`` in its own module: eager, static and compiled
 #: here, graphed in ``graphs``, llamacpp in ``ggml`` (``engine.core.paths`` imports them all: the registry is whole
 #: there).
@@ -129,6 +133,13 @@ class ForwardPath(ABC):
     def describe(self) -> str | None:
         """What runs, for a model line, when it is not the transformers model in its own dtype; None otherwise."""
         return None
+
+    def prepare(self, max_length: int, max_rows: int = 1) -> float:
+        """Make ready, before anything is timed, what a generation of at most ``max_length`` committed positions
+        whose trees have at most ``max_rows`` rows will run (the graphed path captures its CUDA graphs here:
+        ``engine.core.graphs``); never called inside a timed run.  Returns the seconds it took (0.0: nothing to do,
+        as on every path but the graphed ones).  Raises nothing a forward would not raise."""
+        return 0.0
 
     @abstractmethod
     def open(self, max_length: int, max_rows: int = 1) -> TreeForward:
@@ -208,12 +219,16 @@ class StaticBuffers:
         frames: rows -> the persistent inputs of a forward of that many rows (``StaticForward._frame``).
         graphs: rows -> the CUDA graph captured on this cache and frame, and its logits buffer (None: the capture
             failed); only the graphed path (``engine.core.graphs``) fills it.
+        controls: rows -> the device inputs a captured forward reads (``engine.core.graphs``).
+        pool: the CUDA graph memory pool of this set's graphs (``torch.cuda.graph_pool_handle``), None before any.
     """
 
     cache: StaticCache
     capacity: int
     frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     graphs: dict = field(default_factory=dict)
+    controls: dict = field(default_factory=dict)
+    pool: object = None
 
 
 class StaticForward(TreeForward):
@@ -237,7 +252,11 @@ class StaticForward(TreeForward):
         self._held = [path.take(want)]  # a finished generation's buffers when large enough, else new ones
         if self._held[0] is None:
             self._allocate(want)
-        weakref.finalize(self, path.keep, self._held)  # this generation's buffers serve the next when it is done
+        self._release = weakref.finalize(self, path.keep, self._held)  # its buffers serve the next when it is done
+
+    def release(self) -> None:
+        """Hand this forward's buffers to the path now (``StaticPath.keep``), as its end would; use it no more."""
+        self._release()
 
     @property
     def buffers(self) -> StaticBuffers:

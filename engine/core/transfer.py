@@ -41,3 +41,21 @@ def upload(values: Sequence, dtype: torch.dtype, device: torch.device | str) -> 
     if device.type != "cuda":
         return torch.tensor(values, dtype=dtype, device=device)
     return torch.tensor(values, dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+
+def upload_into(dst: torch.Tensor, values: Sequence) -> torch.Tensor:
+    """Copy ``values`` (a flat or nested sequence of numbers of ``dst``'s shape) into the existing tensor ``dst``
+    (kept at its address, as a captured CUDA graph reads it): on CUDA from pinned host memory with
+    ``non_blocking=True`` (one copy, enqueued on the current stream, no host sync; the caching host allocator keeps
+    the pinned block until the copy is done: PyTorch docs, "CUDA semantics"); elsewhere a plain ``copy_``.
+
+    Returns:
+        ``dst``.
+
+    Raises:
+        RuntimeError: ``values`` has another number of elements than ``dst`` (as ``copy_``).
+    """
+    host = torch.tensor(values, dtype=dst.dtype).reshape(dst.shape)
+    if dst.device.type == "cuda":
+        return dst.copy_(host.pin_memory(), non_blocking=True)
+    return dst.copy_(host)

@@ -61,6 +61,7 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     """
     path = path if path is not None else EagerPath(model)
     vocab = model.config.get_text_config().vocab_size
+    path.prepare(past + max(sizes) + 1, max(sizes))  # captures (graphed) before the timer, at a run's capacity
     forward = path.open(past + max(sizes) + 1, max(sizes))
     forward.prefill(torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist())
     timed = time_forwards({path.name: forward}, tuple(sizes), vocab, model.device, repeats)

@@ -87,6 +87,7 @@ def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, T
     prefix = torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist()
     forwards = {}
     for name, path in paths.items():
+        path.prepare(past + max(sizes) + 1, max(sizes))  # captures and compiles (graphed paths) before the timer
         forwards[name] = path.open(past + max(sizes) + 1, max(sizes))
         forwards[name].prefill(prefix)
     timed = time_forwards(forwards, tuple(sizes), vocab, model.device, repeats)
@@ -223,15 +224,18 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
             note = f" (the compiled path cannot run here: {problem})"
         else:
             paths["compiled"] = path
+        if REGISTRY["graphed-compiled"].problem(model) is None:  # compiled inside CUDA graphs: minutes per bucket
+            paths["graphed-compiled"] = make_path(model, "graphed-compiled")
     start = time.perf_counter()
     try:
         ms = measure(model, paths)
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms: measured without it
-        if "compiled" not in paths:
+        if not {"compiled", "graphed-compiled"} & set(paths):
             raise
         note = f" (compiling the forward failed: {first_line(exc)})"
         log.warning("forward path: compiling the forward failed: %s", first_line(exc))
-        del paths["compiled"]
+        paths.pop("compiled", None)
+        paths.pop("graphed-compiled", None)
         ms = measure(model, paths)
     name, reason = decide(ms)
     log.info("forward path: %s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from engine.core import compat
-from engine.core.forward import ForwardPath
+from engine.core.forward import PROMPT_ROOM, ForwardPath
 from engine.decoding.config import DecodeConfig, Resolved
 from engine.decoding.cost import CostCurve
 from engine.decoding.decode import SpecDecoder
@@ -40,7 +40,8 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
     and ``forward`` (the model's forward path, whose cost curve GT then reads).  ``decoder.resolved`` is the resolved
     config (``decoder.config`` its ``DecodeConfig``) and ``decoder.cost_curve`` the curve it read.  ``model``: a
     transformers causal LM, or a ``LoadedModel``, whose model runs on its own forward path (``LoadedModel.forward``)
-    unless ``forward`` names another.
+    unless ``forward`` names another.  The path is prepared here, before the run's clock, for a run of max new tokens
+    after a prompt of up to ``forward.PROMPT_ROOM`` tokens (``ForwardPath.prepare``: the graphed path captures).
 
     Raises:
         compat.UnsupportedModelError, ConfigError: as ``resolve``.
@@ -50,4 +51,6 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
         model = model.model
     forward = options.pop("forward", None)
     config, curve = resolve(model, config, cost_curve, forward)
+    if forward is not None:  # before the run's clock: the graphed path captures here (each ZeroGPU call's first)
+        forward.prepare(config.config.max_new_tokens + PROMPT_ROOM, config.config.max_budget + config.config.extra_rows)
     return SpecDecoder(forward if forward is not None else model, config, eos_token_ids, cost_curve=curve, **options)
