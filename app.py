@@ -33,7 +33,7 @@ from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
 from page.startup import MEASURING, provisional_dtype, settle
 from page.static import CSS
-from page.zerogpu import ZERO_GPU, generate_gpu_seconds, gpu_handler, place_models
+from page.zerogpu import ZERO_GPU, generate_gpu_seconds, gpu_handler, on_start_thread, place_models
 
 __all__ = ["CSS", "ZERO_GPU", "PageOptions", "build_demo", "generate_gpu_seconds", "gpu_handler", "load_start_model",
            "main", "parse_args", "place_models", "spaces"]
@@ -76,17 +76,18 @@ def main(argv=None) -> int:
     engine = EngineThread()  # all torch work runs there, this thread's too (engine/product/models/engine_thread.py)
     dtype = provisional_dtype(args.model, args.device, args.dtype)  # a cold start measures once the page is up
     try:
-        lm, notice = engine.call(load_start_model, args.model, device=args.device, dtype=dtype)  # eager path
+        lm, notice = on_start_thread(engine, load_start_model, args.model, device=args.device, dtype=dtype)  # eager
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if notice:
         print(notice, file=sys.stderr)
     options = PageOptions.from_env(args.public or args.share, notice)
-    models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: on the GPU, every allowed model)
+    models = place_models(lm, options, engine=engine)  # warmed up (on ZeroGPU: every allowed model, graphed)
     models.busy = MEASURING if dtype != args.dtype else None  # until settle has measured
     demo = build_demo(models, options)
     if not ZERO_GPU:  # queued first on the engine thread: a cold start's precision, the forward path, the cost curve
+        # (on ZeroGPU place_models chose the graphed path and measured its curve in its start-up GPU call)
         engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype,
                       args.forward)
     print("starting the page …", file=sys.stderr)

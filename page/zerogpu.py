@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from dataclasses import replace
 from functools import wraps
 
 try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU asks
@@ -14,6 +15,7 @@ try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU a
 except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
+from engine.core.paths import REGISTRY, make_path
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loading import (
     LoadedModel,
@@ -160,6 +162,35 @@ def _relayed(handler, on_device):
     return relayed
 
 
+def on_start_thread(engine: EngineThread, fn, *args, zero_gpu: bool = ZERO_GPU, **kwargs):
+    """``fn(*args, **kwargs)`` where the page's start model is loaded: elsewhere on the engine thread
+    (``engine.call``: torch at full speed there), on ZeroGPU on this thread, the one that imported ``spaces``.
+
+    There ``spaces`` emulates CUDA in this process, which has no GPU: tensors moved to "cuda" stay on the host,
+    recorded for the move to the GPU worker.  The emulation is a ``TorchFunctionMode``, which is thread-local, entered
+    on the thread that imported ``spaces`` (spaces/zero/torch/patching.py, ``patch``; spaces' own wrappers enter it
+    again on their threads: "TorchModes are thread-local"); a model moved to "cuda" on the engine thread would meet
+    torch's real CUDA initialisation, which ``spaces`` makes raise ("Low-level CUDA init reached").
+    tests/test_space.py checks both under ``spaces``' own emulation.
+    """
+    return fn(*args, **kwargs) if zero_gpu else engine.call(fn, *args, **kwargs)
+
+
+def graphed(lm: LoadedModel) -> LoadedModel:
+    """``lm`` on the graphed forward path (``engine.core.graphs``) where that path can run it (a model on CUDA),
+    else ``lm`` itself.  ZeroGPU's choice: each GPU call is a fresh fork of the server, so the graphs are captured
+    at the start of each call (``make_decoder`` prepares the path before a run's clock; docs/deploy.md says why this
+    and not ahead-of-time compilation), and the start-up GPU call measures the cost curve on that path."""
+    path_class = REGISTRY["graphed"]
+    if path_class.problem(lm.model) is not None:
+        return lm
+    try:
+        path = make_path(lm.model, "graphed")
+    except ValueError:  # a model the static path cannot serve: eager
+        return lm
+    return replace(lm, forward_path=path, forward_reason="graphed: CUDA graphs captured at the start of each GPU call")
+
+
 def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) -> str | None:
     """ZeroGPU: why the picker will not switch to ``name`` on ``device`` in ``dtype``, or None when that model is
     loaded already (the picker then only switches to it).  A GPU worker is a fork of this process, so a model loaded
@@ -186,8 +217,9 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
 
     On ZeroGPU, its documented pattern: models are moved to the GPU at start-up, in this process, outside the
     decorated functions.  Every allowlisted model is loaded now (device and dtype auto: the GPU, bf16), since a GPU
-    worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``);
-    then one GPU call warms each up and measures its cost curve into the disk cache
+    worker is a fork of this process and has only the models loaded before it started (``zero_gpu_refusal``), each
+    on the graphed forward path (``graphed``); then one GPU call warms each up, captures its graphs and measures its
+    cost curve on that path into the disk cache
     (``engine.product.models.cost_cache``),
     which this process, which has no GPU, reads.  A model that cannot be loaded is left out, with a line on stderr.
     """
@@ -195,14 +227,14 @@ def place_models(first: LoadedModel, options, zero_gpu: bool = ZERO_GPU, engine:
         engine = engine or EngineThread()
         engine.call(first.warm_up)
         return ModelRegistry(first, engine=engine)
-    placed = [first]
+    placed = [graphed(first)]
     for name in options.allowed_models:
         if name != first.name:
             try:
-                placed.append(load_model(name, progress=tqdm_progress(name)))
+                placed.append(graphed(load_model(name, progress=tqdm_progress(name))))
             except ModelLoadError as exc:
                 print(f"warning: {sentence(str(exc))} It is left out.", file=sys.stderr)
-    models = ModelRegistry(first, capacity=max(2, len(placed)), engine=engine)
+    models = ModelRegistry(placed[0], capacity=max(2, len(placed)), engine=engine)
     for lm in placed[1:]:
         models.put(lm)
 

@@ -14,6 +14,7 @@ import inspect
 import pickle
 
 import pytest
+from test_graphs import timed  # noqa: F401 - a fixture: the decoding stopwatches running now
 
 CODE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
 
@@ -132,3 +133,131 @@ def test_zero_gpu_places_its_models_at_start_up_and_offers_only_those(demo_lm):
     assert refused and "places its models on the GPU when it starts" in refused
     frames = list(load_other_model("demo", "cpu", "bf16", None, models=models, options=options))
     assert "⚠" in frames[-1]["model_status"] and "model_key" not in frames[-1]
+
+
+def forked_call(fn, duration=None):
+    """What ``spaces.GPU(fn, duration=duration)`` does to a call on ZeroGPU, with a real process boundary: each call
+    runs in a fresh fork of this process (as a ZeroGPU worker is forked from the server, spaces/zero/wrappers.py),
+    its arguments pickled in and its result pickled back.  What the child changes (buffers, graphs) dies with it."""
+    import multiprocessing
+
+    import torch
+
+    ctx = multiprocessing.get_context("fork")
+
+    def call(*args, **kwargs):
+        assert 0 < (duration(*args, **kwargs) if callable(duration) else duration) <= 120
+        args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
+        recv, send = ctx.Pipe(duplex=False)
+
+        def child():
+            torch.set_num_threads(1)
+            try:
+                send.send(("ok", fn(*args, **kwargs)))
+            except BaseException as exc:  # noqa: BLE001 - the parent raises it
+                send.send(("error", f"{type(exc).__name__}: {exc}"))
+
+        process = ctx.Process(target=child)
+        process.start()
+        kind, value = recv.recv()
+        process.join()
+        if kind == "error":
+            raise RuntimeError(value)
+        return value
+    return call
+
+
+@pytest.mark.usefixtures("timed")
+def test_each_zero_gpu_call_captures_its_graphs_in_its_own_process_outside_the_run(demo_lm, monkeypatch):
+    """The graphed path on ZeroGPU, simulated on the CPU (``test_graphs.CpuGraphed`` stands in for the graphed path):
+    place_models puts the model on it and the start-up GPU call measures its curve; each later call runs in a fresh
+    fork, whose first ``make_decoder`` captures every bucket again (the server's buffers hold no graphs), before
+    the run's stopwatch; the tokens are ``generate``'s."""
+    import os
+
+    from conftest import greedy_reference
+    from test_graphs import CpuGraphed
+
+    import app
+    from engine.core.forward import REGISTRY
+    from engine.decoding.config import DecodeConfig
+    from engine.product.runs.decoder import make_decoder
+    from page import zerogpu
+    from page.zerogpu import gpu_handler, place_models
+
+    monkeypatch.setitem(REGISTRY, "graphed", CpuGraphed)
+    monkeypatch.setattr(zerogpu, "on_gpu", forked_call)  # the start-up GPU call: in a fork too
+    options = app.PageOptions(public=True, allowed_models=("demo",), zero_gpu=True)
+    models = place_models(demo_lm, options, zero_gpu=True)
+    path = models.get(None).forward
+    assert isinstance(path, CpuGraphed) and not path.captures  # the server has no GPU: it never captures
+    at_start = 0
+
+    def run(prompt: str, max_new_tokens: int, *, models):
+        lm = models.get(None)
+        decoder = make_decoder(lm, DecodeConfig.of(max_new_tokens=max_new_tokens), lm.eos_token_ids)
+        ids = lm.encode_prompt(prompt, chat=False)
+        traces = list(decoder.generate(ids))
+        return {"pid": os.getpid(), "tokens": [t for c in traces for t in c.new_tokens], "ids": ids,
+                "captures": lm.forward.captures[at_start:], "replays": len(lm.forward.replays)}
+
+    call = gpu_handler(run, models, 30, zero_gpu=True, decorate=forked_call)
+    results = [call(prompt=CODE, max_new_tokens=32) for _ in range(2)]
+    assert len({r["pid"] for r in results} | {os.getpid()}) == 3, "each call in its own fork"
+    want = greedy_reference(demo_lm.model, results[0]["ids"], 32, demo_lm.eos_token_ids)
+    for r in results:
+        assert r["tokens"] == want and r["replays"] > 0
+        assert r["captures"], "a fresh fork captures at its start"
+        assert all(running == 0 for _, _, running in r["captures"]), "never inside the run's stopwatch"
+    assert len(path.captures) == at_start, "the server itself captures nothing per call"
+
+
+SPACES_EMULATION = r'''
+import json, os, sys
+os.environ.update(SPACES_ZERO_GPU="1", SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9")
+import torch
+if torch.version.cuda is None:  # a CPU build of torch: the attributes spaces reads at import (its CUDA emulation
+    torch.version.cuda = "12.8"  # replaces them on the thread that imports it)
+    def _cuda_init():
+        raise RuntimeError("torch._C._cuda_init")
+    def _not_in_bad_fork():
+        return False
+    torch._C._cuda_init = getattr(torch._C, "_cuda_init", _cuda_init)
+    torch.cuda._is_in_bad_fork = _not_in_bad_fork
+import spaces  # noqa: F401 - its CUDA emulation, entered on this thread
+sys.path.insert(0, os.getcwd())
+from engine.product.models.engine_thread import EngineThread
+from engine.product.models.loading import load_model
+from page import zerogpu
+out = {"zero_gpu": zerogpu.ZERO_GPU}
+engine = EngineThread()
+try:
+    engine.call(load_model, "demo", device="cuda", dtype="fp32")
+    out["engine_thread"] = "loaded"
+except Exception as exc:
+    out["engine_thread"] = type(exc).__name__
+lm = zerogpu.on_start_thread(engine, load_model, "demo", device="cuda", dtype="fp32")
+out["start_thread"] = str(lm.model.device)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.full  # a subprocess importing gradio and spaces: ~20 s
+def test_the_start_model_loads_under_spaces_cuda_emulation_on_the_importing_thread_only(tmp_path):
+    """``spaces``' own ZeroGPU emulation (its ``torch.patch``), run on the CPU: a model moved to "cuda" on the thread
+    that imported ``spaces`` is recorded for the GPU worker; on another thread (the engine thread) the emulation,
+    thread-local, is off and the move fails; ``on_start_thread``, which app.py loads the start model with, loads it
+    on the importing thread."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("spaces")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", SPACES_EMULATION], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["zero_gpu"] and out["start_thread"] == "cuda:0"
+    assert out["engine_thread"] != "loaded", "the emulation is thread-local: the engine thread cannot load"
