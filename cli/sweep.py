@@ -35,6 +35,7 @@ from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, BenchError, enc
 from engine.product.io.options import add_config_options, add_model_options, config_from_args
 from engine.product.models.loading import ModelLoadError, load_model, with_forward
 from engine.product.runs.lossless import Divergence
+from engine.product.runs.run import SPEEDUP_PHASE
 from engine.product.runs.sweep import (
     MAX_VALUES,
     PARAMETERS,
@@ -150,7 +151,7 @@ def _run_printing(lm, prompt_ids: list[int], base: DecodeConfig, spec: SweepSpec
             r = sweep.runs[-1]
             speedup = "–" if r.speedup is None else f"{r.speedup:.2f}×"
             print(f"[{len(sweep.runs)}/{sweep.total}] {r.label}: τ {r.tau:.2f}, {r.tok_per_s:.0f} tok/s, "
-                  f"{speedup} AR", file=sys.stderr)
+                  f"{speedup} AR ({SPEEDUP_PHASE})", file=sys.stderr)
         elif sweep.ar is not None:
             print(f"AR: {sweep.ar.tok_per_s:.0f} tok/s (decode phase)", file=sys.stderr)
     return sweep

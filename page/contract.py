@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.product.runs.run import ArTiming
+from engine.product.runs.run import ArTiming, Speedup
 from engine.sources import SourceMemory
 from page.policy import AR_CLOCK_ENTRIES
 from page.settings import PageSettings
@@ -39,7 +39,8 @@ class Session:
     cost curve (``curve``, None = the shared one) and what draft sources keep across their requests
     (``memory``, e.g. the suffix source's tree of earlier outputs; None = nothing kept) and AR's timings on the
     prompts they ran (``ar_clock``, ``ar_key`` -> ``engine.product.runs.run.ArTiming``: the speedup beside τ; None =
-    none)."""
+    none), with the last speedup measured on each (``measured``: a later one that differs beyond both margins
+    says why)."""
 
     model_key: Any = None
     control: dict | None = None
@@ -51,15 +52,25 @@ class Session:
         """AR's timing for ``key`` (``ar_key``) this visitor has, or None."""
         return (self.ar_clock or {}).get(key)
 
-    def with_ar_timing(self, key, timing: ArTiming) -> dict:
+    def with_ar_timing(self, key, timing: ArTiming, clock: dict | None = None) -> dict:
         """This visitor's AR timings with ``timing`` for ``key`` (the newest; the oldest dropped beyond
-        ``AR_CLOCK_ENTRIES``): the new value of their ``ar_clock`` state."""
-        clock = dict(self.ar_clock or {})
+        ``AR_CLOCK_ENTRIES``): the new value of their ``ar_clock`` state (``clock``: that value as already
+        changed in this frame)."""
+        clock = dict((self.ar_clock or {}) if clock is None else clock)
         clock.pop(key, None)
         clock[key] = timing
         while len(clock) > AR_CLOCK_ENTRIES:
             clock.pop(next(iter(clock)))
         return clock
+
+    def measured(self, key) -> tuple[str, Speedup] | None:
+        """The last speedup this visitor measured on ``key`` (``ar_key``) and what measured it ("Generate", "the
+        Race"), kept beside the AR timings; None: none yet."""
+        return (self.ar_clock or {}).get(("speedup", key))
+
+    def with_measured(self, key, name: str, speedup: Speedup, clock: dict | None = None) -> dict:
+        """``with_ar_timing`` for the speedup ``name`` just measured on ``key`` (``measured``)."""
+        return self.with_ar_timing(("speedup", key), (name, speedup), clock)
 
     def start(self) -> dict:
         """The Stop request of a run starting now, cleared (a fresh one when the caller has none)."""

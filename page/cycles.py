@@ -27,10 +27,13 @@ def show_cycle(run: Run | None, scrubber, drawing: Drawing = Drawing(), model_ke
     k = max(0, min(asked, last))
     views = cycle_views(run, run.traces[k], models.get(model_key), drawing)
     if asked != k and not step:  # a typed number out of range: the nearest cycle, and a sentence that says so
-        views["explain"] = f"There is no cycle {asked}: the cycles run from 0 to {last}.  \n{views['explain']}"
-    # the box is set only where it must change (a button's step, a clamped number): setting it on every keystroke
-    # wrote "4" back over a "45" still being typed (issue 56)
-    box = {"scrubber": k} if step or asked != k else {}
+        views["explain"] = (f"There is no cycle {asked}: the cycles run from 0 to {last}, so cycle {k} is shown.  \n"
+                            f"{views['explain']}")
+    # the box is set only for a button's step: setting it on every keystroke wrote "4" back over a "45" still being
+    # typed, and a clamp wrote the last cycle over a "99" on its way to "99999" (issue 56); a number out of range
+    # stays in the box while it is typed, and the slider's own blur (or Enter, page/assets/scrubber_keys.js) brings
+    # it inside
+    box = {"scrubber": k} if step else {}
     return {**box, **views, "output": marked_output(run, k)}
 
 

@@ -16,7 +16,7 @@ from engine.product.runs.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing
 from page.settings import PageSettings, bring_inside
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
-from viz.frame_text import cycle_line, stats_line
+from viz.frame_text import cycle_line, marked_output, run_colors, stats_line
 from viz.tree_figure import GhostMarks, ghost_marks, tree_figure
 
 INITIAL = PageSettings()  # the settings components' initial values
@@ -33,13 +33,38 @@ def token_text(run: Run, lm: LoadedModel | None):
     return run.text_of(None if lm is None else lambda i: lm.tokenizer.decode([i]))
 
 
-def numbers(run: Run, curve=None, speedup: Speedup | None = None) -> dict:
+def numbers(run: Run, curve=None, speedup: Speedup | None = None, note: str = "") -> dict:
     """The big numbers (τ, the speedup over AR, tokens/s) and the stats line: ``run``'s totals so far, with τ tied
-    to ``curve`` (the cost curve the run read; None: no sentence)."""
+    to ``curve`` (the cost curve the run read; None: no sentence) and ``note`` (why this speedup and the last one
+    measured on the prompt differ beyond their margins: ``engine.product.runs.run.disagreement``)."""
     summary = summarize(run.traces)
     steps = ar_steps_per_forward(run.traces, curve)
     cost = cost_sentence(summary.tau, steps, speedup.words() if speedup is not None else None)
+    cost = "  \n".join(x for x in (cost, note) if x)
     return {"big": big_numbers(summary, speedup), "stats": stats_line(summary, run, cost)}
+
+
+def telling_cycle(traces):
+    """The cycle a finished run shows first: its last tree cycle (a chain or tree verified, the drafts at work), or
+    its last cycle where it had none; the scrubber still reaches every cycle.  The last cycle is often an AR step
+    whose drafts GT priced out (issue 56: 52 of 78 cycles), which shows the least of what the run did."""
+    return next((t for t in reversed(traces) if t.mode in ("tree", "bypass")), traces[-1])
+
+
+def run_output(run: Run, shown: int | None = None) -> gr.HighlightedText:
+    """The output of ``run`` (``shown``: the cycle whose tokens are marked; None: none) with the colours of the
+    sources that drafted in it, so its legend lists those and not every source (``viz.frame_text.run_colors``)."""
+    value = list(run.segments) if shown is None else marked_output(run, shown)
+    return gr.HighlightedText(value=value, color_map=run_colors(run))
+
+
+def named(measured) -> tuple[Speedup | None, str]:
+    """``Session.measured``'s (what measured it, the speedup) as ``disagreement``'s (then, then_name): "the last
+    Generate", "the last race"; (None, "") where nothing was measured yet."""
+    if measured is None:
+        return None, ""
+    name, speedup = measured
+    return speedup, {"Generate": "the last Generate", "the Race": "the last race"}.get(name, name)
 
 
 def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing()) -> dict:

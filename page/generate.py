@@ -11,16 +11,19 @@ import gradio as gr
 from engine.decoding.config import ConfigError
 from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.product.runs.decoder import make_decoder
-from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup
+from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup, disagreement
 from page.contract import Drawing, Session
 from page.frames import (
     ar_key,
     cycle_views,
     cycle_words,
+    named,
     numbers,
     paused,
     problem,
     run_command,
+    run_output,
+    telling_cycle,
     token_text,
 )
 from page.policy import ArBeside, ar_timing_due, run_speedup
@@ -128,10 +131,20 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         known, speedup = run_speedup(run.traces, config.method, known, stop())
         run.ar_timing = known if speedup.value is not None or speedup.none else None  # exported with the run
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
-        yield {**numbers(run, curve, speedup), "run": run, "command": live.command, "ar_clock": clock,
+        note, clock = _beside_last(session, key, speedup, clock) if config.method != "ar" else ("", clock)
+        yield {**numbers(run, curve, speedup, note), "run": run, "command": live.command, "ar_clock": clock,
                "lesson": what_is_it(curve, lm.precision)}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
+
+
+def _beside_last(session: Session, key, speedup: Speedup, clock) -> tuple[str, dict]:
+    """A run's measured speedup set beside the last one measured on its prompt (``disagreement``: one sentence
+    where the two differ beyond their margins) and kept in the visitor's ``ar_clock`` (``clock``)."""
+    if speedup.value is None:
+        return "", clock
+    note = disagreement(speedup, "this run", *named(session.measured(key)))
+    return note, session.with_measured(key, "Generate", speedup, clock)
 
 
 def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
@@ -156,13 +169,15 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
         heavy = throttle.due(trace, started, bool(pace), drawn)
         if heavy is None:
             continue
-        drawn = trace if heavy else drawn
+        drawn = (telling_cycle(live.run.traces) if trace.finished else trace) if heavy else drawn
         yield _frame(live, trace, drawn, heavy, live_speedup or Speedup.of(live.run.traces, known))
         throttle.drawn(heavy, started)
         if pace:
             paused(float(pace), control)
-    if trace is not None and drawn is not trace:  # stopped, or throttled: the last cycle drawn in full
-        yield _frame(live, trace, trace, True, live_speedup or Speedup.of(live.run.traces, known))
+    if trace is not None and drawn is not telling_cycle(live.run.traces):  # the run's last tree cycle drawn in full
+        # (not an AR step GT priced every draft out of); the scrubber reaches every cycle
+        yield _frame(live, trace, telling_cycle(live.run.traces), True,
+                     live_speedup or Speedup.of(live.run.traces, known))
     if trace is None:  # stopped before the first token: nothing to wait for any more
         yield {"notice": ""}
     live.lm.curves.refine(live.run.traces)  # the shared curve learns the run's times
@@ -175,7 +190,7 @@ def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = N
     and the line under the tree always name the cycle whose tree is on screen, out of the cycles so far, so no
     view runs ahead of the tree between heavy frames."""
     run = live.run
-    frame = {"output": list(run.segments), "run": run, "command": live.command, "notice": "",
+    frame = {"output": run_output(run), "run": run, "command": live.command, "notice": "",
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index), **numbers(run, live.curve, speedup)}
     if heavy:
         return {**frame, **cycle_views(run, drawn, live.lm, live.drawing), "speed_plot": speed_figure(run.traces)}

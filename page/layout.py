@@ -18,11 +18,11 @@ from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, u
 from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
 from page.settings import RANGES
-from page.static import SWEEP_POINT_CLICKS
+from page.static import SCRUBBER_KEYS, SWEEP_POINT_CLICKS
 from page.sweep import SWEEP_CHOICES
 from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
-from viz.frame_text import COLOR_MAP, METHOD_LABELS
+from viz.frame_text import COLOR_MAP, METHOD_LABELS, OUTPUT_LABEL
 from viz.lesson import what_is_it
 
 METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
@@ -73,6 +73,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
                     _race_and_cost_views(page, first)
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
+        demo.load(None, js=SCRUBBER_KEYS)  # Enter in the Cycle box ends the typing
         known = first.curves.known()
         built = (models.key_of(first), known.id if known is not None else None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
@@ -195,8 +196,7 @@ def _run_views(page: Page) -> None:
         page.fwd_btn = gr.Button("▶", scale=0, min_width=48, elem_id="cycle-forward")
         page.step_btn = gr.Button("Step through", scale=0, min_width=110, elem_id="step-through")
         page.full_btn = gr.Button("Full screen", scale=0, min_width=90, elem_id="tree-fullscreen")
-    page.output = gr.HighlightedText(label="Output so far, coloured by the source of each token (click a token to "
-                                           "see its cycle)", color_map=COLOR_MAP, show_legend=True,
+    page.output = gr.HighlightedText(label=OUTPUT_LABEL, color_map=COLOR_MAP, show_legend=True,
                                      combine_adjacent=False, elem_id="output")
     page.speed_plot = gr.Plot(show_label=False, elem_id="speed-chart")  # its panels' titles name it: a label
     # floated over the first one on a phone

@@ -70,6 +70,19 @@ class ArBeside:
 def race_predicted_s(known: ArTiming | None, curve, max_new_tokens: int, prompt_tokens: int) -> float:
     """How long AR's lane of a race is expected to take (s of engine time): the visitor's AR timing on this prompt
     when it covers the race's tokens, else one-token forwards read off the cost curve ``curve``; plus the prefill."""
-    decode_s = (known.seconds if known is not None and known.tokens >= max_new_tokens - 1 else
-                curve.latency(1) * max_new_tokens / 1000)
-    return decode_s + curve.latency(prompt_tokens) / 1000
+    if known is not None and known.tokens >= max_new_tokens - 1:
+        decode_s = known.seconds
+    elif curve is not None:
+        decode_s = curve.latency(1) * max_new_tokens / 1000
+    else:
+        decode_s = 0.0
+    return decode_s + (curve.latency(prompt_tokens) / 1000 if curve is not None else 0.0)
+
+
+def race_wall_s(race_seconds: float, ar_s: float, speedup: float | None) -> float:
+    """How long a race lasts on screen (s): the lanes take turns on one device, so the wall time is at least both
+    lanes' engine time, AR's (``ar_s``, ``race_predicted_s``) and the method's (AR's over ``speedup``, the
+    visitor's last measured speedup on this prompt; as long as AR's where none is known), and at least
+    ``race_seconds`` (0: real time)."""
+    method_s = ar_s / speedup if speedup and speedup > 1 else ar_s
+    return max(float(race_seconds or 0), ar_s + method_s)

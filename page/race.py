@@ -9,13 +9,13 @@ from engine.product.models.loading import LoadedModel, ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute
 from engine.product.runs.race import Pacer, Race
-from engine.product.runs.run import ArTiming
+from engine.product.runs.run import SPEEDUP_WORDS, ArTiming, Speedup, disagreement
 from page.contract import Session
-from page.frames import ar_key, paused, problem
-from page.policy import race_predicted_s
+from page.frames import ar_key, named, paused, problem
+from page.policy import race_predicted_s, race_wall_s
 from page.settings import PageSettings
 from page.setup import set_up
-from viz.explain import race_board
+from viz.explain import race_board, race_estimate, race_overrun
 from viz.frame_text import METHOD_LABELS
 
 RACE_OUT = ("race_ar", "race_spec", "race_board", "ar_clock")
@@ -26,15 +26,18 @@ RACE_EVERY_S = 0.2  # the board redraws at most this often in real time: its clo
 def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = Session(), *,
          models: ModelRegistry) -> Iterator[dict]:
     """AR vs the chosen method on one device and a shared clock (``engine.product.runs.race``): stream both texts and
-    the board (``RACE_OUT``): the speedup in large type (tokens/s over AR's, end to end, engine time) and each lane's
-    progress (tokens / max new tokens).
+    the board (``RACE_OUT``): the speedup in large type, measured as every speedup on the page is (``Speedup.of``:
+    the decode phase, engine time, with its 95 % margin), and each lane's progress (tokens / max new tokens).
 
     ``race_seconds`` plays the race over about that many seconds of wall time (``engine.product.runs.race.Pacer``:
     the race's engine clock shown at a fixed scale, so the lanes keep their proportions; 0 = real time); the board
-    counts engine time only.  Stop (``session.control``) ends both runs and keeps their outputs so far.  When a greedy
-    race ends with two different outputs, the board says where they part and both logits there
-    (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing for the prompt (``ar_clock``),
-    so a later Generate of the same prompt shows its speedup without timing AR again.
+    counts engine time only.  The lanes take turns on one device, so a race lasts at least both lanes' engine time:
+    the board says from the start how long it is expected to take on screen (``page.policy.race_wall_s``, from AR's
+    timing or the cost curve), and at the end when it ran past that, and why.  Stop (``session.control``) ends both
+    runs and keeps their outputs so far.  When a greedy race ends with two different outputs, the board says where
+    they part and both logits there (``race_verdict``).  AR's lane, when it finished, is this visitor's AR timing
+    for the prompt (``ar_clock``), so a later Generate of the same prompt shows its speedup without timing AR again;
+    the race's speedup is kept beside it, and a later figure that differs beyond both margins says why.
     """
     try:
         setup = set_up(settings, session, models)
@@ -49,36 +52,65 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
     contest = Race({"AR": ar.generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})
     key = ar_key(models, lm, ids, config)
-    known = session.ar_timing(key)
-    pacer = Pacer(float(race_seconds or 0), race_predicted_s(known, curve, config.max_new_tokens, len(ids)))
+    then = session.measured(key)
+    ar_s = race_predicted_s(session.ar_timing(key), curve, config.max_new_tokens, len(ids))
+    plan = _Plan(race_seconds, race_wall_s(race_seconds, ar_s, then[1].value if then is not None else None), ar_s)
+    yield {"race_board": race_board(contest.lanes, config.max_new_tokens, None, plan.words())}
     try:
-        yield from _play(contest, pacer, lm, config.max_new_tokens, race_seconds, control)
+        yield from _play(contest, Pacer(float(race_seconds or 0), ar_s), lm, config.max_new_tokens, plan, control)
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the race stopped
         yield problem(f"The race stopped: {exc}. Both outputs so far stay on screen.", "race_board")
         return
     base, other = contest.lanes
-    final = _race_frame(contest, lm, config.max_new_tokens, stopped=stop())
-    if base.finished and not stop():
-        final["ar_clock"] = session.with_ar_timing(key, ArTiming(base.decode_tokens, base.decode_s, "race"))
+    late = race_overrun(time.perf_counter() - plan.started, plan.expected_s, base.elapsed_s + other.elapsed_s)
+    note, clock = _kept(contest, session, key, then) if base.finished and not stop() else ("", None)
     if base.finished and other.finished and not stop() and base.tokens != other.tokens:
         yield _race_frame(contest, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
-        verdict = race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)
-        final.update(_race_frame(contest, lm, config.max_new_tokens, False, verdict))
-    yield final
+        note = " ".join(x for x in (note, race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)) if x)
+    final = _race_frame(contest, lm, config.max_new_tokens, stop(), note, late)
+    yield {**final, "ar_clock": clock} if clock is not None else final
 
 
-def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, race_seconds,
+class _Plan:
+    """A race's length on screen: asked (``race_seconds``), expected (``expected_s``, ``race_wall_s``), AR's lane's
+    predicted engine time (``ar_s``) and when it began (``started``, ``time.perf_counter``)."""
+
+    def __init__(self, race_seconds, expected_s: float, ar_s: float) -> None:
+        self.race_seconds, self.expected_s, self.ar_s = float(race_seconds or 0), expected_s, ar_s
+        self.started = time.perf_counter()
+
+    def words(self) -> str:
+        """The estimate on the board while the race runs (``viz.explain.race_estimate``)."""
+        return race_estimate(self.expected_s, self.ar_s, self.race_seconds)
+
+
+def _kept(contest: Race, session: Session, key, then) -> tuple[str, dict]:
+    """After a race whose AR lane finished: the sentence where its speedup and the last one measured on the prompt
+    (``then``) differ beyond their margins (``disagreement``), and the visitor's new ``ar_clock`` (AR's lane as
+    their AR timing, the race's speedup kept beside it)."""
+    base, other = contest.lanes
+    timing = ArTiming.of(base.traces, "race")
+    clock = session.with_ar_timing(key, timing)
+    measured = Speedup.of(other.traces, timing)
+    if measured.value is None:
+        return "", clock
+    return (disagreement(measured, "this race", *named(then)),
+            session.with_measured(key, "the Race", measured, clock))
+
+
+def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, plan: _Plan,
           control: dict) -> Iterator[dict]:
-    """``race``'s frames while both lanes run, paced to about ``race_seconds`` of wall time (``pacer``; 0 = real
-    time): a frame at most every 0.05 s when paced, else every ``RACE_EVERY_S``; none at the end."""
+    """``race``'s frames while both lanes run, paced to about ``plan.race_seconds`` of wall time (``pacer``; 0 =
+    real time), the estimate on the board: a frame at most every 0.05 s when paced, else every ``RACE_EVERY_S``;
+    none at the end."""
     started, last_draw = time.perf_counter(), 0.0
     for lane in contest.steps():
         if lane is contest.lanes[0]:
             pacer.refine(lane, max_new_tokens)
         paused(pacer.wait_s(contest.clock_s, time.perf_counter() - started), control)
-        if not contest.over and time.perf_counter() - last_draw >= (0.05 if race_seconds else RACE_EVERY_S):
+        if not contest.over and time.perf_counter() - last_draw >= (0.05 if plan.race_seconds else RACE_EVERY_S):
             last_draw = time.perf_counter()
-            yield _race_frame(contest, lm, max_new_tokens, stopped=False)
+            yield _race_frame(contest, lm, max_new_tokens, stopped=False, late=plan.words())
 
 
 def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
@@ -98,17 +130,20 @@ def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tok
     return f"{words[:1].upper()}{words[1:]}."
 
 
-def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "") -> dict:
-    """Both texts and the board of ``race`` (``viz.explain.race_board``); speeds in engine time."""
+def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "",
+                late: str = "") -> dict:
+    """Both texts and the board of ``race`` (``viz.explain.race_board``): the speedup measured as every speedup on
+    the page is (``Speedup.of``: decode phase, engine time, with its margin); ``late``: that the race ran past its
+    estimate, and why."""
     status = ""
     if stopped:
         status = "■ stopped: both outputs as of the same engine time."
     elif contest.over:
         same = contest.lanes[0].tokens == contest.lanes[1].tokens
-        status = ("Both done ✓ — the speedup is AR's engine time over the method's, prefill included"
-                  + (", for the same tokens." if same else "; the outputs part: see below."))
-    started = all(lane.forwards for lane in contest.lanes)
+        status = (f"Both done ✓ — the speedup is the method's tokens/s over AR's, {SPEEDUP_WORDS}, as Generate "
+                  "measures it" + (", for the same tokens." if same else "; the outputs part: see below."))
     ar, spec = contest.lanes
+    measured = Speedup.of(spec.traces, ArTiming.of(ar.traces, "race")) if len(ar.traces) > 1 else None
     return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),
-            "race_board": race_board(contest.lanes, max_new_tokens, contest.speedup() if started else None, status,
+            "race_board": race_board(contest.lanes, max_new_tokens, measured, " ".join(x for x in (status, late) if x),
                                      verdict)}

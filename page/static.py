@@ -19,6 +19,9 @@ TOGGLE_DARK = asset("toggle_dark.js")
 #: which gradio replaces when a new figure comes, so the binding is re-checked every 0.4 s (a flag on the div's
 #: event hub, which a replot drops with its listeners).
 SWEEP_POINT_CLICKS = asset("sweep_point_clicks.js")
+#: Enter in the scrubber's number box ends the typing as leaving the box does: gradio's slider then brings a number
+#: out of range inside (the handler leaves a typed number alone, so it never rewrites a number still being typed)
+SCRUBBER_KEYS = asset("scrubber_keys.js")
 #: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
 #: (labels grow with it; a new cycle's figure keeps the scale)
 FULLSCREEN = asset("fullscreen.js")

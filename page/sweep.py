@@ -12,12 +12,11 @@ from engine.product.runs.run import Run, Speedup
 from engine.product.runs.sweep import PARAMETERS, Attributions, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.runs.sweep import summary as sweep_summary
 from page.contract import Drawing, Session
-from page.frames import cycle_views, numbers, problem, run_command, token_text
+from page.frames import cycle_views, numbers, problem, run_command, run_output, telling_cycle, token_text
 from page.settings import RANGES, PageSettings
 from page.setup import set_up
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
-from viz.frame_text import marked_output
 from viz.sweep_figure import sweep_figure
 
 SWEEP_OUT = ("sweep_plot", "sweep_status", "sweep_state", "sweep_open")
@@ -91,11 +90,11 @@ def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing
     text = token_text(run, lm)
     for trace in swept.traces:
         run.record(trace, cycle_segments(trace, text))
-    last = run.traces[-1]
+    last = telling_cycle(run.traces)  # its last tree cycle
     ar = sweep_state.sweep.ar
     frame = {**cycle_views(run, last, lm, drawing), **numbers(run, curve, Speedup.of(run.traces, ar))}
     frame["stats"] = f"Sweep run {swept.label}: " + frame["stats"]
-    return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
+    return {**frame, "output": run_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index),
             "command": run_command(run)}
 

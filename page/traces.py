@@ -13,12 +13,12 @@ from engine.product.io.traces import MAX_BYTES, TraceFormatError
 from engine.product.models.loading import ModelRegistry
 from engine.product.runs.run import Run, Speedup
 from page.contract import Drawing
-from page.frames import cycle_views, numbers, problem, run_command, token_text
+from page.frames import cycle_views, numbers, problem, run_command, run_output, telling_cycle, token_text
 from page.generate import GENERATE_OUT
 from page.models import header_text
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
-from viz.frame_text import FORMAT_NAMES, marked_output
+from viz.frame_text import FORMAT_NAMES
 
 IMPORT_OUT = (*GENERATE_OUT, "import_file", "prompt", "prompt_format", "header")
 
@@ -56,7 +56,7 @@ def import_trace(import_file, drawing: Drawing = Drawing(), model_key=None, *, m
         return {**problem(f"Could not import {name}: {exc}. The run on screen stays."), "import_file": None}
     text = token_text(run, None)
     run.segments = [seg for t in run.traces for seg in cycle_segments(t, text)]
-    last = run.traces[-1]
+    last = telling_cycle(run.traces)  # its last tree cycle
     speedup = (Speedup.of(run.traces, run.ar_timing) if run.ar_timing is not None else
                Speedup(None, "not measured when the run was exported"))
     frame = {**cycle_views(run, last, None, drawing), **numbers(run, stored_curve(run), speedup)}
@@ -64,7 +64,7 @@ def import_trace(import_file, drawing: Drawing = Drawing(), model_key=None, *, m
     frame["command"] = run_command(run)
     if run.prompt_format in FORMAT_NAMES:
         frame["prompt_format"] = run.prompt_format
-    return {**frame, "output": marked_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
+    return {**frame, "output": run_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index), "import_file": None,
             "prompt": run.prompt, "header": header_text(models.get(model_key), shown=run.model), "notice": ""}
 

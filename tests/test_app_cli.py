@@ -584,8 +584,8 @@ def test_tau_is_tied_to_the_cost_curve():
               cycle(8, ptd_rows=8, elapsed=1.5, tokens=3)]  # T(1)/T(1) = 1, T(16)/T(1) = 1.5 twice: mean 4/3
     steps = ar_steps_per_forward(traces, curve)
     assert steps == pytest.approx(4 / 3) and ar_steps_per_forward(traces[:1], curve) is None
-    assert cost_sentence(2.4, 1.4, "1.52× ± 0.06") == "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost " \
-                                                      "curve (measured: 1.52× ± 0.06)"
+    assert cost_sentence(2.4, 1.4, "1.52× ± 0.06") == ("τ 2.40 at 1.40 AR steps per forward → 1.71× predicted by "
+                                                      "the cost curve (measured: 1.52× ± 0.06, decode phase)")
     assert cost_sentence(2.4, None) == ""
     speedup = Speedup.of(traces, ArTiming(tokens=10, seconds=1.0))  # 8 tokens in 0.5 s over 10 tokens in 1 s
     assert speedup.value == pytest.approx(1.6) and "10 tok/s over 10 tokens" in speedup.note

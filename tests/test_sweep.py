@@ -195,7 +195,8 @@ def test_cli_writes_table_json_and_figure(tmp_path, capsys):
                   "--max-new-tokens", "32", "--cost-curve", CURVE.spec(), "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0
-    assert "| node budget B | τ | tok/s (decode phase) | speedup over AR | mean nodes | same text as AR |" in printed
+    assert ("| node budget B | τ | tok/s (decode phase) | speedup over AR (decode phase) | mean nodes | "
+            "same text as AR |") in printed
     assert "All 2 runs produced AR's text token for token." in printed and "sweep: AR and 2 runs in " in printed
     result = json.loads((out / "sweep.json").read_text())
     assert result["parameter"] == "budget" and result["values"] == ["4", "16"]

@@ -116,12 +116,15 @@ def test_confidence_shows_in_the_sentence_and_the_title():
     assert "budget" not in tree_figure(plain, TEXT.get).layout.title.text
     extended = replace(plain, confidence=0.9, match_tokens=2, chain_tokens=34, budget=84)
     text = explain_cycle(extended, TEXT.get)
-    assert text.startswith("tree: confident match (0.90): spine extended to 3 tokens (of a 34-token chain), budget 84;")
+    assert text.startswith("tree: confident match (0.90): chain extended 2 → 34 tokens, 3 laid as the spine, budget "
+                           "84;")  # the title's words (issue 56: "chain 20 → 90 tokens" beside "spine extended to 2")
     title = tree_figure(extended, TEXT.get).layout.title  # the shape on a second, smaller line
-    assert title.subtitle.text == "confidence 0.90, chain 2 → 34 tokens, budget 84" and "budget" not in title.text
+    assert title.subtitle.text == "confidence 0.90, chain extended 2 → 34 tokens, 3 laid as the spine, budget 84"
+    assert "budget" not in title.text
     short = replace(plain, confidence=0.3, match_tokens=4, chain_tokens=4, budget=72)
     assert "confident" not in explain_cycle(short, TEXT.get)
-    assert tree_figure(short, TEXT.get).layout.title.subtitle.text == "confidence 0.30, match 4 tokens, budget 72"
+    assert (tree_figure(short, TEXT.get).layout.title.subtitle.text
+            == "confidence 0.30, match 4 tokens, 3 laid as the spine, budget 72")
 
 
 def test_cycle_segments_label_tokens_by_source():

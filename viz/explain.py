@@ -6,8 +6,9 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.decoding.trace import CycleTrace
+from engine.product.runs.run import SPEEDUP_PHASE
 from engine.sources import REGISTRY, info
-from viz.tree_figure import GhostMarks, count_words
+from viz.tree_figure import GhostMarks, chain_words, count_words
 from viz.tree_layout import visible_token
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
@@ -18,20 +19,13 @@ def _q(token_text: Callable[[int], str], token: int) -> str:
     return "'" + _MARKDOWN.sub(r"\\\1", visible_token(token_text(token))) + "'"
 
 
-def spine_length(trace: CycleTrace) -> int:
-    """Nodes on the spine (``DraftTree.spine``)."""
-    return len(trace.tree.spine)
-
-
 def confidence_note(trace: CycleTrace) -> str | None:
-    """How the §4.3 confidence shaped a tree cycle, e.g. "confident match (0.90): spine extended to 34 tokens,
-    budget 84"; None when the match was not extended (or the trace predates these fields)."""
+    """How the §4.3 confidence shaped a tree cycle, in the title's words (``tree_figure.chain_words``), e.g.
+    "confident match (0.90): chain extended 20 → 90 tokens, 2 laid as the spine, budget 84"; None when the match
+    was not extended (or the trace predates these fields)."""
     if trace.mode != "tree" or trace.confidence is None or not trace.extended:
         return None
-    laid = spine_length(trace)
-    chain = f" (of a {trace.chain_tokens}-token chain)" if laid < trace.chain_tokens else ""
-    return (f"confident match ({trace.confidence:.2f}): spine extended to {laid} tokens{chain}, "
-            f"budget {trace.budget}")
+    return f"confident match ({trace.confidence:.2f}): {chain_words(trace)}, budget {trace.budget}"
 
 
 def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
@@ -200,9 +194,9 @@ def big_numbers(summary, speedup=None) -> str:
     if speedup is not None and speedup.none:  # τ ≈ 1: nothing to gain, whatever the clocks read
         shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
     elif speedup is not None and speedup.undecided:  # 1× inside the interval: words, not a number read as "slower"
-        shown, grey = ('<span style="font-size:.45em">too close to call</span><span style="font-size:.35em;'
-                       f'font-weight:400"><br>{speedup.value:.2f}× ± {speedup.margin:.2f}: the Race times both on '
-                       'one clock</span>'), ""
+        shown, grey = ('<span style="font-size:.45em;white-space:nowrap">too close to call</span><span style="'
+                       f'font-size:.35em;font-weight:400;white-space:nowrap"><br>{speedup.value:.2f}× ± '
+                       f'{speedup.margin:.2f}</span>'), ""
     elif speedup is not None and speedup.value is not None:
         margin = (f'<span style="font-size:.4em;font-weight:400"> ± {speedup.margin:.2f}</span>'
                   if speedup.margin is not None else "")
@@ -212,50 +206,80 @@ def big_numbers(summary, speedup=None) -> str:
     else:
         shown, grey = "–", ";opacity:.45"
     note = html.escape(speedup.note if speedup is not None else "not measured yet")
-    short = html.escape((speedup.short or speedup.note) if speedup is not None else "not measured yet")
-    label = f"speedup over AR<br><small>{short}</small>"
+    short = (speedup.short or speedup.note) if speedup is not None else "not measured yet"
+    if speedup is not None and speedup.undecided:
+        short += " · the Race times both on one clock"
+    lines = "<br>".join(f'<span style="white-space:nowrap">{html.escape(part)}</span>' for part in short.split(" · "))
+    label = f"speedup over AR<br><small>{lines}</small>"  # one phrase a line: the cell never breaks mid-phrase
     return ('<div style="display:flex;align-items:flex-start">' + _CELL.format("", "", tau, "τ — tokens<br>per forward")
-            + _CELL.format(";max-width:12em" + grey, f' id="speedup" title="{note}"', shown, label)
+            + _CELL.format(grey, f' id="speedup" title="{note}"', shown, label)
             + _CELL.format("", "", speed, "tokens / s<br><small>end to end</small>") + "</div>")
 
 
 def cost_sentence(tau: float, steps: float | None, measured: str | None = None) -> str:
-    """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× by the cost curve (measured
-    1.52× ± 0.06)": a forward of many rows costs ``steps`` one-token forwards
-    (``engine.product.runs.run.ar_steps_per_forward``), so τ / steps is the speedup the curve predicts; drafting and
-    bookkeeping make the measured one (``measured``: ``Speedup.words``) lower.  "" without a curve."""
+    """τ tied to the cost curve, e.g. "τ 2.40 at 1.40 AR steps per forward → 1.71× predicted by the cost curve
+    (measured: 1.52× ± 0.06, decode phase)": a forward of many rows costs ``steps`` one-token forwards
+    (``engine.product.runs.run.ar_steps_per_forward``), so τ / steps is the speedup the curve predicts (a
+    prediction, and said to be one); drafting and bookkeeping make the measured one (``measured``:
+    ``Speedup.words``) lower.  "" without a curve."""
     if steps is None or steps <= 0:
         return ""
-    out = f"τ {tau:.2f} at {steps:.2f} AR steps per forward → {tau / steps:.2f}× by the cost curve"
-    return out + (f" (measured: {measured})" if measured is not None else "")
+    out = f"τ {tau:.2f} at {steps:.2f} AR steps per forward → {tau / steps:.2f}× predicted by the cost curve"
+    return out + (f" (measured: {measured}, {SPEEDUP_PHASE})" if measured is not None else "")
 
 
-def race_board(lanes, max_new_tokens: int, speedup: float | None, status: str = "", verdict: str = "") -> str:
+def race_estimate(expected_s: float, ar_s: float, race_seconds: float) -> str:
+    """The race's length on screen, said before it runs: e.g. "Expected on screen: about 49 s (AR alone needs
+    about 29 s of engine time here, and the two lanes take turns on one device)"; ``race_seconds``: the length
+    asked (0: real time)."""
+    why = (f"AR alone needs about {ar_s:.0f} s of engine time here, and the two lanes take turns on one device"
+           if expected_s > race_seconds + 0.5 else f"the {race_seconds:.0f} s asked, the engine clock scaled")
+    return f"Expected on screen: about {expected_s:.0f} s ({why})."
+
+
+def race_overrun(took_s: float, expected_s: float, engine_s: float) -> str:
+    """After a race: "" when it took about its estimate (within 20 % or 3 s), else e.g. "It took 52 s on screen,
+    past the 30 s expected: the two lanes' engine time alone was 47 s (a busier machine than the estimate's)"."""
+    if took_s <= max(expected_s * 1.2, expected_s + 3):
+        return ""
+    why = (f"the two lanes' engine time alone was {engine_s:.0f} s, more than the estimate's (a busier machine, or "
+           "a slower AR step than the cost curve's)" if engine_s > 0.8 * took_s else
+           "drawing the board took the rest (a browser on the same cores)")
+    return f"It took {took_s:.0f} s on screen, past the {expected_s:.0f} s expected: {why}."
+
+
+def race_board(lanes, max_new_tokens: int, speedup=None, status: str = "", verdict: str = "") -> str:
     """HTML: the race's speedup in large type, one progress bar per lane (tokens done / max new tokens) with its
     engine time (ms), tokens/s and τ, a status ("stopped", "✓") and, when the outputs part, where and why.
 
     Args:
         lanes: ``engine.product.runs.race.Lane`` s, the baseline (AR) first.
         max_new_tokens: the race's max new tokens (a full bar).
-        speedup: the last lane's tokens/s over the first's so far (None: not yet).
+        speedup: the last lane's ``engine.product.runs.run.Speedup`` over the first so far (None: not yet),
+            measured and worded as Generate's (``SPEEDUP_WORDS``, with its margin).
         status: one line under the bars (e.g. "stopped: both outputs as of the same engine time").
         verdict: where the two outputs part, with both logits (``engine.product.runs.lossless.Divergence.sentence``).
     """
-    big = f"{speedup:.2f}×" if speedup is not None else "–"
+    words = speedup.words() if speedup is not None else None
+    big = "–" if words is None else words if words[:1].isdigit() else f'<span style="font-size:.4em">{words}</span>'
+    note = html.escape(speedup.note) if speedup is not None else "not measured yet"
     rows = []
     for k, lane in enumerate(lanes):
         colour = "#9ca3af" if k == 0 else "#0072B2"  # the baseline grey, the method blue
         done = len(lane.tokens)
         share = min(1.0, done / max(1, max_new_tokens))
         tick = " ✓" if lane.finished else ""
+        rate = lane.decode_tokens / lane.decode_s if lane.decode_s > 0 else 0.0
         rows.append(
             f'<div style="margin:.3em 0"><div><b>{html.escape(lane.name)}</b>{tick} — {done} / {max_new_tokens} '
-            f'tokens · {lane.elapsed_s * 1000:.0f} ms engine time · {lane.tok_per_s:.0f} tok/s · τ {lane.tau:.2f}'
+            f'tokens · {lane.elapsed_s * 1000:.0f} ms engine time · {rate:.0f} tok/s ({SPEEDUP_PHASE}) · '
+            f'τ {lane.tau:.2f}'
             f'</div><div style="background:#e5e7eb;border-radius:4px;height:14px;width:100%">'
             f'<div class="lane-bar" style="background:{colour};border-radius:4px;height:14px;width:{share:.1%}">'
             f'</div></div></div>')
     extra = "".join(f'<div style="margin-top:.3em">{html.escape(line)}</div>' for line in (status, verdict) if line)
     return (f'<div style="display:flex;gap:1.5em;align-items:center"><div style="min-width:9em">'
-            f'<div style="font-size:3em;font-weight:700;line-height:1" id="race-speedup">{big}</div>'
-            f'<div style="opacity:.7">speedup over AR<br><small>race clock, end to end</small></div></div>'
+            f'<div style="font-size:3em;font-weight:700;line-height:1" id="race-speedup" title="{note}">{big}</div>'
+            f'<div style="opacity:.7">speedup over AR<br><small>{SPEEDUP_PHASE} · race\'s AR lane</small></div>'
+            '</div>'
             f'<div style="flex:1">{"".join(rows)}</div></div>{extra}')

@@ -16,6 +16,18 @@ METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name:
 FORMAT_NAMES = {"chat": "prompt through the chat template", "raw": "raw completion prompt"}
 SHOWN = "▶ shown cycle"  # output label of the tokens the cycle on screen committed
 COLOR_MAP = {**TOKEN_COLORS, SHOWN: "#f2e755"}  # a highlighter's yellow, apart from every source's tint
+#: the output's label: its chips are the model's tokens, not words (issue 56: "Jan et ' s" read as a bug)
+OUTPUT_LABEL = ("Output so far: each chip is one of the model's tokens (a word can be several tokens), coloured by "
+                "the source that drafted it; click a token to see its cycle")
+
+
+def run_colors(run) -> dict[str, str]:
+    """The output's colours for ``run``: the sources that drafted in it (accepted or not, as the stats line names
+    them), the bonus, AR steps and the shown cycle; the legend lists these, not every source of ``REGISTRY``."""
+    drawn = {tag for t in run.traces for tag in t.tree.sources}
+    used = {label for _, label in run.segments}
+    return {k: v for k, v in COLOR_MAP.items() if k in used or k in ("bonus", SHOWN)
+            or any(i.short == k and i.source in drawn for i in REGISTRY)}
 
 
 def gt_words(gt_threshold, trace, marks: GhostMarks | None = None) -> str:

@@ -13,18 +13,19 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.product.runs.lossless import Divergence
+from engine.product.runs.run import SPEEDUP_PHASE
 from engine.product.runs.sweep import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
 
 LINE = "#1d4ed8"  # the runs
 PARTED = "#dc2626"  # a run whose text parted from AR's: a bug, or not attributed yet
 TIE = "#d97706"  # a run whose text parted from AR's at a precision tie
 REFERENCE = "#6b7280"  # AR's tokens/s and speedup 1.0
-PANELS = ("τ (tokens per verification forward)", "tokens/s (decode phase)", "speedup over AR (decode phase)")
+PANELS = ("τ (tokens per verification forward)", f"tokens/s ({SPEEDUP_PHASE})", f"speedup over AR ({SPEEDUP_PHASE})")
 
 
 def _hover(run: SweepRun, sampling: bool, divergences: dict[int, Divergence]) -> str:
     return (f"<b>{html.escape(run.label)}</b><br>τ {run.tau:.2f} · {run.tok_per_s:.1f} tok/s (decode phase) · "
-            f"{speedup_cell(run)} over AR<br>"
+            f"{speedup_cell(run)} over AR ({SPEEDUP_PHASE})<br>"
             f"{run.mean_nodes:.1f} nodes per forward · {run.cycles} forwards<br>"
             f"same text as AR: {html.escape(same_text_cell(run, sampling, divergences))}")
 

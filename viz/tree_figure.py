@@ -75,9 +75,10 @@ def _text_width(label: str) -> float:
 
 def default_title(trace: CycleTrace) -> str:
     """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
-    a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not)
-    and the node budget on a second, smaller line, e.g. "confidence 0.90, chain 20 → 34 tokens, budget 96".  When
-    EOS or max new tokens cut the accepted path, the title says how many of its tokens were kept."""
+    a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not,
+    ``chain_words``) and the node budget on a second, smaller line, e.g. "confidence 0.90, chain extended 20 → 34
+    tokens, 9 laid as the spine, budget 96".  When EOS or max new tokens cut the accepted path, the title says how
+    many of its tokens were kept."""
     n = len(trace.new_tokens)
     cut = (f", cut at {n} of {len(trace.accepted) + 1} by EOS / max new tokens"
            if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
@@ -120,9 +121,17 @@ def _shape_note(trace: CycleTrace) -> str:
         return ""
     if not trace.match_tokens or trace.confidence is None:
         return f" · budget {trace.budget}"
-    chain = (f"chain {trace.match_tokens} → {trace.chain_tokens} tokens" if trace.extended
-             else f"match {trace.match_tokens} tokens")
-    return f" · confidence {trace.confidence:.2f}, {chain}, budget {trace.budget}"
+    return f" · confidence {trace.confidence:.2f}, {chain_words(trace)}, budget {trace.budget}"
+
+
+def chain_words(trace: CycleTrace) -> str:
+    """The spine's chain in the same words for the title and the sentence under the tree (``viz.explain``): what
+    the match offered, extended or not, and how much of it the tree laid as its spine (B r and GT bound it), e.g.
+    "chain extended 20 → 90 tokens, 2 laid as the spine" or "match 4 tokens, all laid as the spine"."""
+    laid = len(trace.tree.spine)
+    offered = (f"chain extended {trace.match_tokens} → {trace.chain_tokens} tokens" if trace.extended
+               else f"match {count_words(trace.match_tokens, 'token')}")
+    return offered + (", all laid as the spine" if laid >= trace.chain_tokens else f", {laid} laid as the spine")
 
 
 class GhostMarks(NamedTuple):

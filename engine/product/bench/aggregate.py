@@ -7,6 +7,7 @@ import statistics
 
 from engine.decoding.cost import CostCurve
 from engine.product.bench.methods import FP32_AR
+from engine.product.runs.run import speedup_over_ar
 
 
 def _rate(run: dict) -> float:
@@ -17,6 +18,15 @@ def _rate(run: dict) -> float:
 def decode_rate(run: dict) -> float:
     """Decode-phase tokens/s of one run: the tokens after the prefill's first one, over the time after the prefill."""
     return (len(run["tokens"]) - 1) / max(run["seconds"] - run["prefill_s"], 1e-9)
+
+
+def decode_speedup(run: dict, ar: dict) -> float | None:
+    """One prompt's speedup over AR as the page measures every speedup (``run.speedup_over_ar``: the decode phase,
+    engine time); None where it or AR wrote one token (no decode phase)."""
+    if min(len(run["tokens"]), len(ar["tokens"])) < 2:
+        return None
+    return speedup_over_ar(len(run["tokens"]) - 1, run["seconds"] - run["prefill_s"],
+                           len(ar["tokens"]) - 1, ar["seconds"] - ar["prefill_s"])
 
 
 def aggregate(method: str, dataset: str, runs: list[dict], ar_runs: list[dict], fp32_runs: list[dict] | None = None,
@@ -55,8 +65,7 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
     seconds = sum(r["seconds"] for r in runs)
     ratio = lambda rate, refs: statistics.median(rate(r) / rate(a) for r, a in zip(runs, refs))  # noqa: E731
     kinds = [r["divergence"]["kind"] for r in runs if "divergence" in r]
-    decode = [decode_rate(r) / decode_rate(a) if min(len(r["tokens"]), len(a["tokens"])) > 1 else None
-              for r, a in zip(runs, ar_runs)]  # per prompt; None where it or AR wrote one token (no decode phase)
+    decode = [decode_speedup(r, a) for r, a in zip(runs, ar_runs)]  # per prompt (None: no decode phase)
     row = {"method": method, "dataset": dataset, "n_prompts": len(runs), "new_tokens": new_tokens,
            "tok_per_s": new_tokens / seconds, "median_tok_per_s": statistics.median(_rate(r) for r in runs),
            "speedup_vs_ar": ratio(_rate, ar_runs),
@@ -101,7 +110,7 @@ def _add_limits(row: dict, runs: list[dict], ar_runs: list[dict], curve: CostCur
     if cycles:
         tau_decode = (row["new_tokens"] - len(runs)) / cycles  # tokens after each prefill per decoding forward
         row["limit"] = _limit(tau_decode, row["mean_forward_rows"], curve)
-        prompts = [{"decode_speedup": decode_rate(r) / decode_rate(a) if len(r["tokens"]) > 1 else None,
+        prompts = [{"decode_speedup": decode_speedup(r, a),
                     "tau": decode_tau(r), "rows": r["summary"].mean_forward_rows, "limit": run_limit(r, curve)}
                    for r, a in zip(runs, ar_runs)]
         row["prompts"] = prompts

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from engine.decoding.trace import CycleTrace
+from engine.product.runs.run import speedup_over_ar
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Lane:
         last_forward_s: engine seconds of the lane's latest forward (0 when it ended without one).
         prefill_s: engine seconds of the lane's first forward (the prefill; 0 before it).
         first_tokens: tokens that first forward gave (the decode phase is what came after).
+        traces: every cycle so far, prefill first (the lane's speedup and its margin: ``run.Speedup.of``).
     """
 
     name: str
@@ -37,6 +39,7 @@ class Lane:
     last_forward_s: float = 0.0
     prefill_s: float = 0.0
     first_tokens: int = 0
+    traces: list[CycleTrace] = field(default_factory=list)
 
     @property
     def tok_per_s(self) -> float:
@@ -63,6 +66,7 @@ class Lane:
         if not self.forwards:
             self.prefill_s, self.first_tokens = trace.elapsed_s, len(trace.new_tokens)
         self.tokens += trace.new_tokens
+        self.traces.append(trace)
         self.last_forward_s = trace.elapsed_s - self.elapsed_s
         self.elapsed_s, self.forwards = trace.elapsed_s, self.forwards + 1
         self.done = self.finished = trace.finished
@@ -96,10 +100,12 @@ class Race:
                 lane.advance(trace)
             yield lane
 
-    def speedup(self) -> float:
-        """Tokens/s of the last lane over that of the first (the baseline first), end to end (prefill included),
-        in engine time so far: at the end of a race of equal outputs, the first lane's engine time over the last's."""
-        return self.lanes[-1].tok_per_s / max(self.lanes[0].tok_per_s, 1e-9)
+    def speedup(self) -> float | None:
+        """The last lane's speedup over the first (the baseline first) so far, as every speedup is measured
+        (``run.speedup_over_ar``: the decode phase, engine time); None before both decoded a token after the
+        prefill."""
+        base, other = self.lanes[0], self.lanes[-1]
+        return speedup_over_ar(other.decode_tokens, other.decode_s, base.decode_tokens, base.decode_s)
 
     @property
     def clock_s(self) -> float:

@@ -102,6 +102,23 @@ class Run:
         return run
 
 
+#: The page's one speedup over AR, in the words every place that shows one uses (Generate's big number, the Race's
+#: board, the Sweep's table and figure, the bench's summary and report): tokens/s over AR's on the same prompt, in
+#: the decode phase (every cycle after the prefill, which is the same for every method), on the engine's clock
+#: (forwards and drafting; not drawing, not waiting).  ``speedup_over_ar`` computes it.
+SPEEDUP_PHASE = "decode phase"
+SPEEDUP_WORDS = f"{SPEEDUP_PHASE}, engine time"
+
+
+def speedup_over_ar(tokens: int, seconds: float, ar_tokens: int, ar_seconds: float) -> float | None:
+    """The one speedup (``SPEEDUP_WORDS``): a run's decode-phase tokens/s (``tokens`` in ``seconds`` after the
+    prefill, engine time) over AR's (``ar_tokens`` in ``ar_seconds``, the same phase and clock).  None where
+    either decoded nothing."""
+    if not tokens or seconds <= 0 or not ar_tokens or ar_seconds <= 0:
+        return None
+    return (tokens / seconds) / (ar_tokens / ar_seconds)
+
+
 def decode_phase(traces: Sequence[CycleTrace]) -> tuple[int, float]:
     """(tokens, engine seconds) of a run's decode phase: every cycle after the prefill.  The prefill (one
     forward over the prompt, giving the first token) is the same for every method on a prompt, so speeds
@@ -200,6 +217,8 @@ class Speedup:
             (``decode_rel_err``); None: unknown.
         none: the run could have no speedup (decode-phase τ below ``NO_GAIN_TAU``): shown as "no speedup",
             never as the clock's noise.
+        cycles: the run's decode cycles it was measured over.
+        ar: the AR timing it was measured against.
     """
 
     value: float | None = None
@@ -208,15 +227,18 @@ class Speedup:
     short: str = ""
     margin: float | None = None
     none: bool = False
+    cycles: int = 0
+    ar: ArTiming | None = None
 
     @classmethod
     def of(cls, traces: Sequence[CycleTrace], ar: ArTiming | None) -> Speedup:
         """The speedup of a run's cycles over ``ar``, with its 95 % margin; no value when either decoded nothing,
         "no speedup" when the run's decode-phase τ is below ``NO_GAIN_TAU``."""
         tokens, seconds = decode_phase(traces)
-        if ar is None or not ar.tok_per_s or not tokens or seconds <= 0:
+        value = speedup_over_ar(tokens, seconds, ar.tokens, ar.seconds) if ar is not None else None
+        if value is None:
             return cls(None, "not measured" if ar is None else "nothing decoded to compare")
-        value, tau = tokens / seconds / ar.tok_per_s, tokens / (len(traces) - 1)
+        tau = tokens / (len(traces) - 1)
         if tau < NO_GAIN_TAU:
             return cls(None, f"no speedup: τ {tau:.2f} after the prefill, so each forward wrote one token as an AR "
                              f"step does and cost at least as much; the clocks read {value:.2f}×, which is timing "
@@ -226,9 +248,10 @@ class Speedup:
         spread = (f"; ± {margin:.2f}: 95 % interval from the spread of the forwards' times in "
                   f"{'both runs' if len(errs) == 2 else 'the run'} (drift between the two runs not included)"
                   if margin is not None else "")
-        return cls(value, f"decode phase; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s over "
-                          f"{ar.tokens} tokens{spread}",
-                   short=f"decode phase · {SHORT_WORDS.get(ar.source, ar.source)}", margin=margin)
+        return cls(value, f"{SPEEDUP_WORDS}; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s "
+                          f"over {ar.tokens} tokens{spread}",
+                   short=f"{SPEEDUP_PHASE} · {SHORT_WORDS.get(ar.source, ar.source)}", margin=margin,
+                   cycles=len(traces) - 1, ar=ar)
 
     @property
     def undecided(self) -> bool:
@@ -250,6 +273,33 @@ class Speedup:
 
 
 MEASURING = Speedup(None, "measuring AR on this device …", pending=True, short="timing AR here …")
+FEW_CYCLES = 20  # a speedup over fewer decode cycles than this rests on too few forwards to average their jitter
+LOAD_SHIFT = 0.10  # AR's own tokens/s differing by more than this share between two timings: the load changed
+
+
+def disagreement(now: Speedup, now_name: str, then: Speedup | None, then_name: str) -> str:
+    """One sentence where two measurements of the same speedup (the same prompt, model and settings: ``now`` and an
+    earlier ``then``, each named for people, e.g. "this race", "Generate") differ beyond their 95 % margins, naming
+    why: the load on the machine changed while measuring (AR's own tokens/s moved by more than ``LOAD_SHIFT``), too
+    few cycles (under ``FEW_CYCLES``), else drift between the runs, which neither margin covers; "" where they
+    agree (or either has no value)."""
+    if then is None or now.value is None or then.value is None:
+        return ""
+    if abs(now.value - then.value) <= math.hypot(now.margin or 0.0, then.margin or 0.0):
+        return ""
+    why = []
+    a, b = now.ar, then.ar
+    if a is not None and b is not None and a.tok_per_s and b.tok_per_s and abs(a.tok_per_s / b.tok_per_s - 1) > (
+            LOAD_SHIFT):
+        why.append(f"AR itself ran at {b.tok_per_s:.0f} tok/s for {then_name} and {a.tok_per_s:.0f} for {now_name}, "
+                   "so the load on the machine changed while measuring")
+    few = [(name, s.cycles) for name, s in ((then_name, then), (now_name, now)) if 0 < s.cycles < FEW_CYCLES]
+    why += [f"{name} rests on only {n} cycles, too few to average the forwards' jitter" for name, n in few]
+    if not why:
+        why.append("the machine's speed drifted between the two runs (another process, the CPU's clock), which "
+                   "neither margin covers")
+    return (f"{then_name}'s {then.words()} and {now_name}'s {now.words()} differ by more than their margins: "
+            + "; ".join(why) + ".")
 
 
 def ar_steps_per_forward(traces: Sequence[CycleTrace], curve) -> float | None:

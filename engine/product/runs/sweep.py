@@ -16,7 +16,7 @@ from engine.product.io.settings import SETTINGS
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import Divergence, attribute, engine_ar_logits, first_difference
 from engine.product.runs.metrics import summarize
-from engine.product.runs.run import NO_GAIN_TAU, ArTiming, Speedup, decode_phase
+from engine.product.runs.run import NO_GAIN_TAU, SPEEDUP_PHASE, ArTiming, Speedup, decode_phase
 from engine.sources import REGISTRY
 
 #: Most values one sweep runs: each is a whole generation, so a long list is a long wait on a page.
@@ -437,7 +437,8 @@ def speedup_cell(run: SweepRun) -> str:
 def markdown_table(sweep: Sweep, divergences: dict[int, Divergence] | None = None) -> str:
     """The sweep as a markdown table: AR's row first, then one row per run (value, τ, decode-phase tok/s, speedup,
     nodes, same text as AR: attributed where ``divergences`` has the run)."""
-    rows = [f"| {sweep.spec.info.what} | τ | tok/s (decode phase) | speedup over AR | mean nodes | same text as AR |",
+    rows = [f"| {sweep.spec.info.what} | τ | tok/s ({SPEEDUP_PHASE}) | speedup over AR ({SPEEDUP_PHASE}) | mean nodes "
+            "| same text as AR |",
             "|---|---|---|---|---|---|"]
     if sweep.ar is not None:
         rows.append(f"| AR (reference) | 1.00 | {sweep.ar.tok_per_s:.1f} | 1.00× | 1.0 | – |")
