@@ -18,7 +18,7 @@ from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, u
 from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
 from page.settings import RANGES
-from page.static import SCRUBBER_KEYS, SWEEP_POINT_CLICKS
+from page.static import SCRUBBER_KEYS, SWEEP_POINT_CLICKS, TREE_SCROLL
 from page.sweep import SWEEP_CHOICES
 from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
@@ -74,6 +74,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire_events(page, models, options)
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
         demo.load(None, js=SCRUBBER_KEYS)  # Enter in the Cycle box ends the typing
+        demo.load(None, js=TREE_SCROLL)  # a phone's tree keeps its title and legend in view as it scrolls
         known = first.curves.known()
         built = (models.key_of(first), known.id if known is not None else None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
@@ -189,7 +190,7 @@ def _run_views(page: Page) -> None:
     page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
                              elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
     page.explain = gr.Markdown(elem_id="explain")
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_id="scrubber-row"):
         page.back_btn = gr.Button("◀", scale=0, min_width=48, elem_id="cycle-back")
         page.scrubber = gr.Slider(0, 1, value=0, step=1, label="Cycle (drag, arrow keys, or type a number)",
                                   elem_id="cycle-scrubber")

@@ -22,6 +22,9 @@ SWEEP_POINT_CLICKS = asset("sweep_point_clicks.js")
 #: Enter in the scrubber's number box ends the typing as leaving the box does: gradio's slider then brings a number
 #: out of range inside (the handler leaves a typed number alone, so it never rewrites a number still being typed)
 SCRUBBER_KEYS = asset("scrubber_keys.js")
+#: a phone's tree scrolls sideways (880 px in a 326 px box): its title and legend (plotly's info layer) move with the
+#: scroll so they stay in the box, and the box knows when it is scrolled to its end (its cue that it scrolls goes)
+TREE_SCROLL = asset("tree_scroll.js")
 #: full screen: the tree's block fills the screen and its figure, kept at its page size, is scaled up to fill it
 #: (labels grow with it; a new cycle's figure keeps the scale)
 FULLSCREEN = asset("fullscreen.js")
