@@ -115,9 +115,13 @@ def test_on_a_phone_the_tree_keeps_its_title_in_view_and_the_scrubber_spans_the_
     cue = box.evaluate("b => getComputedStyle(b, '::before').content")
     assert "scrolls sideways" in cue, cue
     box.evaluate("b => { b.scrollLeft = 400; b.dispatchEvent(new Event('scroll')); }")
-    page.wait_for_function("""() => { const b = document.querySelector('#draft-tree'), t = b.querySelector('.gtitle');
-      const r = b.getBoundingClientRect(), s = t.getBoundingClientRect();
-      return s.left >= r.left - 1 && s.left < r.right; }""", timeout=10_000)
+    page.wait_for_function("""() => { const b = document.querySelector('#draft-tree'), r = b.getBoundingClientRect();
+      // the title and the legend moved with the scroll (each as far as it still ends inside the figure): both still
+      // in the box, where without the move the title would have left it
+      const marks = [...b.querySelectorAll('.gtitle, .legend')];
+      return marks.length && marks.every(t => t.getBoundingClientRect().right > r.left + 40)
+        && b.querySelector('.infolayer > g[style*="translateX"]'); }""",
+                           timeout=10_000)
     slider = page.locator("#cycle-scrubber input[type=range]").bounding_box()
     label = page.locator("#cycle-scrubber label").first.bounding_box()
     assert slider["width"] > 250, slider

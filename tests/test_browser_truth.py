@@ -255,7 +255,7 @@ def test_5_tau_one_is_no_speedup_and_a_speedup_has_its_margin(truth_page, browse
     assert page.locator("#stats").inner_text().startswith("Run totals: τ 1.00 ")
     expect(page.locator("#big-numbers #speedup")).to_contain_text("no speedup")
     assert "×" not in page.locator("#big-numbers #speedup").inner_text()
-    assert "(measured: no speedup)" in page.locator("#stats").inner_text()
+    assert "(measured: no speedup, decode phase)" in page.locator("#stats").inner_text()
     page.close()
 
 
