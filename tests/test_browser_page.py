@@ -232,7 +232,9 @@ def test_sweep_runs_plots_and_opens_a_run(chat_page, browser):
     stats_has(page, "Sweep run B = 16", timeout=20_000)
     page.wait_for_function(f"() => {TITLE}.startsWith('cycle')", timeout=20_000)
     assert "--budget 16" in page.locator("#settings textarea").input_value()
-    # a click on a point of the figure opens that run too (B = 64, the fifth point of the τ line)
+    # a click on a point of the figure opens that run too (B = 64, the fifth point of the τ line), scrolled into view
+    # (opening a run changes the heights above the figure: the output's legend lists only the sources that drafted)
+    page.locator("#sweep-plot .scatterlayer .trace").first.scroll_into_view_if_needed()
     box = page.evaluate("""() => { const p = document.querySelectorAll('#sweep-plot .scatterlayer .trace')[0]
         .querySelectorAll('.point')[4].getBoundingClientRect(); return [p.x + p.width / 2, p.y + p.height / 2]; }""")
     page.mouse.move(*box)
@@ -311,10 +313,13 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
             assert not any("pruned by GT" in h and "the model wanted" in h for h in hovers)
         if k == last:
             assert re.search(r"cut at \d+ of \d+ by EOS / max new tokens", title), title
-    legend = dict(page.evaluate(LEGEND))
-    assert {"bonus", "Suffix"} <= set(legend), legend
+    legend = dict(page.evaluate(LEGEND))  # only the sources that drafted in the run (issue 56), and the bonus
+    drafted = {s for c in cycles for s in c["tree"]["sources"]}
+    assert "bonus" in legend and ("Suffix" in legend) == ("suffix" in drafted), (legend, drafted)
     rgb = {k: "#" + "".join(f"{int(v):02x}" for v in re.findall(r"\d+", c)[:3]) for k, c in legend.items()}
     assert _closest_pair(rgb)[0] >= MIN_DELTA_E, _closest_pair(rgb)
+    from viz.frame_text import COLOR_MAP  # "bonus" and "Suffix" apart wherever both are listed
+    assert _closest_pair({k: COLOR_MAP[k] for k in ("bonus", "Suffix")})[0] >= MIN_DELTA_E
 
     # Step through a TR-only cycle: its one source stage is "1", not "1b"
     open_accordion(page, "Method and tree shape")
