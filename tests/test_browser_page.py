@@ -286,6 +286,9 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
     from test_viz import MIN_DELTA_E, _closest_pair
 
     page = open_page(browser, chat_page)
+    open_accordion(page, "Method and tree shape")  # a fixed c keeps spines that can break and prunes ghosts
+    page.get_by_label("GT principle auto: the speedup-optimal tree size from the measured cost curve").uncheck()
+    set_number(page, "GT threshold c (untick auto to set it; 0 = no pruning)", 0.3)
     page.get_by_role("button", name="Generate", exact=True).click()
     stats_has(page, "128 tokens")
     cycles = json.loads(export_trace_file(page, tmp_path / "trace.json").read_text())["cycles"]
@@ -321,8 +324,7 @@ def test_the_tree_reads_as_its_cycle(chat_page, browser, tmp_path):
     from viz.frame_text import COLOR_MAP  # "bonus" and "Suffix" apart wherever both are listed
     assert _closest_pair({k: COLOR_MAP[k] for k in ("bonus", "Suffix")})[0] >= MIN_DELTA_E
 
-    # Step through a TR-only cycle: its one source stage is "1", not "1b"
-    open_accordion(page, "Method and tree shape")
+    # Step through a TR-only cycle: its one source stage is "1", not "1b" (the method accordion is still open)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="TR only (tree)").first.click()
     before = page.locator("#stats").inner_text()

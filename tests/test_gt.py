@@ -9,7 +9,7 @@ from engine.core.estimates import AcceptanceStats, PathCalibration
 from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
-from engine.decoding.gt import speedup_optimal
+from engine.decoding.gt import calibrated_choice, speedup_optimal
 from engine.product.runs.decoder import make_decoder
 
 FLAT = CostCurve(nodes=(1, 128), ms=(5.0, 5.0))  # GPU-like: every row rides free
@@ -147,9 +147,12 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
     stats = AcceptanceStats()
     cal.resolve(stream + [7, 8, 9], stats)
     assert not cal.pending
-    assert cal.calibrate(Source("pld"), .125) > 0.9 and cal.calibrate(Source("tr"), .2) < 0.02  # all / none accepted
+    # each node is calibrated given its parent accepted: every PLD conditional .5 was accepted, the TR .2 never
+    assert cal.calibrate(Source("pld"), .5) > 0.9 and cal.calibrate(Source("pld"), .5, first=False) > 0.9
+    assert cal.calibrate(Source("tr"), .2) < 0.02
     assert cal.calibrate(Source("ptd"), .3) == .3 * cal.start  # a source with no outcome yet: doubted (``start``)
-    assert cal.calibrate(Source("pld"), .5) > 0.9  # an empty bin of a source that has shown its worth: trusted
+    assert cal.calibrate(Source("pld"), .95) > 0.9  # an empty bin of a source that has shown its worth: trusted
+    assert cal.tree(tree)[3] > 0.8  # the deep PLD node: the product of its calibrated conditionals, not .125
     assert stats.counter(Source("pld")).accepted == {1: 21, 2: 21, 3: 21}  # depth counters see every built node
     assert stats.counter(Source("tr")).reached == {1: 21} and stats.counter(Source("tr")).accepted == {1: 0}
     assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))
@@ -172,3 +175,30 @@ def test_ghosts_the_builder_made_are_reindexed_or_dropped_with_their_parent():
 def test_latencies_in_one_pass_equal_latency_each():
     for curve in (STEEP, FLAT, CostCurve((1,), (3.0,)), CostCurve((1, 2, 4, 8), (2.0, 3.0, 2.5, 4.0))):
         assert curve.latencies(200) == pytest.approx([curve.latency(n) for n in range(1, 201)])
+
+
+def test_a_loop_of_equal_estimates_is_priced_as_a_chain_and_its_failures_lower_the_trust():
+    """TR's adjacency loop "0 -> 0 -> 0 ..." carries one probability at every depth: its path estimates stay 0.9999,
+    but a chain is only as likely as the product of its conditionals; a trusted set that earns nothing lowers the
+    trust, so the same loop is then pruned on a steep curve while a first tree of it is still kept whole."""
+    tr = Source("tr")
+    p = .9999
+    loop = DraftTree((5, 0, 0, 0, 0, 0, 0), (None, 0, 1, 2, 3, 4, 5), (Source.ROOT, *[tr] * 6), (1, *[p] * 6),
+                     (1, *[p] * 6))
+    cal = PathCalibration()
+    est = cal.tree(loop)
+    assert all(a > b for a, b in zip(est[1:], est[2:]))  # priced as a chain: each node below its parent
+    assert est[1] == pytest.approx(p * cal.start) and est[6] == pytest.approx(p * cal.start ** 6)
+    # outcomes that say TR's 0.9999 holds (the loop accepted whole), then the loop failing at its first node
+    stream = [5]
+    for _ in range(6):
+        cal.record(loop, start=len(stream))
+        stream += [0] * 6 + [5]
+    cal.resolve(stream)
+    first = calibrated_choice(loop, STEEP, 0, cal, rate=1 / STEEP.latency(1))
+    for _ in range(4):
+        cal.record(loop, len(stream), first[3].kept, first[3].expected)
+        stream += [9, 5]
+    cal.resolve(stream)
+    assert first[2].nodes > 1 and cal.trust() < 0.5
+    assert calibrated_choice(loop, STEEP, 0, cal, rate=1 / STEEP.latency(1))[2].nodes == 1  # now an AR step

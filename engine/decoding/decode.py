@@ -22,7 +22,7 @@ from ..sources import Candidates, DraftSource, Request, Role, SourceMemory, Veri
 from ..sources.base import extend_chain
 from .config import CANDIDATE_TREE_METHODS, Resolved
 from .cost import CostCurve
-from .gt import GtChoice, speedup_optimal
+from .gt import GtChoice, calibrated_choice
 from .sampling import make_rows_warper, make_warper, new_generator
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
@@ -59,6 +59,7 @@ class Plan:
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
     built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
     left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
+    trusted: GtChoice | None = None  # the choice a full trust in the calibrated estimates makes (its outcome teaches)
     rows: int = 0  # rows the forward runs: ``forward`` padded to a cheaper size (``CostCurve.verify_rows``)
 
 
@@ -368,19 +369,17 @@ class SpecDecoder:
     def _choose_size(self, s: Generation, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
         the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
-        "session"), or (accepted + 1) / T(n) ("cycle") (engine/decoding/gt.py); AR when n* = 1.  With
-        ``path_calibration`` the estimates are first mapped through this session's measured acceptance of
-        earlier built nodes with like estimates (``estimates.PathCalibration``); the built tree is kept for
-        that until the output decides it."""
+        "session"), or (accepted + 1) / T(n) ("cycle"); AR when n* = 1.  With ``path_calibration`` the estimates
+        are first mapped through this session's measured outcomes (``gt.calibrated_choice``); the built tree is
+        kept for that until the output decides it."""
         if not self.config.gt.auto or plan.mode == "ar":
             return plan
-        est = s.stats.paths.tree(plan.tree) if self.config.gt.path_calibration else None
-        tree, ghosts, choice = speedup_optimal(plan.tree, self.cost_curve, self.extra_rows, estimates=est,
-                                               rate=self._rate(s), ghosts=plan.ghosts)
-        built = plan.tree if self.config.gt.path_calibration or s.stats.counterfactual else None
-        if len(tree) == 1:
-            return replace(plan, mode="ar", tree=tree, ghosts=ghosts, spine_ratio=None, gt=choice, built=built)
-        return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built)
+        paths = s.stats.paths if self.config.gt.path_calibration else None
+        tree, ghosts, choice, trusted = calibrated_choice(plan.tree, self.cost_curve, self.extra_rows, paths,
+                                                          rate=self._rate(s), ghosts=plan.ghosts)
+        built = plan.tree if paths is not None or s.stats.counterfactual else None
+        plan = replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted)
+        return replace(plan, mode="ar", spine_ratio=None) if len(tree) == 1 else plan
 
     def _rate(self, s: Generation) -> float | None:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
@@ -424,7 +423,8 @@ class SpecDecoder:
         """Alg. 2 line 16: every source observes the forward; the acceptance estimates and the GT rate update."""
         at = len(s.tokens) - len(done.tokens)  # where this cycle's tokens start; the anchor is at at - 1
         if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
-            s.stats.paths.record(plan.built, at)
+            s.stats.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
+                                 plan.trusted.expected if plan.trusted else 0.0)
         verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
                             back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
                             finished=done.finished)

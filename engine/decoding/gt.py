@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..core.estimates import PathCalibration
 from ..core.tree import DraftTree, GhostNode
 from .cost import CostCurve
 
@@ -39,12 +40,14 @@ class GtChoice:
         candidates: the nodes the builder offered, root included.
         expected: expected accepted draft tokens of the kept tree (Σ α̂ over its non-root nodes).
         cost_ms: T(n* + R), the curve's verification time of the kept tree (ms).
+        kept: the kept nodes' indices in the built tree, root included, ascending.
     """
 
     nodes: int
     candidates: int
     expected: float
     cost_ms: float
+    kept: tuple[int, ...] = (0,)
 
 
 def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
@@ -95,5 +98,39 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
     ghosts = earlier + tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
                                        tree.est_accept[i])
                              for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
-    choice = GtChoice(best_n, n, best_expected, curve.latency(best_n + extra_rows))
+    choice = GtChoice(best_n, n, best_expected, curve.latency(best_n + extra_rows), tuple(keep))
     return tree.subtree(keep), ghosts, choice
+
+
+def calibrated_choice(tree: DraftTree, curve: CostCurve, extra_rows: int, paths: PathCalibration | None, *,
+                      rate: float | None, ghosts: tuple[GhostNode, ...] = ()
+                      ) -> tuple[DraftTree, tuple[GhostNode, ...], GtChoice, GtChoice | None]:
+    """``speedup_optimal`` on estimates calibrated by the session's outcomes, discounted by its trust in them.
+
+    Two corrections, both learnt from every built tree's outcome (``PathCalibration``):
+
+    1. each node's estimate given its parent accepted is mapped through the outcomes of earlier nodes of its
+       source, first draft token or not, with a like estimate; a path is priced at the product along it
+       (``PathCalibration.tree``), so a chain of equal raw estimates (TR's adjacency loop "0 → 0 → 0" at 0.9999)
+       is priced as a chain, not as independent nodes;
+    2. the nodes GT keeps are those whose estimates read highest, so even calibrated estimates overstate the kept
+       set (the optimiser's curse, Smith & Winkler 2006): the choice a full trust makes (``trusted``) is
+       recorded, and what its nodes earned over what they were priced at (``PathCalibration.trust``) scales the
+       estimates the size choice reads.  The trusted set is judged whether kept or pruned, so a run whose trees
+       stop still learns when they would pay again.
+
+    Args:
+        tree, curve, extra_rows, rate, ghosts: as ``speedup_optimal``.
+        paths: the session's calibration; None prices nodes at their raw ``est_accept`` (no trust recorded).
+
+    Returns:
+        (kept tree, ghosts, the choice made, the choice a full trust makes, or None without ``paths``).
+    """
+    if paths is None:
+        return (*speedup_optimal(tree, curve, extra_rows, rate=rate, ghosts=ghosts), None)
+    est = paths.tree(tree)
+    trusted = speedup_optimal(tree, curve, extra_rows, estimates=est, rate=rate)[2]
+    trust = paths.trust()
+    kept, ghosts, choice = speedup_optimal(tree, curve, extra_rows, estimates=tuple(min(1.0, e * trust) for e in est),
+                                           rate=rate, ghosts=ghosts)
+    return kept, ghosts, choice, trusted
