@@ -322,7 +322,7 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     index = len(run.token_cycles) - 1
     assert jump_to_token(run, index, models=models)["scrubber"] == run.token_cycles[index] == run.traces[-1].index
     assert jump_to_token(run, SimpleNamespace(), models=models) == {}  # a click that is not a token
-    segments = drawn["output"]
+    segments = [(d["token"], d["class_or_confidence"]) for d in drawn["output"].value]  # the run's colours with it
     assert [label for _, label in segments][0] == "AR" and {label for _, label in segments} <= set(TOKEN_COLORS)
 
 
@@ -368,7 +368,8 @@ def test_race_and_model_picker(demo_lm):
     assert last["race_ar"] == last["race_spec"]  # greedy: both decoders commit the same tokens
     board = last["race_board"]
     assert "speedup over AR" in board and board.count("32 / 32 tokens") == 2 and "width:100.0%" in board
-    (key, timing), = last["ar_clock"].items()  # AR's lane times AR for a later Generate of the same prompt
+    (key, timing), = [(k, v) for k, v in last["ar_clock"].items() if k[0] != "speedup"]  # AR's lane times AR
+    assert last["ar_clock"][("speedup", key)][0] == "the Race"  # beside it, the speedup it measured (issue 56)
     assert key[:3] == models.key_of(demo_lm) and key[4:] == (32, False)
     assert timing.source == "race" and timing.tokens == 31 and timing.seconds > 0  # the prefill's token apart
     assert "prompt is empty" in frames_of(race, PageSettings(prompt=""), models=models)[-1]["race_board"]
@@ -552,14 +553,15 @@ def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
     last, run = frames[-1], next(f["run"] for f in reversed(frames) if "run" in f)
     assert any("measuring…" in f.get("big", "") for f in frames[:-1])  # greyed while AR is timed
     assert "opacity:.45" in frames[0]["big"] and "AR is timed beside the run" in frames[0]["big"]
-    (key, timing), = last["ar_clock"].items()  # one AR run, timed beside the run, kept per prompt
+    (key, timing), = [(k, v) for k, v in last["ar_clock"].items() if k[0] != "speedup"]  # one AR run, per prompt
     assert isinstance(timing, ArTiming) and timing.source == "beside" and timing.tokens == 23  # the prefill's apart
     assert key[:3] == models.key_of(demo_lm) and key[4:] == (24, False)
     value = Speedup.of(run.traces, timing).value
     assert value > 0 and f"{value:.2f}×" in last["big"]
-    assert "decode phase; AR timed step for step beside this run (the same load on the machine)" in last["big"]
+    assert "decode phase" in last["big"] and "AR timed beside the run" in last["big"]  # each phrase on its line
     words = Speedup.of(run.traces, timing).words()  # the value ± its 95 % margin (both runs' forwards)
-    assert " ± " in words and "AR steps per forward →" in last["stats"] and f"(measured: {words})" in last["stats"]
+    assert " ± " in words and "AR steps per forward →" in last["stats"]
+    assert f"(measured: {words}, decode phase)" in last["stats"]
     assert run.ar_timing is timing  # kept with the run: a trace exported now shows the same speedup
     # the same prompt again: AR's timing is reused (nothing measured), the speedup shown as the run streams
     again = frames_of(generate, settings, session=Session(ar_clock=last["ar_clock"]), models=models)
