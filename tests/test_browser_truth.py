@@ -97,6 +97,7 @@ def run_to_end(page) -> None:
     shows the status, so a measured speedup with the tracker idle counts too).  Every condition needs the new stats line
     and the idle tracker: under CI's load the tracker once flickered before the run's first frame."""
     old = page.locator("#stats").inner_text()
+    page.locator("#draft-tree").wait_for(state="attached", timeout=30_000)  # under load the page may still be drawing
     page.evaluate(WATCH_RUN)
     page.get_by_role("button", name="Generate", exact=True).click()
     page.wait_for_function("""(old) => {
