@@ -34,6 +34,21 @@ RUN_TOTALS = re.compile(r"Run totals: τ ([\d.]+) · ([\d.]+) tok/s")
 ENDED = re.compile(r"\(measured: [^)]+\)")  # the stats line's last words once the run and AR's timing ended
 
 
+def serve_page(model: str | None, dtype: str = "auto"):
+    """The page served as ``python app.py`` serves it, on one engine thread (also ``scripts/speedup_visits.py``'s):
+    the start model ``model`` (None: the page's default) at ``dtype``, no start-up measurement.  Returns (the engine
+    thread, the loaded model, the gradio app, its URL); the caller closes the app."""
+    engine = EngineThread()
+    lm, _ = engine.call(app.load_start_model, model, dtype=dtype)
+    demo = app.build_demo(app.place_models(lm, app.PageOptions(), engine=engine))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                                                   css=app.CSS)
+    return engine, lm, demo, f"http://127.0.0.1:{port}/"
+
+
 def engine_alone(lm, engine: EngineThread) -> tuple[float, float, int]:
     """(τ, end-to-end tok/s, new tokens) of the default preset at the page's defaults, decoded on ``engine`` by the
     engine."""
@@ -69,19 +84,12 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="default: the page's default model (SmolLM2)")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    engine = EngineThread()
-    lm, _ = engine.call(app.load_start_model, args.model)
-    demo = app.build_demo(app.place_models(lm, app.PageOptions(), engine=engine))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                                                   css=app.CSS)
+    engine, lm, demo, url = serve_page(args.model)
     rows = {"page": [], "engine": []}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=os.environ.get("GOOSE_LENS_CHROMIUM", "/usr/bin/chromium"))
         page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.goto(f"http://127.0.0.1:{port}/")
+        page.goto(url)
         page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=60_000)
         tokens = engine_alone(lm, engine)[2]
         page_run(page, tokens)  # the first run also times AR for the speedup: not counted

@@ -15,14 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import app  # noqa: E402
-from engine.product.models.engine_thread import EngineThread  # noqa: E402
+from page_speed import serve_page  # this folder is on the path; page_speed puts the repository's root there too
 
 RACE = "Race: AR and the chosen method on one device, one clock"
 RACE_LENGTH = "Race length on screen: about N s (engine time scaled, proportions kept; 0 = real time)"
@@ -67,19 +61,12 @@ def main(argv=None) -> int:
     ap.add_argument("--visits", type=int, default=3)
     ap.add_argument("--race-seconds", type=float, default=0, help="the race's length on screen (0: real time)")
     args = ap.parse_args(argv)
-    engine = EngineThread()
-    lm, _ = engine.call(app.load_start_model, args.model, dtype=args.dtype)
-    demo = app.build_demo(app.place_models(lm, app.PageOptions(), engine=engine))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                                                   css=app.CSS)
+    _, lm, demo, url = serve_page(args.model, args.dtype)
     rows = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=os.environ.get("GOOSE_LENS_CHROMIUM", "/usr/bin/chromium"))
         for _ in range(args.visits):
-            rows.append(visit(browser, f"http://127.0.0.1:{port}/", args.race_seconds))
+            rows.append(visit(browser, url, args.race_seconds))
         browser.close()
     demo.close()
     print(f"{lm.describe()}, default preset, every default; speedup over AR, decode phase, engine time\n")
