@@ -7,17 +7,8 @@ import re
 from dataclasses import replace
 
 import pytest
-from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
-    SCREEN,
-    TITLE,
-    browser,
-    expect,
-    open_accordion,
-    open_page,
-    pick_preset,
-    set_number,
-)
-from test_browser_truth import HOVERS, PHONE, run_to_end, truth_page  # noqa: F401 - truth_page: the fixture
+from test_browser import SCREEN, TITLE, expect, open_accordion, open_page, pick_preset, set_number
+from test_browser_truth import HOVERS, PHONE, browser, run_to_end, truth_page  # noqa: F401 - the fixtures, by name
 
 pytestmark = pytest.mark.full  # the quick tier's one browser test is test_browser.py's first-click test
 

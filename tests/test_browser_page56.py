@@ -7,16 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
-    SCREEN,
-    TITLE,
-    browser,
-    expect,
-    open_accordion,
-    open_page,
-    set_number,
-)
-from test_browser_truth import PHONE, run_to_end, truth_page  # noqa: F401 - truth_page: the fixture
+from test_browser import SCREEN, TITLE, expect, open_accordion, open_page, set_number
+from test_browser_truth import PHONE, browser, run_to_end, truth_page  # noqa: F401 - the fixtures, taken by name
 
 pytestmark = pytest.mark.full  # the quick tier's one browser test is test_browser.py's first-click test
 
