@@ -29,6 +29,15 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
 pytestmark = pytest.mark.full
 
 PHONE = {"width": 390, "height": 844}
+#: JS: #explain's sentence written twelve times over (longer than any cycle's): its box's height and its CSS cap
+#: (px), a line's height, whether the long sentence scrolls inside the box
+LONG_SENTENCE = """() => {
+  const box = document.querySelector('#explain'), p = box.querySelector('p');
+  window.__sentence = p.innerHTML; p.innerHTML = p.innerHTML.repeat(12);
+  return {height: box.getBoundingClientRect().height, cap: parseFloat(getComputedStyle(box).maxHeight),
+          line: parseFloat(getComputedStyle(p).lineHeight), scrolls: box.scrollHeight > box.clientHeight};
+}"""
+LONG_SENTENCE_UNDONE = "() => { document.querySelector('#explain p').innerHTML = window.__sentence; }"
 #: JS: watch Generate's status on the tree (gradio's tracker there loses its "hide" class while the run is under way
 #: and takes it back when its last frame is in): ``window.__runDone`` turns true when the next run ends
 WATCH_RUN = """() => {
@@ -320,6 +329,14 @@ def test_8_the_screen_after_a_run(truth_page, browser):
     for selector in ("#draft-tree", "#explain", "#cycle-scrubber", "#step-through"):
         box = page.locator(selector).bounding_box()
         assert box and box["y"] >= 0 and box["y"] + box["height"] <= SCREEN["height"], (selector, box)
+    # a longer sentence than this run's (once 4 lines under load: the scrubber's bottom at 808 px) scrolls in its box
+    long = page.evaluate(LONG_SENTENCE)
+    assert long["cap"] >= 3 * long["line"], long  # a usual sentence (1 to 3 lines at this width) is not cut
+    assert long["scrolls"] and long["height"] <= long["cap"] + 1, long
+    for selector in ("#cycle-scrubber", "#step-through"):
+        box = page.locator(selector).bounding_box()
+        assert box["y"] + box["height"] <= SCREEN["height"], (selector, box, long)
+    page.evaluate(LONG_SENTENCE_UNDONE)
     page.get_by_label("Prompt", exact=True).fill("")  # the notice's sentence too
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#notice")).to_contain_text("The prompt is empty", timeout=30_000)
@@ -349,4 +366,3 @@ def test_contrast_formula():
     """WCAG's contrast ratio as the dark-mode check computes it: black on white 21, a colour on itself 1."""
     assert contrast((0, 0, 0), (255, 255, 255)) == pytest.approx(21.0)
     assert contrast((200, 100, 0), (200, 100, 0)) == pytest.approx(1.0)
-
