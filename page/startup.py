@@ -19,6 +19,7 @@ from engine.product.models.loading import (
     LoadedModel,
     ModelLoadError,
     ModelRegistry,
+    forward_wanted,
     load_model,
     resolve,
     resolve_device,
@@ -67,7 +68,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
         default = models.get(None)
-        choice = forward_choice.choose(default.model, forward, warm_now=False)  # named, or auto: cached, else measured
+        want, gguf = forward_wanted(default, forward)  # a model from a GGUF file may take llama.cpp's kernels
+        choice = forward_choice.choose(default.model, want, warm_now=False, gguf=gguf)  # cached, else measured
         chosen = replace(default, forward_path=choice.path, forward_reason=choice.reason)
         if forward_choice.cold_buckets(choice.path):
             compile_between_runs(models, chosen)

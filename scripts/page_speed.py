@@ -29,6 +29,7 @@ from engine.product.runs.decoder import make_decoder  # noqa: E402
 from engine.product.runs.metrics import summarize  # noqa: E402
 from page.frames import INITIAL  # noqa: E402
 from page.presets import start_preset  # noqa: E402
+from page.startup import settle  # noqa: E402
 
 RUN_TOTALS = re.compile(r"Run totals: τ ([\d.]+) · ([\d.]+) tok/s")
 ENDED = re.compile(r"\(measured: [^)]+\)")  # the stats line's last words once the run and AR's timing ended
@@ -36,11 +37,15 @@ ENDED = re.compile(r"\(measured: [^)]+\)")  # the stats line's last words once t
 
 def serve_page(model: str | None, dtype: str = "auto"):
     """The page served as ``python app.py`` serves it, on one engine thread (also ``scripts/speedup_visits.py``'s):
-    the start model ``model`` (None: the page's default) at ``dtype``, no start-up measurement.  Returns (the engine
-    thread, the loaded model, the gradio app, its URL); the caller closes the app."""
+    the start model ``model`` (None: the page's default) at ``dtype`` (its measurement cached, not repeated), then
+    the start-up's forward choice and cost curve (``page.startup.settle``) before the page opens.  Returns (the
+    engine thread, every visitor's default model, the gradio app, its URL); the caller closes the app."""
     engine = EngineThread()
     lm, _ = engine.call(app.load_start_model, model, dtype=dtype)
-    demo = app.build_demo(app.place_models(lm, app.PageOptions(), engine=engine))
+    models = app.place_models(lm, app.PageOptions(), engine=engine)
+    engine.call(settle, models, model, "cpu", False)
+    lm = models.get(None)
+    demo = app.build_demo(models)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -229,8 +229,9 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
     from page import startup
 
     models = ModelRegistry(demo_lm)
+    monkeypatch.delenv(forward_choice.ENV, raising=False)
     monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **_: forward_choice.PathChoice(
-        StaticPath(model), "static: measured faster") if want is None else forward_choice.PathChoice(
+        StaticPath(model), "static: measured faster") if want == "auto" else forward_choice.PathChoice(
         EagerPath(model), f"{want}: as asked"))
     curves = []
     from engine.product.models.cost_cache import CurveOwner
@@ -240,6 +241,34 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
     assert curves == ["static"] and demo_lm.forward.name == "eager"  # the loaded model itself is not changed
     models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named on the command line
     assert models.get(None).forward.name == "eager" and curves == ["static", "eager"]
+
+
+@needs_gradio
+def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, monkeypatch, tmp_path):
+    """The page's start-up choice is the CLI's (``forward_wanted``): a default model from a GGUF file, with
+    llama-cpp-python installed, is offered llama.cpp's kernels on its own file (the page had run torch's eager path
+    while the bench ran the llamacpp one)."""
+    from engine.core import ggml
+    from engine.product.models import forward_choice
+    from engine.product.models.loading import LoadedModel, ModelRegistry
+    from page import startup
+
+    models = ModelRegistry(demo_lm)
+    gguf = tmp_path / "model.gguf"
+    asked = []
+    monkeypatch.delenv(forward_choice.ENV, raising=False)
+    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **kw: asked.append((want, kw.get("gguf")))
+                        or forward_choice.PathChoice(EagerPath(model), "eager: measured faster"))
+    monkeypatch.setattr(LoadedModel, "gguf", lambda self: gguf)
+    monkeypatch.setattr(ggml, "installed", lambda: True)
+    from engine.product.models.cost_cache import CurveOwner
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner: None)
+    models.engine.call(startup.settle, models, "demo", "cpu", False)  # auto
+    models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named: no file needed
+    assert asked == [("auto", gguf), ("eager", None)]
+    monkeypatch.setattr(ggml, "installed", lambda: False)
+    models.engine.call(startup.settle, models, "demo", "cpu", False)
+    assert asked[-1] == ("auto", None)  # not installed: the file is not even fetched
 
 
 def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):

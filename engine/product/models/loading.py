@@ -328,10 +328,17 @@ def with_forward(lm: LoadedModel, want: str | None = None, engine: EngineThread 
     """``lm`` with its trees run on the forward path ``want`` (``forward_choice.choose``: "auto" or a registered path;
     None reads ``$GOOSE_LENS_FORWARD``, else "auto": the fastest path measured once per model and machine, llamacpp
     among them for a model from a ``.gguf`` file), chosen (and compiled) on ``engine`` when given."""
-    want = want or os.environ.get(forward_choice.ENV) or "auto"  # the GGUF file is fetched only where it may run
-    gguf = lm.gguf() if want in ("auto", ggml.GgmlPath.name) and ggml.installed() else None
+    want, gguf = forward_wanted(lm, want)
     choice = (engine.call if engine else _call)(forward_choice.choose, lm.model, want, gguf=gguf)
     return replace(lm, forward_path=choice.path, forward_reason=choice.reason)
+
+
+def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path | None]:
+    """What ``forward_choice.choose`` is asked for ``lm``: the path ``want`` (None: ``$GOOSE_LENS_FORWARD``, else
+    "auto"), and the model's ``.gguf`` file where that may pick the llamacpp path (llama-cpp-python installed), else
+    None; the file is fetched only then."""
+    want = want or os.environ.get(forward_choice.ENV) or "auto"
+    return want, lm.gguf() if want in ("auto", ggml.GgmlPath.name) and ggml.installed() else None
 
 
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
