@@ -42,9 +42,8 @@ HEAVY_EVERY_S = 2.0  # ... the tree, speed chart, explanation and theory panel a
 LONG_PROMPT = 256  # prompt tokens from which the page says that it is prefilling (seconds on a CPU)
 DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time.
-# A browser on the server's own CPU draws at the engine's expense.  On 2 cores, SmolLM2 q4, default preset
-# (scripts/page_speed.py, page / engine alone, end to end): redraws every 0.2 / 0.5 s and the first two cycles' trees
-# took Chromium ~1.1 s of CPU in a 2.7-s run, 0.55-0.66x; every 0.5 / 2 s, 0.86x; every 1 / 2 s, 0.89-0.90x (kept).
+# A browser on the server's own CPU draws at the engine's expense: the gaps above are the ones whose cost to the
+# engine was measured smallest (docs/results.md, "The page's engine thread").
 
 
 class Throttle:
