@@ -145,17 +145,16 @@ class GtConfig:
     # at B (engine/decoding/cost.py)
     # GT "auto" (docs/results.md, "GT principle: tree size"; demo model and SmolLM2, four datasets):
     floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
-    # (without it the size choice trims a c = 0 tree: demo speedup 1.48 vs 1.89)
+    # (without it the size choice trims a c = 0 tree, a worse one)
     rate: str = "session"  # what the size choice maximises (see GT_RATES): the run's tokens per ms
     path_calibration: bool = True  # price nodes at their path estimate mapped through the session's measured
-    # outcomes of earlier built nodes with like estimates (estimates.PathCalibration): PLD's deep nodes, priced
-    # at ~0.06, were accepted ~55 % of the time
+    # outcomes of earlier built nodes with like estimates (estimates.PathCalibration): raw estimates misprice
+    # whole depths (PLD's deep nodes read far below what they earn)
     counterfactual_rates: bool = True  # the per-depth rates count every built node's outcome, not only the
     # verified ones (which the size choice selects); measured neutral, kept as the unbiased count
     chain_steps: float = 3.0  # a confident chain is extended (``Variant.max_extended_chain``) only while one
     # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
-    # the least reliable (SmolLM2 q4, HumanEval: 86 rows kept for 63 expected tokens, 9 accepted).  Predicted
-    # speed, docs/results.md "GT principle: tree size": SmolLM2 q4 HumanEval 2.42 vs 2.20, demo 2.72 vs 2.69
+    # the least reliable (docs/results.md, "GT principle: tree size", the chain cap)
 
     FLAT: ClassVar[dict[str, str]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
                                       "chain_steps": "gt_chain_steps"}
@@ -208,25 +207,25 @@ class Variant:
 
     The authors' implementation (2kinto/GOOSE_Speculative_Decoding, read, not copied) is the reference:
     ``VARIANTS["authors"]`` reproduces it; ``VARIANTS["goose-lens"]`` (the default) keeps what won a tau A/B
-    against it (docs/results.md, "Fidelity to the authors' implementation"; the numbers below: demo model,
-    HumanEval 0-9, 128 tokens, c = 0).  The sources' own gap-fillers (PLD's ``match_occurrence``, TR's
-    ``adjacency_scores``) are their settings; ``PRESETS["paper"]`` sets them with this variant.
+    against it (docs/results.md, "Fidelity to the authors' implementation", has each choice's tau).  The sources'
+    own gap-fillers (PLD's ``match_occurrence``, TR's ``adjacency_scores``) are their settings; ``PRESETS["paper"]``
+    sets them with this variant.
     """
 
     bypass_rule: str = "no-adjacency"  # when bypass verifies the bare chain (see BYPASS_RULES): a tree on
-    # every cycle with an adjacency entry (authors; 5.77 vs "confident" 3.62: trees extend, bare chains not)
+    # every cycle with an adjacency entry (authors; trees extend, bare chains not)
     depth_bounds_spine: bool = False  # D bounds the spine too (False: branch growth only, as the authors;
-    # 5.77 vs 4.16: a spine capped at 6 wastes long confident matches)
+    # a spine capped at 6 wastes long confident matches)
     confidence_schedule: bool = True  # §4.3 confidence m: budget + int(m * budget_extension), r -> r + m(1 - r),
-    # chain grown by re-matching when m > extend_above (authors' code; 5.38 vs 4.96, earliest occurrence)
+    # chain grown by re-matching when m > extend_above (authors' code; it raises tau)
     budget_extension: int = 40  # extra nodes at confidence 1 (authors: max_extended_chain - B = 100 - 60)
     max_extended_chain: int = 100  # an extended chain is grown to int(this * m) tokens (authors' code)
     extend_above: float = 0.6  # confidence above which the chain is extended (authors' code)
     spine_branch_min: int = 0  # branches every spine node gets at least while the spine-branch share lasts
-    # (authors: 1; 5.74 vs 5.77)
+    # (authors: 1; slightly lower tau)
     ema_on_chains: bool = True  # bypass chains update the spine-acceptance EMA too (authors: tree cycles only,
-    # from 0.5; 5.74 vs 5.77)
-    branch_growth: str = "best-first"  # Alg. 1 step 4 (see BRANCH_GROWTH; the authors' score-width: 5.42 vs 5.77)
+    # from 0.5; slightly lower tau)
+    branch_growth: str = "best-first"  # Alg. 1 step 4 (see BRANCH_GROWTH; the authors' score-width: lower tau)
     iso_spine: bool = True  # Iso(k) puts the spine continuation on its first path (authors: adjacency only, and
     # a cycle with no adjacency entry verifies the bare chain)
 

@@ -49,26 +49,23 @@ import numpy as np
 
 FORMAT = 2  # version of the curve file; files of another version are measured again ("spread" is optional within 2)
 
-#: The noise band of one size's median, in ms: |a - b| ≤ NOISE_REL · b + NOISE_MS is "the same time".  Idle
-#: measurements of a size's median on one machine differ by up to ~10 % (results.md, SmolLM2 q4 on 2 cores: T(8)
-#: 31.9-34.2 ms, T(16) 46.0-50.1 ms over three measurements), and the curve of record dips by up to 2.3 % where the
-#: true cost is flat or rising (T(9) 37.43 > T(10) 36.58 ms); 15 % leaves room for both.  The 0.3 ms covers timer
-#: and scheduler jitter on small times (the demo model's T(1) is 5.8 ms, a GPU forward's tail a fraction of a ms).
-#: The busy curve of issue 44 (T(2) 107 ms > T(3) 89 ms, T(3) 89 > T(4) 51) is far outside it.
+#: The noise band of one size's median, in ms: |a - b| ≤ NOISE_REL · b + NOISE_MS is "the same time".  15 % leaves
+#: room for idle measurements' drift and the small dips of a curve whose true cost is flat or rising, 0.3 ms for
+#: timer and scheduler jitter on small times, and a busy machine's curve stays far outside it (the figures:
+#: docs/results.md, "The cost curve").
 NOISE_REL = 0.15
 NOISE_MS = 0.3
 #: The absolute part of the band is at most this fraction of T(1): a 1 ms GPU forward and a 130 ms CPU forward are
-#: judged alike (0.3 ms is a quarter of a graphed GPU T(1), which let a high median pass as noise).
+#: judged alike (0.3 ms alone would pass a high median of a graphed GPU's T(1) as noise).
 NOISE_T1 = 0.05
 #: A median's relative spread is floored at this when it weights the fit, so one size timed in unusually tight
 #: rounds does not pin the whole fit to itself.
 MIN_WEIGHT_SPREAD = 0.02
 #: The most a curve's typical round spread may be: the median over sizes of (interquartile range / median) of a
-#: size's timed rounds.  Idle, whole measurements' medians repeat within ~10 % (``NOISE_REL``'s figures), so the
-#: middle half of one size's rounds should sit well inside 25 % of their median (an estimate: not measured on an
-#: idle machine); the demo model measured on a 2-core machine while another process ran a bench there (2026-11-26)
-#: read 0.7 and 2.3.  0.25 flags a machine busy for much of the measurement, not one hiccup (the interquartile
-#: range drops the extreme rounds).
+#: size's timed rounds.  Idle, whole measurements' medians repeat within ``NOISE_REL``, so the middle half of one
+#: size's rounds should sit well inside 25 % of their median (an estimate), and a curve measured beside another
+#: process's work reads far above it (docs/results.md, "The cost curve").  0.25 flags a machine busy for much of the
+#: measurement, not one hiccup (the interquartile range drops the extreme rounds).
 MAX_SPREAD = 0.25
 #: Observations of one size a refinement needs before it overrides the prior curve there.
 MIN_OBSERVATIONS = 5

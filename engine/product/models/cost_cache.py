@@ -8,8 +8,7 @@ Storage: one JSON file per (model, device, dtype, attention kernel, packed linea
 (temporary file, then ``os.replace``).  ``measure_cost_curve`` returns a fresh curve and writes nothing: the page's
 "re-measure" uses it for one user's session.  A curve that fails its check (``CostCurve.problem``: medians
 non-decreasing within noise, rounds' spread bounded; a machine busy while it was measured) is never written, and a
-cached one that fails it is measured again (issue 44: a curve taken while another process compiled read T(2) 107 ms
-against 21.9 idle, was cached, and sized every later run's trees).
+cached one that fails it is measured again: a curve taken on a busy machine would size every later run's trees.
 """
 from __future__ import annotations
 
@@ -28,9 +27,9 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
-# 4-bit CPU kernel: T(5) ≈ T(8) ≈ 1.3 T(4) on SmolLM2), and the size choice interpolates between measured sizes
-MEASUREMENT = 4  # how a cached curve was measured; a curve of an older one is measured again.  2 shuffles the sizes
-# each round; 3 times the loop's own read-back; 4 keeps raw medians only (a refinement wrote a fitted plateau before)
+# 4-bit CPU kernel tiles rows four at a time), and the size choice interpolates between measured sizes
+MEASUREMENT = 4  # how a cached curve was measured (sizes shuffled each round, the loop's own read-back timed, raw
+# medians kept, never a fitted curve); a curve of an older measurement is measured again
 REFINE_ENV = "GOOSE_LENS_REFINE_CURVE"  # "0": the shared curve is never corrected from runs (tests' fixed curves)
 RETRY_PAUSE_S = 2.0  # the pause before measuring again a curve that failed its check (a burst of load may pass)
 
@@ -125,7 +124,7 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
 
 
 AGREE_REL = 0.10  # two flagged measurements whose medians agree this closely at every size show the machine's own
-# curve (e.g. SmolLM2 fp32 on an AVX2 CPU: T(7) 216 ms above T(8) 167 ms, twice, on an idle machine), not its load
+# curve, not its load (docs/results.md, "The cost curve": a curve flagged twice alike)
 
 
 def _agree(a: CostCurve, b: CostCurve) -> bool:
