@@ -1,10 +1,10 @@
 """The static forward captured as CUDA graphs: one graph per tree-size bucket, captured before any run, replayed.
 
 On a GPU a small model's forward is launch-bound: the host issues a few hundred kernels per forward, each costing
-more host time than device time (SmolLM2-135M on an H100: 19 ms of launches for a forward of well under 1 ms of
-kernels).  A CUDA graph records the kernels of one forward once and replays them with one launch.  The static path
-(``engine.core.forward``) keeps every address a forward touches fixed: the static KV cache and the per-bucket input
-frames (token ids, positions, the tree attention mask).
+more host time than device time (docs/results.md, "On a GPU: the graphed path").  A CUDA graph records the kernels
+of one forward once and replays them with one launch.  The static path (``engine.core.forward``) keeps every address
+a forward touches fixed: the static KV cache and the per-bucket input frames (token ids, positions, the tree
+attention mask).
 
 What a cycle does here: one host-to-device copy of a small control block (the tree's tokens and parents, the
 committed length, the real rows; pinned, non-blocking: ``transfer.upload_into``), then one replay.  Everything else

@@ -41,8 +41,8 @@ def _top_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     may be wrong (then ``greedy`` is not the argmax).
 
     Everything runs on fp32 logits (exact for bf16 / fp16 ones).  On a CPU torch's argmax of bf16 rows costs more
-    than the top-k and the softmax together (8 rows of 49,152: 0.78 ms against 0.37 + 0.13), so reading it off
-    the top-k saves that pass; the top-k costs the same on fp32 rows.  The top-k is taken on the logits,
+    than the top-k and the softmax together (docs/results.md, "Where the time goes"), so reading it off the top-k
+    saves that pass; the top-k costs the same on fp32 rows.  The top-k is taken on the logits,
     whose order the softmax keeps (in fp32 two distinct logits may round to one probability; their logits still
     order them).  The argmax, as ``torch.argmax`` defines it (the lowest index among tied maxima), is the lowest
     id among the top-k entries equal to the row's maximum, unless all k equal it (the argmax may lie beyond
@@ -131,7 +131,7 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
         table = torch.cat([greedy[:, None].double(), unsure[:, None].double(), ids.double(), scores.double()],
                           dim=-1)  # (n, 2 + 2k)
     else:
-        table = logits.float().argmax(dim=-1, keepdim=True).double()  # (n, 1); on a CPU 2-3x bf16's speed
+        table = logits.float().argmax(dim=-1, keepdim=True).double()  # (n, 1); on a CPU fp32's argmax beats bf16's
     host_probs = None
     if probs is None:
         rows = table.tolist()  # (n, 2 + 2k), or (n, 1) when k = 0: the one copy

@@ -2,14 +2,12 @@
 serve the page, as serving engines keep their engine core apart from their API server.
 
 Why: with torch's CPU wheel (OpenMP), a forward on a thread other than the long-lived one that ran torch first can
-run at half speed, and a web server runs each handler on whichever pool thread is free.  Measured on 2 cores
-(``python scripts/thread_speed.py --dtype q4``, SmolLM2 q4, one token over a 128-token KV cache; medians of rounds,
-each case in a fresh process): 13.1 ms per forward on the main thread, 24.9 ms on a new thread after the main thread
-ran torch (a Gradio handler's case), 12.9 ms when one long-lived thread does all the torch work, and 12.9 ms on that
-thread after another thread ran torch and ended.  So the page loads its start model, measures, decodes, races, sweeps
-and re-measures on one ``EngineThread``; the threads of the web server only hand work to it and relay what it
-streams.  A model the picker loads is fetched on a thread of its own (a slow download holds no run), its timed
-steps (the auto precision's measurement, the warm-up) handed to the engine thread.
+run at half speed, and a web server runs each handler on whichever pool thread is free; one long-lived thread that
+does all the torch work runs at the main thread's speed (``scripts/thread_speed.py``; docs/results.md, "The page's
+engine thread").  So the page loads its start model, measures, decodes, races, sweeps and re-measures on one
+``EngineThread``; the threads of the web server only hand work to it and relay what it streams.  A model the picker
+loads is fetched on a thread of its own (a slow download holds no run), its timed steps (the auto precision's
+measurement, the warm-up) handed to the engine thread.
 
 The thread is ``concurrent.futures.ThreadPoolExecutor(max_workers=1)``'s worker, created at once and kept for the
 process's life; work runs one item at a time, in the order submitted.
