@@ -47,7 +47,7 @@ def numbers(run: Run, curve=None, speedup: Speedup | None = None, note: str = ""
 def telling_cycle(traces):
     """The cycle a finished run shows first: its last tree cycle (a chain or tree verified, the drafts at work), or
     its last cycle where it had none; the scrubber still reaches every cycle.  The last cycle is often an AR step
-    whose drafts GT priced out (issue 56: 52 of 78 cycles), which shows the least of what the run did."""
+    whose drafts GT priced out (on a steep curve most cycles are), which shows the least of what the run did."""
     return next((t for t in reversed(traces) if t.mode in ("tree", "bypass")), traces[-1])
 
 
