@@ -6,7 +6,7 @@
 * a handler returns (or yields, to stream) a dict keyed by component name, holding only what it sets.
 
 Per-user data (the recorded run, the chosen model, the Stop request, an own cost curve) lives in ``gr.State``; loaded
-weights are shared read-only through ``engine.product.models.loading.ModelRegistry``.
+weights are shared read-only through ``engine.product.models.registry.ModelRegistry``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine.product.models.loading import ModelRegistry
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.run import Run
 from page.contract import Drawing, Session
 from page.frames import cycle_views, paused, token_text

@@ -6,7 +6,7 @@ from functools import wraps
 
 import gradio as gr
 
-from engine.product.models.loading import ModelRegistry
+from engine.product.models.registry import ModelRegistry
 from page.contract import Drawing, Endpoint, Page, wire
 from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step_through
 from page.drafter import method_fields, serve_fields

@@ -10,7 +10,8 @@ from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurveError, load_cost_curve
 from engine.product.io.options import command_line
 from engine.product.models.cost_cache import curve_key
-from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.models.loading import LoadedModel
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.metrics import summarize
 from engine.product.runs.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing

@@ -9,7 +9,8 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.models.loading import LoadedModel
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup, disagreement
 from page.contract import Drawing, Session

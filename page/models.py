@@ -12,8 +12,9 @@ import gradio as gr
 import torch
 
 from engine.core import ggml
-from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, ModelRegistry, sentence
+from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
+from engine.product.models.registry import ModelRegistry
 from page.frames import session_curve
 from page.settings import RANGES
 from page.zerogpu import ZERO_GPU, zero_gpu_refusal

@@ -5,7 +5,8 @@ import time
 from collections.abc import Iterator
 
 from engine.decoding.config import ConfigError
-from engine.product.models.loading import LoadedModel, ModelRegistry
+from engine.product.models.loading import LoadedModel
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute
 from engine.product.runs.race import Pacer, Race

@@ -18,12 +18,12 @@ from engine.product.models import forward_choice, precision
 from engine.product.models.loading import (
     LoadedModel,
     ModelLoadError,
-    ModelRegistry,
     forward_wanted,
     load_model,
     resolve,
     resolve_device,
 )
+from engine.product.models.registry import ModelRegistry
 
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from engine.decoding.config import ConfigError
-from engine.product.models.loading import ModelRegistry
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.run import Run, Speedup
 from engine.product.runs.sweep import PARAMETERS, Attributions, Sweep, SweepSpec, markdown_table, run_sweep
 from engine.product.runs.sweep import summary as sweep_summary

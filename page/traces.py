@@ -10,7 +10,7 @@ import gradio as gr
 
 from engine.decoding.cost import CostCurveError, load_cost_curve
 from engine.product.io.traces import MAX_BYTES, TraceFormatError
-from engine.product.models.loading import ModelRegistry
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.run import Run, Speedup
 from page.contract import Drawing
 from page.frames import cycle_views, numbers, problem, run_command, run_output, telling_cycle, token_text

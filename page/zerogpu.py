@@ -20,7 +20,6 @@ from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loading import (
     LoadedModel,
     ModelLoadError,
-    ModelRegistry,
     load_model,
     resolve,
     resolve_device,
@@ -28,6 +27,7 @@ from engine.product.models.loading import (
     sentence,
     tqdm_progress,
 )
+from engine.product.models.registry import ModelRegistry
 from page.contract import Session
 from page.policy import AR_TIMING_TOKENS
 from page.settings import PageSettings

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from engine.product.models.loading import ModelLoadError, ModelRegistry, load_model
+from engine.product.models.loading import ModelLoadError, load_model
+from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.reference import greedy_reference
 from engine.sources import REGISTRY
@@ -225,7 +226,7 @@ def test_page_settings_check_input_once(demo_lm):
     """The page builds with its API; a bad setting is one message (the same as the CLI's), a good one its ids."""
     import app
     from engine.decoding.config import ConfigError
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.generate import generate
     from page.settings import PageSettings
 
@@ -298,7 +299,7 @@ def test_scrubber_steps_through_recorded_cycles(demo_lm):
     """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
     from types import SimpleNamespace
 
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.cycles import jump_to_token, show_cycle
     from page.generate import generate
     from page.settings import PageSettings
@@ -334,7 +335,7 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
     from cli import generate as cli
     from engine.decoding.cost import CostCurve
     from engine.product.models.cost_cache import curve_key
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from engine.product.runs.metrics import summarize
     from page.contract import Session
     from page.generate import generate
@@ -358,7 +359,7 @@ def test_settings_string_reproduces_the_run(demo_lm, tmp_path, capsys):
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_race_and_model_picker(demo_lm):
     """A greedy race ends tied and times AR for the prompt; a model that cannot load leaves the current one."""
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.models import load_other_model
     from page.race import race
     from page.settings import PageSettings
@@ -407,7 +408,7 @@ class SimpleTrace:
 
 def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
     import app
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.models import ALLOWED_ENV, load_other_model
 
     monkeypatch.setenv("SPACE_ID", "someone/goose-lens")
@@ -430,7 +431,7 @@ def test_public_mode_loads_only_allowlisted_models(demo_lm, monkeypatch):
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_path):
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from engine.product.runs.run import Run
     from page.generate import generate
     from page.settings import PageSettings
@@ -462,7 +463,7 @@ def test_imported_run_shows_its_own_numbers_prompt_and_settings(demo_lm, tmp_pat
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_stop_in_a_race_keeps_both_outputs(demo_lm):
     """Stop ends both lanes part way and keeps what each wrote, a prefix of the greedy output; AR is not timed."""
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.contract import Session
     from page.race import race
     from page.settings import PageSettings
@@ -490,7 +491,7 @@ def test_stop_in_a_race_keeps_both_outputs(demo_lm):
 def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     from engine.decoding.cost import CostCurve
     from engine.product.models.cost_cache import curve_key
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.contract import Session
     from page.frames import session_curve
     from page.generate import generate
@@ -517,7 +518,7 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
 def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
     """Suffix drafting remembers a visitor's outputs in their own memory, under the model's name, across runs."""
     import app
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from engine.product.runs.metrics import summarize
     from engine.sources import SourceMemory
     from page.contract import Session
@@ -541,7 +542,7 @@ def test_a_visitors_source_memory_is_theirs_and_kept_across_their_runs(demo_lm):
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_speedup_beside_tau_is_measured_against_ar_once_per_prompt(demo_lm):
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from engine.product.runs.run import ArTiming, Speedup
     from page.contract import Session
     from page.generate import generate
@@ -623,7 +624,7 @@ def test_a_speedup_carries_its_margin_and_tau_one_is_no_speedup():
 def test_header_says_the_dtype_and_why(demo_lm):
     import dataclasses
 
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.layout import DTYPE_CHOICES
     from page.models import header_text, load_other_model
 
@@ -693,7 +694,7 @@ def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build(
 
 def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     """A long prompt's prefill is one forward of seconds on a CPU: the page says so before it, with the tokens."""
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page.generate import LONG_PROMPT, generate
     from page.settings import PageSettings
 

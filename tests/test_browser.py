@@ -81,7 +81,8 @@ def serve(page_or_models, options=None):
 def page_url(demo_lm):
     """The page on the demo model, its model picker slow to fail, as a hub download can be: a load runs until the
     test lets it go (``LOAD_RELEASE``, at most 120 s), then fails."""
-    from engine.product.models.loading import ModelLoadError, ModelRegistry
+    from engine.product.models.loading import ModelLoadError
+    from engine.product.models.registry import ModelRegistry
 
     class SlowRegistry(ModelRegistry):
         def load(self, name, **kwargs):

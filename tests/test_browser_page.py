@@ -40,7 +40,7 @@ HOVERS = """() => { const p = document.querySelector('#draft-tree .js-plotly-plo
 def chat_page(demo_lm):
     """The page on a chat copy of the demo model (a chat template added), whose picker loads the demo model itself
     (no chat template): the model switch of the issue (SmolLM2, then demo) without a download."""
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
 
     tokenizer = copy.copy(demo_lm.tokenizer)
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -129,7 +129,7 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     import dataclasses
 
     from engine.product.models import precision
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page import startup
     from page.events import RunBoard
 

@@ -225,7 +225,7 @@ def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(de
 def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(demo_lm, monkeypatch):
     from engine.core.forward import StaticPath
     from engine.product.models import forward_choice
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page import startup
 
     models = ModelRegistry(demo_lm)
@@ -250,7 +250,8 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
     while the bench ran the llamacpp one)."""
     from engine.core import ggml
     from engine.product.models import forward_choice
-    from engine.product.models.loading import LoadedModel, ModelRegistry
+    from engine.product.models.loading import LoadedModel
+    from engine.product.models.registry import ModelRegistry
     from page import startup
 
     models = ModelRegistry(demo_lm)
@@ -278,7 +279,7 @@ def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
 
     from engine.core.forward import CompiledPath
     from engine.product.models import forward_choice
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from page import startup
     from page.events import RunBoard
 

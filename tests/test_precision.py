@@ -291,10 +291,10 @@ def test_smollm2_q4_has_no_bugs(smollm2_q4, name):
 
 
 def test_a_second_copy_that_would_not_fit_is_refused_in_one_sentence(demo_lm, monkeypatch):
-    from engine.product.models import loading
+    from engine.product.models import registry as registry_module
 
-    registry = loading.ModelRegistry(demo_lm)
-    monkeypatch.setattr(loading, "free_memory", lambda device: 1000)  # bytes: nothing fits
+    registry = registry_module.ModelRegistry(demo_lm)
+    monkeypatch.setattr(registry_module, "free_memory", lambda device: 1000)  # bytes: nothing fits
     with pytest.raises(ModelLoadError, match=r"a second copy of 'demo' needs about .* GiB are free; keep the loaded"):
         registry.load("demo", device="cpu", dtype="bf16")
     assert registry.get(None) is demo_lm  # the loaded copy stays

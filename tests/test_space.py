@@ -65,7 +65,7 @@ def test_the_page_builds_and_generates_with_spaces_installed(demo_lm):
 
 
 def test_zero_gpu_wiring_crosses_the_process_boundary(demo_lm):
-    from engine.product.models.loading import ModelRegistry
+    from engine.product.models.registry import ModelRegistry
     from engine.product.runs.metrics import summarize
     from engine.sources import SourceMemory
     from page.contract import Session

@@ -41,6 +41,7 @@ import torch
 from engine.core import attention
 from engine.core.forward import EagerPath
 from engine.product.models.kernels import Q4Linear, cpu_runs_bf16, pack_linears, packing_enabled, quantize_linears
+from engine.product.models.machine import cpu_name, free_memory
 from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
@@ -166,30 +167,7 @@ def machine_key(model_name: str) -> str:
     packed (never a path)."""
     threads = torch.get_num_threads()
     packed = "packed" if packing_enabled() else "plain"  # bf16 is measured as it will run
-    return f"{model_name}|{platform.machine()}|{_cpu_name()}|torch {torch.__version__}|{threads} threads|{packed}"
-
-
-def free_memory(device: str) -> int | None:
-    """Bytes free on ``device``: the GPU's free memory, or the host's available RAM; None when unknown."""
-    try:
-        if device.startswith("cuda"):
-            return int(torch.cuda.mem_get_info(torch.device(device))[0])
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, RuntimeError, ValueError):
-        pass
-    return None
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    return f"{model_name}|{platform.machine()}|{cpu_name()}|torch {torch.__version__}|{threads} threads|{packed}"
 
 
 def cached_choice(model_name: str, cache_dir: str | Path | None = None) -> PrecisionChoice | None:
