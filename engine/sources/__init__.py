@@ -10,7 +10,7 @@ them, so adding a source is its module plus one line in ``SOURCE_TYPES`` here.
 from __future__ import annotations
 
 from ..core.tree import Source
-from .base import Candidates, DraftSource, Request, Role, Rows, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, DraftSource, Request, Role, Rows, SourceInfo, SourceMemory, Verified
 from .llamacpp_ngram import LlamacppNgramSource
 from .pld import PldSource
 from .ptd import PtdSource
@@ -52,5 +52,5 @@ def make_sources(cfg, stats, memory: SourceMemory) -> tuple[DraftSource, ...]:
     return tuple(t(cfg, stats, memory) for t in SOURCE_TYPES if t.info.name in cfg.active_sources)
 
 
-__all__ = ["REGISTRY", "SOURCE_TYPES", "Candidates", "DraftSource", "Request", "Role", "Rows", "Serve", "SourceInfo",
+__all__ = ["REGISTRY", "SOURCE_TYPES", "Candidates", "DraftSource", "Request", "Role", "Rows", "SourceInfo",
            "SourceMemory", "Verified", "info", "make_sources", "tags"]

@@ -1,4 +1,10 @@
-"""The draft-source protocol: set up on prefill, propose candidates under a budget, observe what was verified.
+"""The protocol a new draft source implements: set up on prefill, propose candidates under a budget, observe what
+was verified.  A new source is one file in ``engine/sources/`` (plus its line in ``SOURCE_TYPES``, ``__init__.py``).
+
+Read top-down: the protocol (``DraftSource``, and ``RunConfig``, what it reads of its run's settings), then the small
+types its calls pass (``SourceInfo`` and its ``Role``; ``Request``; ``Rows`` and ``Candidates``; ``Verified``), then
+helpers a source may use (``Locked``, ``SourceMemory``, ``extend_chain``).  The serving engine's command that runs
+a source's drafter (``Serve``, what a source's settings return from ``serve()``) is in ``engines.py``.
 
 A source is one object per generation (``make_sources`` in ``engine/sources/__init__.py`` builds them);
 what it keeps across requests of one user lives in that user's ``SourceMemory``.  The decoding loop
@@ -10,7 +16,6 @@ decided by the source's ``Role``.  The Goose authors' code splits the same job i
 from __future__ import annotations
 
 import enum
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,43 +27,39 @@ if TYPE_CHECKING:
     from ..core.verify import ReadBack
 
 
-@dataclass(frozen=True)
-class Serve:
-    """The serving engine's configuration that runs a drafter: every source's settings say theirs (``serve()``).
+class DraftSource(Protocol):
+    """A draft source: three calls with fixed signatures, the same for every source."""
 
-    ``flags`` are the engine's own names: vLLM's ``--speculative-config`` JSON keys, SGLang's launch flags without
-    ``--``, llama.cpp server's flags without ``--`` (a flag that takes no value maps to None).  ``differs`` is one
-    sentence on what the engine's drafter does otherwise than the one run here ("" = it is the engine's drafter).
-    """
+    info: SourceInfo
+    #: its own settings' dataclass, with a ``FLAT`` map from field to flat name (CLI flag / trace key) and an
+    #: ``extra_rows`` count (rows it rides along in every forward); ``DecodeConfig`` holds one instance
+    config_type: type
+    #: successors per forward row the source needs read back for ``observe`` (0 = none)
+    top_k: int
 
-    engine: str  # "vLLM", "SGLang", "llama.cpp"; "" when no engine ships a like drafter
-    flags: dict[str, Any] = field(default_factory=dict)
-    differs: str = ""
+    def prefill(self, prompt: Sequence[int], back: ReadBack | None) -> None:
+        """Set up for a request: the prompt and its rows' greedy tokens and top-k successors (None when no
+        active source reads successors: ``top_k`` 0 for all)."""
 
-    @property
-    def command(self) -> str:
-        """The engine's launch command, the model written MODEL (never a path of this machine)."""
-        if self.engine == "vLLM":
-            return f"vllm serve MODEL --speculative-config '{json.dumps(self.flags)}'"
-        if self.engine == "SGLang":
-            return "python -m sglang.launch_server --model-path MODEL " + _flag_words(self.flags)
-        if self.engine == "llama.cpp":
-            return "llama-server -m MODEL.gguf " + _flag_words(self.flags)
-        return ""
+    def propose(self, request: Request) -> Candidates:
+        """Candidates below ``request``'s node, at most about ``request.budget`` of them."""
+
+    def observe(self, verified: Verified) -> None:
+        """Learn from a verified forward: its rows, their logits' read-back, the accepted path."""
 
 
-def _flag_words(flags: dict[str, Any]) -> str:
-    """``{"draft-max": 16, "x": None}`` -> ``--draft-max 16 --x``."""
-    return " ".join(f"--{k}" if v is None else f"--{k} {v}" for k, v in flags.items())
+class RunConfig(Protocol):
+    """What a source reads of its run's settings.  ``engine.decoding.config.DecodeConfig`` is one: the decoding layer,
+    above the sources, passes it in, so the sources never import it (the config reads the registry)."""
 
+    tree: Any  # ``TreeShape``: B, D, K, the spine's limits
+    variant: Any  # ``Variant``: how the paper's gaps are filled
+    sampler: Any  # ``SamplerConfig``: the seed
+    active_sources: tuple[str, ...]  # the sources this run drafts with
+    drafts_alone: bool  # the method is one source drafting alone
 
-class Role(enum.Enum):
-    """The part a source plays in the spine tree (Goose Alg. 1); Goose names the first two."""
-
-    SPINE = "spine"  # step 1: the main path of its anchor proposal may become the spine (the longest chain
-    # wins); whatever it proposes off that path joins the candidate pool
-    POOL = "pool"  # step 1b: its candidate tree for the anchor takes a share of what the spine left
-    BRANCH = "branch"  # steps 2-4: successors of any node (the root, spine nodes, branch leaves)
+    def source_config(self, name: str) -> Any:
+        """Source ``name``'s own settings (its ``config_type``)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,15 @@ class SourceInfo:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", Source.declare(self.name, spine=self.role is Role.SPINE))
+
+
+class Role(enum.Enum):
+    """The part a source plays in the spine tree (Goose Alg. 1); Goose names the first two."""
+
+    SPINE = "spine"  # step 1: the main path of its anchor proposal may become the spine (the longest chain
+    # wins); whatever it proposes off that path joins the candidate pool
+    POOL = "pool"  # step 1b: its candidate tree for the anchor takes a share of what the spine left
+    BRANCH = "branch"  # steps 2-4: successors of any node (the root, spine nodes, branch leaves)
 
 
 class Request(NamedTuple):
@@ -312,38 +322,3 @@ def extend_chain(source: DraftSource, context: Sequence[int], chain: Candidates,
         if saturated and more.confidence < 1.0:
             break
     return Candidates.chain(tokens, p, match=chain.match, confidence=chain.confidence, consensus=chain.consensus)
-
-
-class RunConfig(Protocol):
-    """What a source reads of its run's settings.  ``engine.decoding.config.DecodeConfig`` is one: the decoding layer,
-    above the sources, passes it in, so the sources never import it (the config reads the registry)."""
-
-    tree: Any  # ``TreeShape``: B, D, K, the spine's limits
-    variant: Any  # ``Variant``: how the paper's gaps are filled
-    sampler: Any  # ``SamplerConfig``: the seed
-    active_sources: tuple[str, ...]  # the sources this run drafts with
-    drafts_alone: bool  # the method is one source drafting alone
-
-    def source_config(self, name: str) -> Any:
-        """Source ``name``'s own settings (its ``config_type``)."""
-
-
-class DraftSource(Protocol):
-    """A draft source: three calls with fixed signatures, the same for every source."""
-
-    info: SourceInfo
-    #: its own settings' dataclass, with a ``FLAT`` map from field to flat name (CLI flag / trace key) and an
-    #: ``extra_rows`` count (rows it rides along in every forward); ``DecodeConfig`` holds one instance
-    config_type: type
-    #: successors per forward row the source needs read back for ``observe`` (0 = none)
-    top_k: int
-
-    def prefill(self, prompt: Sequence[int], back: ReadBack | None) -> None:
-        """Set up for a request: the prompt and its rows' greedy tokens and top-k successors (None when no
-        active source reads successors: ``top_k`` 0 for all)."""
-
-    def propose(self, request: Request) -> Candidates:
-        """Candidates below ``request``'s node, at most about ``request.budget`` of them."""
-
-    def observe(self, verified: Verified) -> None:
-        """Learn from a verified forward: its rows, their logits' read-back, the accepted path."""

@@ -25,7 +25,8 @@ from typing import ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .engines import Serve
 
 #: Which earlier occurrence of the suffix n-gram the match copies.
 OCCURRENCES = ("earliest", "latest")

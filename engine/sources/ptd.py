@@ -38,7 +38,8 @@ from typing import ClassVar
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
 from ..core.tree import Source
-from .base import Candidates, Request, Role, Rows, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, Rows, RunConfig, SourceInfo, SourceMemory, Verified
+from .engines import Serve
 
 #: The tag of PTD's drafting rows: they ride along in the forward and are never verified (PTD §3.2).
 ROW_TAG = Source.declare("ptd-row", verified=False)

@@ -37,7 +37,8 @@ from typing import ClassVar
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Locked, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Locked, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .engines import Serve
 
 #: ``--speculative-ngram-match-type`` values.
 MATCH_TYPES = ("BFS", "PROB")

@@ -26,7 +26,8 @@ import torch
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
 from ..core.verify import top_successors
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .engines import Serve
 
 #: TR score definitions (``TrConfig.adjacency_scores``): "softmax" = probability under the full softmax;
 #: "top-k" = softmax over the top-K logits only (the authors' code; a row's K scores sum to 1).

@@ -20,7 +20,8 @@ from typing import ClassVar
 
 from ..core.checks import check
 from ..core.estimates import AcceptanceStats
-from .base import Candidates, Request, Role, RunConfig, Serve, SourceInfo, SourceMemory, Verified
+from .base import Candidates, Request, Role, RunConfig, SourceInfo, SourceMemory, Verified
+from .engines import Serve
 
 
 @dataclass(frozen=True)

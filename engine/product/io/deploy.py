@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from engine.decoding.config import SOURCES, ConfigError, DecodeConfig
-from engine.sources import Serve
+from engine.sources.engines import Serve
 
 #: What goose-lens verifies otherwise than a serving engine, said of every method with a GT rule that prunes.
 GT_WORDS = ("goose-lens's GT rule may verify fewer of the drafted tokens than the engine does; set c = 0 (untick "
