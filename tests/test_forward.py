@@ -337,6 +337,6 @@ def test_the_decoder_runs_the_path_it_is_given(demo_lm):
     from engine.product.models.loading import with_forward
 
     lm = with_forward(demo_lm, "static")
-    assert make_decoder(lm, DecodeConfig(method="ar")).forward.name == "static"
-    assert make_decoder(lm.model, DecodeConfig(method="ar")).forward.name == "eager"
-    assert make_decoder(lm, DecodeConfig(method="ar"), forward=EagerPath(lm.model)).forward.name == "eager"
+    assert make_decoder(lm, DecodeConfig(method="ar")).path.name == "static"
+    assert make_decoder(lm.model, DecodeConfig(method="ar")).path.name == "eager"
+    assert make_decoder(lm, DecodeConfig(method="ar"), forward=EagerPath(lm.model)).path.name == "eager"

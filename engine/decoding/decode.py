@@ -25,7 +25,7 @@ from .cost import CostCurve
 from .gt import GtChoice, calibrated_choice
 from .sampling import make_rows_warper, make_warper, new_generator
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
-from .trace import CycleTrace
+from .trace import CycleTrace, Mode
 
 
 @dataclass(frozen=True)
@@ -49,18 +49,18 @@ class Drafts:
 class Plan:
     """What one cycle verifies (output of stages 1-2)."""
 
-    mode: str  # bypass | tree | ar
+    mode: Mode  # bypass | tree | ar (``trace.Mode``)
     tree: DraftTree  # the draft tree the walk verifies
     ghosts: tuple
     spine_ratio: float | None = None
-    forward: DraftTree | None = None  # ``tree`` plus the rows sources ride along (what the forward sees)
+    grafted: DraftTree | None = None  # ``tree`` plus the rows sources ride along under its root: what the forward sees
     budget: int | None = None  # node budget the tree was built with (None: bypass chain or AR step)
     chain_tokens: int = 0  # spine chain offered to the tree: the match, extended on a confident cycle
     gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
     built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
     left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
     trusted: GtChoice | None = None  # the choice a full trust in the calibrated estimates makes (its outcome teaches)
-    rows: int = 0  # rows the forward runs: ``forward`` padded to a cheaper size (``CostCurve.verify_rows``)
+    rows: int = 0  # rows the forward runs: ``grafted`` padded to a cheaper size (``CostCurve.verify_rows``)
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class SpecDecoder:
     Args:
         model: ``PreTrainedModel`` with a full-attention KV cache (Llama, Qwen2, Mistral, ...), run on the eager
             forward path; or a ``ForwardPath`` of one (``engine.core.forward``: eager, static, compiled, graphed),
-            shared by the model's generations.  Every path gives the same tokens in fp32.
+            shared by the model's generations (``self.path``).  Every path gives the same tokens in fp32.
         resolved: a ``Resolved`` config (``DecodeConfig.resolved``): GT "auto" keeps the speedup-optimal top of each
             tree (engine/decoding/gt.py); the builders prune at ``resolved.prune_at``.  ``self.config`` is its
             ``DecodeConfig`` and ``self.resolved`` the whole.
@@ -177,8 +177,8 @@ class SpecDecoder:
     def __init__(self, model, resolved: Resolved, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
                  profile: bool = False) -> None:
-        self.forward = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
-        model = self.forward.model
+        self.path = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
+        model = self.path.model
         compat.check_model(model)  # first: what cannot be served says why
         if not isinstance(resolved, Resolved):
             raise ValueError("the decoder takes a resolved config: config.resolved(cost_curve) "
@@ -193,8 +193,8 @@ class SpecDecoder:
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
         self.cost_curve = cost_curve
         self.config, self.resolved = config, resolved
-        self._session_rate = config.gt.auto and config.gt.rate == "session"  # λ is tracked
-        self._ar_ms = cost_curve.latency(1 + self.extra_rows) if self._session_rate else None  # λ's prior: one AR step
+        self._rate_tracked = config.gt.auto and config.gt.rate == "session"  # λ is tracked
+        self._ar_ms = cost_curve.latency(1 + self.extra_rows) if self._rate_tracked else None  # λ's prior: one AR step
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
@@ -219,22 +219,22 @@ class SpecDecoder:
         problem = self.positions.problem(len(prompt_ids), self.config.max_new_tokens)
         if problem:
             raise compat.UnsupportedModelError(problem)
-        session, trace = self._prefill(list(prompt_ids))
+        gen, trace = self._prefill(list(prompt_ids))
         yield trace
         while not trace.finished and not (should_stop and should_stop()):
             clock = Stopwatch(self._sync)
-            drafts = self._draft(session)  # 1. draft: every source's candidates for the anchor
+            drafts = self._draft(gen)  # 1. draft: every source's candidates for the anchor
             clock.lap("draft")
-            plan = self._build(session, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
+            plan = self._build(gen, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
-            logits = session.forward.verify(plan.forward.padded(plan.rows))[: len(plan.forward)]  # 3. verify: (n, |V|)
-            back = read_back(logits, self._read_k(session), self._rows(plan, logits))  # the cycle's one host sync
+            logits = gen.forward.verify(plan.grafted.padded(plan.rows))[: len(plan.grafted)]  # 3. verify: (n, |V|)
+            back = read_back(logits, self._read_k(gen), self._probs(plan, logits))  # the cycle's one host sync
             clock.lap("forward")
-            walk = self._accept(session, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
+            walk = self._accept(gen, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
-            done = self._commit(session, plan, walk, clock)  # 5. commit: the accepted path's cache rows, the tokens
-            self._learn(session, plan, back, walk, done, clock)  # 6. learn: sources observe, estimates update
-            trace = self._trace(session, drafts, plan, back, Outcome(walk, done), clock.total())
+            done = self._commit(gen, plan, walk, clock)  # 5. commit: the accepted path's cache rows, the tokens
+            self._learn(gen, plan, back, walk, done, clock)  # 6. learn: sources observe, estimates update
+            trace = self._trace(gen, drafts, plan, back, Outcome(walk, done), clock.total())
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
@@ -245,29 +245,29 @@ class SpecDecoder:
         cfg, clock = self.config, Stopwatch(self._sync)
         stats = AcceptanceStats(ema_alpha=cfg.tree.ema_alpha, p_s_ema=cfg.tree.ema_init,
                                 counterfactual=cfg.gt.counterfactual_rates and cfg.gt.auto)
-        forward = self.forward.open(len(prompt) + cfg.max_new_tokens, cfg.max_budget + self.extra_rows)
-        session = Generation(forward=forward, tokens=list(prompt), sources=make_sources(cfg, stats, self.memory),
+        forward = self.path.open(len(prompt) + cfg.max_new_tokens, cfg.max_budget + self.extra_rows)
+        gen = Generation(forward=forward, tokens=list(prompt), sources=make_sources(cfg, stats, self.memory),
                              stats=stats)
         if cfg.sampling:
-            session.generator = new_generator(cfg.sampler.seed)
+            gen.generator = new_generator(cfg.sampler.seed)
         logits = forward.prefill(prompt)  # (L, |V|)
         if cfg.sampling:  # the first token, sampled as generate() samples it
-            first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=session.generator))
+            first = int(torch.multinomial(self.warp(logits[-1]), 1, generator=gen.generator))
         else:
             first = int(logits[-1].argmax())
         clock.lap("forward")
-        k = self._read_k(session)
+        k = self._read_k(gen)
         back = read_back(logits, k) if k else None  # (L rows): every prompt row's successors, when a source reads them
-        for src in session.sources:
+        for src in gen.sources:
             src.prefill(prompt, back)
-        done = self._append(session, [first])
+        done = self._append(gen, [first])
         clock.lap("harvest")
         timings = clock.total()
-        session.busy_s = timings["total"] / 1000
-        return session, CycleTrace(
+        gen.busy_s = timings["total"] / 1000
+        return gen, CycleTrace(
             index=0, mode="prefill", tree=DraftTree.root_only(prompt[-1]), ghosts=(), greedy=(first,), accepted=(),
             bonus=first, new_tokens=done.tokens, spine_ratio=None, p_s_ema=stats.p_s_ema, timings_ms=timings,
-            elapsed_s=session.busy_s, total_tokens=len(session.output), finished=done.finished)
+            elapsed_s=gen.busy_s, total_tokens=len(gen.output), finished=done.finished)
 
     def _draft(self, s: Generation) -> Drafts:
         """Alg. 2 line 5: every source's candidates for the anchor; the spine goes to the spine source offering the
@@ -288,16 +288,16 @@ class SpecDecoder:
         ride-along rows that would pass the limit sit this forward out (their source does not observe it)."""
         room = self.positions.room(s.past_len)
         plan = self._choose_size(s, _fit(self._route(s, drafts), room))  # GT "auto": the speedup-optimal top
-        forward, left_out = plan.tree, []
+        grafted, left_out = plan.tree, []
         for src, cands in drafts.proposals:
-            grafted = forward.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
-            if room is not None and max(grafted.depths[len(forward):], default=0) > room:
+            trial = grafted.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
+            if room is not None and max(trial.depths[len(grafted):], default=0) > room:
                 left_out.append(src)
                 continue
-            forward = grafted
+            grafted = trial
         pad = self.cost_curve is not None and (room is None or room >= 1)  # a slow size: padded, rows at depth 1
-        rows = self.cost_curve.verify_rows(len(forward)) if pad else len(forward)
-        return replace(plan, forward=forward, left_out=tuple(left_out), rows=rows)
+        rows = self.cost_curve.verify_rows(len(grafted)) if pad else len(grafted)
+        return replace(plan, grafted=grafted, left_out=tuple(left_out), rows=rows)
 
     def _route(self, s: Generation, drafts: Drafts) -> Plan:
         """Alg. 2 lines 6-13: bypass (``Variant.bypass_rule``), else a tree shaped by the match confidence, else AR.
@@ -368,16 +368,16 @@ class SpecDecoder:
 
     def _choose_size(self, s: Generation, plan: Plan) -> Plan:
         """GT principle §3 with the whole cost curve (``gt_threshold`` "auto"): keep the top-n* nodes of
-        the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the session's rate (``gt_rate``
+        the built tree, n* maximising expected (accepted + 1) − λ T(n), λ the generation's rate (``gt_rate``
         "session"), or (accepted + 1) / T(n) ("cycle"); AR when n* = 1.  With ``path_calibration`` the estimates
-        are first mapped through this session's measured outcomes (``gt.calibrated_choice``); the built tree is
+        are first mapped through this generation's measured outcomes (``gt.calibrated_choice``); the built tree is
         kept for that until the output decides it."""
         if not self.config.gt.auto or plan.mode == "ar":
             return plan
-        paths = s.stats.paths if self.config.gt.path_calibration else None
-        tree, ghosts, choice, trusted = calibrated_choice(plan.tree, self.cost_curve, self.extra_rows, paths,
+        calibration = s.stats.paths if self.config.gt.path_calibration else None
+        tree, ghosts, choice, trusted = calibrated_choice(plan.tree, self.cost_curve, self.extra_rows, calibration,
                                                           rate=self._rate(s), ghosts=plan.ghosts)
-        built = plan.tree if paths is not None or s.stats.counterfactual else None
+        built = plan.tree if calibration is not None or s.stats.counterfactual else None
         plan = replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted)
         return replace(plan, mode="ar", spine_ratio=None) if len(tree) == 1 else plan
 
@@ -385,11 +385,11 @@ class SpecDecoder:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
         cycles' times read off the cost curve (so a run's trees depend on the curve, not the machine's load),
         one AR step as the prior.  None for "cycle": each tree's own ratio."""
-        if not self._session_rate:
+        if not self._rate_tracked:
             return None
         return len(s.output) / (s.curve_ms + self._ar_ms)  # output[0]: the prefill's token
 
-    def _rows(self, plan: Plan, logits: torch.Tensor) -> torch.Tensor | None:
+    def _probs(self, plan: Plan, logits: torch.Tensor) -> torch.Tensor | None:
         """Sampling on an accelerator: (n, |V|) float32 warped distributions of the tree's n rows, still on the
         device, for ``read_back`` to copy with the rest; None otherwise (greedy, or a CPU: ``_accept`` warps)."""
         return self.warp_rows(logits[: len(plan.tree)]) if self.warp_rows is not None else None
@@ -401,12 +401,12 @@ class SpecDecoder:
         as the walk visits them (the same values: ``sampling.make_rows_warper``)."""
         if not self.config.sampling:
             return Walk(*greedy_walk(plan.tree, greedy, self.priority))
-        rows: dict[int, torch.Tensor] = {}
+        dists: dict[int, torch.Tensor] = {}
 
         def dist(node: int) -> torch.Tensor:  # (|V|,) float64 warped target distribution, computed once
-            if node not in rows:
-                rows[node] = probs[node].double() if probs is not None else self.warp(logits[node])
-            return rows[node]
+            if node not in dists:
+                dists[node] = probs[node].double() if probs is not None else self.warp(logits[node])
+            return dists[node]
 
         if self.config.sampler.verifier == "hsd" and plan.mode == "bypass":
             return Walk(*hsd_chain_walk(plan.tree, dist, s.generator))
@@ -425,7 +425,7 @@ class SpecDecoder:
         if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
             s.stats.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
                                  plan.trusted.expected if plan.trusted else 0.0)
-        verified = Verified(forward=plan.forward, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
+        verified = Verified(forward=plan.grafted, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
                             back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
                             finished=done.finished)
         for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
@@ -434,8 +434,8 @@ class SpecDecoder:
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
         if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
-        if self._session_rate:
-            s.curve_ms += self.cost_curve.latency(len(plan.forward))
+        if self._rate_tracked:
+            s.curve_ms += self.cost_curve.latency(len(plan.grafted))
         clock.lap("harvest")
 
     def _append(self, s: Generation, tokens: list[int]) -> Committed:
@@ -464,7 +464,7 @@ class SpecDecoder:
             greedy=tuple(back.greedy[: len(plan.tree)]), accepted=walk.accepted, bonus=walk.bonus,
             new_tokens=done.tokens, spine_ratio=plan.spine_ratio, p_s_ema=s.stats.p_s_ema, timings_ms=timings,
             elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
-            ptd_rows=len(plan.forward) - len(plan.tree), pad_rows=plan.rows - len(plan.forward),
+            ptd_rows=len(plan.grafted) - len(plan.tree), pad_rows=plan.rows - len(plan.grafted),
             confidence=drafts.confidence,
             match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens, budget=plan.budget, **_gt_fields(plan.gt))
 
@@ -485,10 +485,10 @@ def _fit(plan: Plan, room: int | None) -> Plan:
 
 def _main_chain(cands: Candidates) -> Candidates:
     """The main path of a proposal as a chain (its candidates' own estimates), keeping its match facts."""
-    path = cands.main_path
-    if len(path) == len(cands):
+    main = cands.main_path
+    if len(main) == len(cands):
         return cands
-    return Candidates.chain([cands.tokens[i] for i in path], [cands.p[i] for i in path], match=cands.match,
+    return Candidates.chain([cands.tokens[i] for i in main], [cands.p[i] for i in main], match=cands.match,
                             confidence=cands.confidence, consensus=cands.consensus)
 
 

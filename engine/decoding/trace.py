@@ -4,13 +4,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Literal, get_args
 
 from ..core.tree import DraftTree, GhostNode, Source
 from ..sources import info
 
 #: Cycle modes (Goose Alg. 2 / B.2): prefill produces the first token; then bypass (linear spine
 #: chain), tree (spine tree, or TR-only / spine-only tree), or ar (no draft source available).
-MODES = ("prefill", "bypass", "tree", "ar")
+#: Written into traces as these strings (docs/trace-schema.md).
+Mode = Literal["prefill", "bypass", "tree", "ar"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 #: Timing keys recorded per cycle, in ms.
 TIMING_KEYS = ("draft", "build", "forward", "walk", "cache", "harvest")
@@ -22,7 +25,7 @@ class CycleTrace:
 
     Attributes:
         index: 0 for prefill, then 1, 2, ...
-        mode: one of ``MODES``.
+        mode: one of ``MODES`` (``Mode``).
         tree: the verified tree (node 0 = anchor).
         ghosts: candidates the GT threshold removed (never verified).
         greedy: (n,) target greedy token at each node (the token it wants next).
@@ -55,7 +58,7 @@ class CycleTrace:
     """
 
     index: int
-    mode: str
+    mode: Mode
     tree: DraftTree
     ghosts: tuple[GhostNode, ...]
     greedy: tuple[int, ...]
