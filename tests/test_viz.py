@@ -8,7 +8,7 @@ from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.trace import CycleTrace
 from viz.charts import cycle_series, speed_figure
 from viz.tree_figure import tree_figure
-from viz.tree_layout import tidy_layout, tree_graph, visible_token
+from viz.tree_layout import node, tidy_layout, tree_graph, visible_token
 
 TEXT = {0: "def", 1: " f", 2: "(", 3: "x", 4: "\n", 5: ")", 6: "y", 9: ":"}
 
@@ -33,7 +33,7 @@ def test_path_category_and_sources():
 def test_layout_is_layered_and_uncrossed():
     g = tree_graph(make_trace())
     pos = tidy_layout(g)
-    assert all(pos[v][0] == g.nodes[v]["depth"] for v in g)  # nothing folded: the column is the depth
+    assert all(pos[v][0] == node(g, v).depth for v in g)  # nothing folded: the column is the depth
     # children keep their parent's order: for every pair of siblings' subtrees, rows do not interleave
     for v in g:
         kids = sorted(g.successors(v), key=lambda c: pos[c][1])

@@ -33,9 +33,12 @@ from viz.tree_layout import (
     MARKER_PX,
     MAX_ROWS,
     MIN_COLUMNS,
+    NODE,
     PLOT_WIDTH_PX,
     ROW_PX,
+    FigureNode,
     folded_graph,
+    node,
     tidy_layout,
     visible_token,
 )
@@ -58,14 +61,14 @@ MAX_LABEL_CHARS = 12
 STAGES = (*(i.name for i in REGISTRY), "scored", "walk", "bonus")
 
 
-def _label(d: dict, token_text, chars: int, stage: str | None) -> str:
-    if d["kind"] == "group":
-        return f"+{len(d['members'])}"
-    if d["kind"] == "run":
-        return f"⋯{len(d['members'])}"
-    text = visible_token(token_text(d["token"]), max(1, chars - (stage == "scored")))
-    if stage == "scored" and d["kind"] == "node" and d["wanted"] is not None:
-        text += "✓" if d["wanted"] == d["token"] else "✗"
+def _label(d: FigureNode, token_text, chars: int, stage: str | None) -> str:
+    if d.kind == "group":
+        return f"+{len(d.members)}"
+    if d.kind == "run":
+        return f"⋯{len(d.members)}"
+    text = visible_token(token_text(d.token), max(1, chars - (stage == "scored")))
+    if stage == "scored" and d.kind == "node" and d.wanted is not None:
+        text += "✓" if d.wanted == d.token else "✗"
     return text
 
 
@@ -149,7 +152,7 @@ def ghost_marks(trace: CycleTrace, show_ghosts: bool = True, show_all: bool = Fa
     if not trace.ghosts or not show_ghosts:  # nothing to place: no fold computed (light frames ask every second)
         return GhostMarks(0, 0, len(trace.ghosts))
     g = folded_graph(trace, True, show_all)
-    drawn = sum(d["kind"] == "ghost" for _, d in g.nodes(data=True))
+    drawn = sum(d.kind == "ghost" for _, d in g.nodes(data=NODE))
     return GhostMarks(drawn, len(trace.ghosts) - drawn, 0)
 
 
@@ -180,19 +183,18 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
     px_per_col = PLOT_WIDTH_PX / span
     chars = max(1, min(MAX_LABEL_CHARS, int((px_per_col - MARKER_PX - 10) / CHAR_PX)))
     visible = _stage_nodes(g, stage)
-    labels = {v: _label(g.nodes[v], token_text, chars, stage) for v in visible}
+    labels = {v: _label(node(g, v), token_text, chars, stage) for v in visible}
     drawn = _Drawn(g, pos, visible, labels, token_text, walked=stage in (None, "walk", "bonus"))
     fig, ends = go.Figure(), _label_ends(drawn, px_per_col)
     _add_edges(fig, drawn, ends, px_per_col)
     drawn = _widen_leaf_labels(drawn, ends[1], span, px_per_col, stage)
-    drawn_sources = {Source.ROOT} | {d.get("source") for _, d in g.nodes(data=True)}  # the legend names these: 8
+    drawn_sources = {Source.ROOT} | {d.source for _, d in g.nodes(data=NODE)}  # the legend names these: 8
     # sources and 6 marks would not fit beside a tree
     styles = {src: style for src, style in SOURCE_STYLE.items() if src in drawn_sources}
     for src, (color, label) in styles.items():  # a folded chain ("⋯N") keeps its source's colour
-        _add_nodes(fig, drawn, lambda d, s=src: d["kind"] in ("node", "ghost", "run") and d["source"] is s, color,
-                   label)
-    _add_nodes(fig, drawn, lambda d: d["kind"] == "group", GROUP_COLOR, FOLDED_LABEL)
-    _add_nodes(fig, drawn, lambda d: d["kind"] == "bonus", BONUS_COLOR, "bonus token", symbol="star")
+        _add_nodes(fig, drawn, lambda d, s=src: d.kind in ("node", "ghost", "run") and d.source is s, color, label)
+    _add_nodes(fig, drawn, lambda d: d.kind == "group", GROUP_COLOR, FOLDED_LABEL)
+    _add_nodes(fig, drawn, lambda d: d.kind == "bonus", BONUS_COLOR, "bonus token", symbol="star")
     _add_legend_marks(fig, styles)
     _lay_out(fig, title or default_title(trace), n_rows, span)
     return fig
@@ -226,14 +228,14 @@ def _widen_leaf_labels(drawn: _Drawn, ends: dict, span: float, px_per_col: float
     labels = dict(drawn.labels)
     for v in visible:
         x, y = pos[v]
-        if any(w in visible for w in g.successors(v)) or g.nodes[v]["kind"] in ("group", "run"):
+        if any(w in visible for w in g.successors(v)) or node(g, v).kind in ("group", "run"):
             continue
         room = span - 0.35 - x
         room = min([room] + [pos[u][0] - x - 0.5 for u in visible if pos[u][0] > x and abs(pos[u][1] - y) < 0.75]
                    + [turn - x for turn, low, high in edges if turn > x and low - 0.5 < y < high + 0.5])
         chars = min(MAX_ROOMY_CHARS, int((room * px_per_col - MARKER_PX / 2 - 8) / CHAR_PX))
         if chars > len(html.unescape(labels[v])):
-            labels[v] = _label(g.nodes[v], drawn.token_text, chars, stage)
+            labels[v] = _label(node(g, v), drawn.token_text, chars, stage)
     return replace(drawn, labels=labels)
 
 
@@ -274,8 +276,8 @@ def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
     shown = {i.source for i in REGISTRY[: names.index(stage) + 1]} if stage in names else set(tags())
     keep = {0}
     for u, v in nx.bfs_edges(g, 0):
-        d = g.nodes[v]
-        if u in keep and d["kind"] != "bonus" and (d["source"] in shown or d["source"] is None):
+        d = node(g, v)
+        if u in keep and d.kind != "bonus" and (d.source in shown or d.source is None):
             keep.add(v)
     return keep
 
@@ -289,9 +291,8 @@ def _add_edges(fig: go.Figure, drawn: _Drawn, label_ends: tuple[dict, dict], px_
     for u, v in g.edges:
         if u not in visible or v not in visible:
             continue
-        dv = g.nodes[v]
-        kind = "ghost" if dv["kind"] == "ghost" or dv.get("ghost") else (
-            "accepted" if walked and g.nodes[u]["accepted"] and dv["accepted"] else "other")
+        dv = node(g, v)
+        kind = "ghost" if dv.ghost else ("accepted" if walked and node(g, u).accepted and dv.accepted else "other")
         xs, ys = groups[kind]
         (x0, y0), (x1, y1) = pos[u], pos[v]
         xs += [x0 + own[u], x0 + ends[x0], x1 - (MARKER_PX / 2 + 2) / px_per_col, None]
@@ -332,18 +333,17 @@ def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
 def _add_nodes(fig: go.Figure, drawn: _Drawn, keep, color: str, label: str, symbol: str = "circle") -> None:
     """One trace of the nodes ``keep`` selects; folded nodes ("+N", "⋯N") are squares."""
     g, pos, labels, token_text, walked = drawn.g, drawn.pos, drawn.labels, drawn.token_text, drawn.walked
-    nodes = [v for v, d in g.nodes(data=True) if v in drawn.visible and keep(d)]
+    nodes = [v for v, d in g.nodes(data=NODE) if v in drawn.visible and keep(d)]
     xs, ys, texts, hovers, opacity, lines, symbols = [], [], [], [], [], [], []
     for v in nodes:
-        d = g.nodes[v]
+        d = node(g, v)
         xs.append(pos[v][0])
         ys.append(pos[v][1])
         texts.append(labels[v])
         hovers.append(_hover(d, token_text, walked))
-        ghost = d["kind"] == "ghost" or d.get("ghost")
-        opacity.append(1.0 if d["accepted"] or not walked else (GHOST_OPACITY if ghost else REJECTED_OPACITY))
-        lines.append(3 if walked and d["accepted"] and d["kind"] in ("node", "run") else 0)
-        symbols.append("square" if d["kind"] in ("group", "run") else symbol)
+        opacity.append(1.0 if d.accepted or not walked else (GHOST_OPACITY if d.ghost else REJECTED_OPACITY))
+        lines.append(3 if walked and d.accepted and d.kind in ("node", "run") else 0)
+        symbols.append("square" if d.kind in ("group", "run") else symbol)
     fig.add_trace(go.Scatter(
         x=xs or [None], y=ys or [None], mode="markers+text", name=label, legendgroup=label, showlegend=False,
         text=texts, textposition="middle right",
@@ -354,41 +354,39 @@ def _add_nodes(fig: go.Figure, drawn: _Drawn, keep, color: str, label: str, symb
     ))
 
 
-def _hover(d: dict, token_text, walked: bool = True) -> str:
+def _hover(d: FigureNode, token_text, walked: bool = True) -> str:
     """A node's hover text: its token, source, depth, scores and what the walk made of it.  Only a node the walk
     reached (the anchor's child, or an accepted node's) says what the model wanted at its place; a node under a
     rejected parent was never compared, and a GT ghost was never verified at all."""
     q = lambda t: visible_token(token_text(t))  # noqa: E731
-    if d["kind"] == "bonus":
-        return f"<b>{q(d['token'])}</b><br>bonus token: the target's greedy token after the accepted path"
-    if d["kind"] in ("group", "run"):
-        members = d["members"]
-        shown = " ".join(q(m["token"]) for m in members[:12]) + (" …" if len(members) > 12 else "")
-        if d["kind"] == "run":
-            src = SOURCE_STYLE[d["source"]][1] if d["source"] in SOURCE_STYLE else "draft"
-            what = f"{src} tokens in a row, " + ("accepted" if d["accepted"] else "rejected")
-            sides = d.get("sides") or ()
-            if sides:
-                what += f" (and {len(sides)} side node{'s' * (len(sides) != 1)} hanging off them)"
+    if d.kind == "bonus":
+        return f"<b>{q(d.token)}</b><br>bonus token: the target's greedy token after the accepted path"
+    if d.kind in ("group", "run"):
+        members = d.members
+        shown = " ".join(q(m.token) for m in members[:12]) + (" …" if len(members) > 12 else "")
+        if d.kind == "run":
+            src = SOURCE_STYLE[d.source][1] if d.source in SOURCE_STYLE else "draft"
+            what = f"{src} tokens in a row, " + ("accepted" if d.accepted else "rejected")
+            if d.sides:
+                what += f" (and {len(d.sides)} side node{'s' * (len(d.sides) != 1)} hanging off them)"
         else:
-            what = "GT-pruned candidates" if d["ghost"] else "rejected nodes (with their subtrees)"
+            what = "GT-pruned candidates" if d.ghost else "rejected nodes (with their subtrees)"
         return f"<b>{len(members)} {what}</b>, folded to fit the screen<br>{shown}"
-    src = SOURCE_STYLE[d["source"]][1]
-    lines = [f"<b>{q(d['token'])}</b>", f"source: {src}", f"depth: {d['depth']}", f"draft score: {d['score']:.3f}",
-             f"est. acceptance: {d['est']:.3f}"]
-    if d["kind"] == "ghost":
+    src = SOURCE_STYLE[d.source][1]
+    lines = [f"<b>{q(d.token)}</b>", f"source: {src}", f"depth: {d.depth}", f"draft score: {d.score:.3f}",
+             f"est. acceptance: {d.est:.3f}"]
+    if d.ghost:
         lines.append("status: pruned by GT, never verified")
     elif not walked:
         lines.append("status: not yet verified")
-    elif d["accepted"]:
+    elif d.accepted:
         lines.append("status: accepted")
-    elif not d.get("reached", True):
+    elif not d.reached:
         lines.append("status: not reached: its parent was rejected")
     else:
-        lines.append("status: rejected" + (f": the model wanted {q(d['wanted'])} here" if d["wanted"] is not None
-                                            else ""))
-    if d["greedy"] is not None and walked and d["accepted"]:
-        lines.append(f"the model's next token after it: {q(d['greedy'])}")
+        lines.append("status: rejected" + (f": the model wanted {q(d.wanted)} here" if d.wanted is not None else ""))
+    if d.greedy is not None and walked and d.accepted:
+        lines.append(f"the model's next token after it: {q(d.greedy)}")
     return "<br>".join(lines)
 
 

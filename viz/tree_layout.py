@@ -10,9 +10,12 @@ of its longest chains folded ("⋯N").  Spine tokens are never folded into a "+N
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
+from typing import Literal
 
 import networkx as nx
 
+from engine.core.tree import Source
 from engine.decoding.config import WALK_PRIORITY
 from engine.decoding.trace import CycleTrace
 
@@ -37,33 +40,72 @@ def visible_token(text: str, limit: int = 24) -> str:
     return html.escape(text, quote=False)  # plotly decodes &lt; &gt; &amp; but shows &quot; literally
 
 
-def tree_graph(trace: CycleTrace) -> nx.DiGraph:
-    """DiGraph of the cycle: verified nodes (int ids), ghosts ('g<i>') and the bonus node ('bonus').
+#: What a figure node is: a verified draft node (the anchor is node 0), a GT ghost, the bonus token, or a fold:
+#: "+N" (``group``: rejected side subtrees or siblings, ``fit_rows``) or "⋯N" (``run``: the middle of a chain).
+NodeKind = Literal["node", "ghost", "bonus", "group", "run"]
+NODE = "node"  # the graph's one node attribute: its ``FigureNode`` (``node(g, v)``)
 
-    Node data: kind, token, source, depth, score, est, greedy (what the target wants after this node),
-    wanted (what the target wanted at this node's place: ``greedy`` of its parent), accepted, rank,
-    spine (on ``DraftTree.spine``), reached (its parent is the anchor or was accepted: the walk compared it).
-    """
+
+@dataclass(frozen=True)
+class FigureNode:
+    """One node of the figure's graph (``tree_graph``; a fold's data is its members')."""
+
+    kind: NodeKind
+    token: int | None
+    source: Source | None
+    depth: int
+    score: float | None
+    est: float | None  # the acceptance estimate
+    greedy: int | None  # what the target wants after this node
+    wanted: int | None  # what the target wanted at this node's place: ``greedy`` of its parent
+    accepted: bool
+    rank: tuple[int, int]  # children are laid out in this order (walk priority, then index)
+    spine: bool  # on ``DraftTree.spine``
+    reached: bool  # its parent is the anchor or was accepted: the walk compared it
+    members: tuple[FigureNode, ...] = ()  # a fold: the verified nodes and ghosts in it
+    sides: tuple[FigureNode, ...] = ()  # a run: the nodes of the side subtrees folded with it
+    ghosts_only: bool = False  # a group: every node in it a ghost
+
+    @property
+    def ghost(self) -> bool:
+        """Drawn as a GT ghost: a ghost, or a "+N" fold of ghosts only."""
+        return self.kind == "ghost" or self.ghosts_only
+
+
+def node(g: nx.DiGraph, v) -> FigureNode:
+    """The ``FigureNode`` of ``v`` in ``g``."""
+    return g.nodes[v][NODE]
+
+
+def _add(g: nx.DiGraph, v, data: FigureNode) -> None:
+    g.add_node(v, **{NODE: data})
+
+
+def tree_graph(trace: CycleTrace) -> nx.DiGraph:
+    """DiGraph of the cycle: verified nodes (int ids), ghosts ('g<i>') and the bonus node ('bonus'), each node's
+    data a ``FigureNode`` (``node(g, v)``)."""
     tree, on_path = trace.tree, {0, *trace.accepted}
     spine = set(tree.spine)
     g = nx.DiGraph()
     for i in range(len(tree)):
         parent = tree.parents[i]
-        g.add_node(i, kind="node", token=tree.tokens[i], source=tree.sources[i], depth=tree.depths[i],
-                   score=tree.scores[i], est=tree.est_accept[i], greedy=trace.greedy[i],
-                   wanted=trace.greedy[parent] if i else None, accepted=i in on_path,
-                   rank=(WALK_PRIORITY.index(tree.sources[i].value) if i else 0, i), spine=i in spine,
-                   reached=i == 0 or parent in on_path)
+        _add(g, i, FigureNode("node", token=tree.tokens[i], source=tree.sources[i], depth=tree.depths[i],
+                              score=tree.scores[i], est=tree.est_accept[i], greedy=trace.greedy[i],
+                              wanted=trace.greedy[parent] if i else None, accepted=i in on_path,
+                              rank=(WALK_PRIORITY.index(tree.sources[i].value) if i else 0, i), spine=i in spine,
+                              reached=i == 0 or parent in on_path))
         if i:
             g.add_edge(parent, i)
     for k, ghost in enumerate(trace.ghosts):
-        g.add_node(f"g{k}", kind="ghost", token=ghost.token, source=ghost.source, depth=tree.depths[ghost.parent] + 1,
-                   score=ghost.score, est=ghost.est_accept, greedy=None, wanted=trace.greedy[ghost.parent],
-                   accepted=False, rank=(9, 10_000 + k), spine=False, reached=False)
+        _add(g, f"g{k}", FigureNode("ghost", token=ghost.token, source=ghost.source,
+                                    depth=tree.depths[ghost.parent] + 1, score=ghost.score, est=ghost.est_accept,
+                                    greedy=None, wanted=trace.greedy[ghost.parent], accepted=False,
+                                    rank=(9, 10_000 + k), spine=False, reached=False))
         g.add_edge(ghost.parent, f"g{k}")
     last = trace.accepted[-1] if trace.accepted else 0
-    g.add_node("bonus", kind="bonus", token=trace.bonus, source=None, depth=tree.depths[last] + 1, score=None,
-               est=None, greedy=None, wanted=None, accepted=True, rank=(-1, -1), spine=False, reached=True)
+    _add(g, "bonus", FigureNode("bonus", token=trace.bonus, source=None, depth=tree.depths[last] + 1, score=None,
+                                est=None, greedy=None, wanted=None, accepted=True, rank=(-1, -1), spine=False,
+                                reached=True))
     g.add_edge(last, "bonus")
     return g
 
@@ -76,18 +118,18 @@ def _leaves(g: nx.DiGraph, v) -> int:
     return 1 if not kids else sum(_leaves(g, c) for c in kids)
 
 
-def _fold(g: nx.DiGraph, parent, members: list, name: str, kind: str) -> None:
+def _fold(g: nx.DiGraph, parent, members: list, name: str, kind: NodeKind) -> None:
     """Replace ``members`` (each with its whole subtree) by one node ``name`` under ``parent``."""
     everything = []
     for m in members:
         everything += [m, *nx.descendants(g, m)]
-    data = [g.nodes[m] for m in everything if g.nodes[m]["kind"] in ("node", "ghost")]
-    data += [d for m in everything if g.nodes[m]["kind"] == "group" for d in g.nodes[m]["members"]]
-    first = g.nodes[members[0]]
+    data = [node(g, m) for m in everything if node(g, m).kind in ("node", "ghost")]
+    data += [d for m in everything if node(g, m).kind == "group" for d in node(g, m).members]
+    first = node(g, members[0])
     g.remove_nodes_from(everything)
-    g.add_node(name, kind=kind, token=None, source=first["source"], depth=first["depth"], score=None, est=None,
-               greedy=None, wanted=first.get("wanted"), accepted=False, rank=first["rank"], members=data,
-               ghost=all(d["kind"] == "ghost" for d in data), spine=False, reached=first.get("reached", False))
+    _add(g, name, FigureNode(kind, token=None, source=first.source, depth=first.depth, score=None, est=None,
+                             greedy=None, wanted=first.wanted, accepted=False, rank=first.rank, members=tuple(data),
+                             ghosts_only=all(d.kind == "ghost" for d in data), spine=False, reached=first.reached))
     g.add_edge(parent, name)
 
 
@@ -95,9 +137,9 @@ def _next_in_chain(g: nx.DiGraph, v):
     """The child that continues ``v``'s chain, or None: a spine node's spine child when none of its side children
     (branches hanging off the spine) is accepted, else a node's only child."""
     kids = list(g.successors(v))
-    if g.nodes[v].get("spine"):
-        on = [c for c in kids if g.nodes[c].get("spine")]
-        if len(on) == 1 and not any(g.nodes[c]["accepted"] for c in kids if c != on[0]):
+    if node(g, v).spine:
+        on = [c for c in kids if node(g, c).spine]
+        if len(on) == 1 and not any(node(g, c).accepted for c in kids if c != on[0]):
             return on[0]
         return None
     return kids[0] if len(kids) == 1 else None
@@ -107,11 +149,11 @@ def _chains(g: nx.DiGraph) -> list[list]:
     """Maximal chains of drawn draft nodes (root excluded), each all accepted or all rejected, linked by
     ``_next_in_chain``: straight runs, and spine runs with their side subtrees hanging off."""
     def links(u, v) -> bool:
-        return (u != 0 and _next_in_chain(g, u) == v and g.nodes[v]["kind"] == g.nodes[u]["kind"] == "node"
-                and g.nodes[v]["accepted"] == g.nodes[u]["accepted"])
+        return (u != 0 and _next_in_chain(g, u) == v and node(g, v).kind == node(g, u).kind == "node"
+                and node(g, v).accepted == node(g, u).accepted)
     chains = []
     for v in g:
-        if g.nodes[v]["kind"] != "node" or v == 0 or links(next(g.predecessors(v)), v):
+        if node(g, v).kind != "node" or v == 0 or links(next(g.predecessors(v)), v):
             continue
         chain = [v]
         while (nxt := _next_in_chain(g, chain[-1])) is not None and links(chain[-1], nxt):
@@ -125,14 +167,14 @@ def _fold_chain(g: nx.DiGraph, chain: list, start: int, count: int, name: str) -
     between ``chain[start - 1]`` and ``chain[start + count]``; its colour and status are the chain's."""
     middle, after = chain[start: start + count], chain[start + count]
     side = (set(nx.descendants(g, middle[0])) - {after} - set(nx.descendants(g, after))) - set(middle)
-    data = [g.nodes[m] for m in middle]
-    sides = [g.nodes[m] for m in side if g.nodes[m]["kind"] in ("node", "ghost")]
-    sides += [d for m in side if g.nodes[m]["kind"] == "group" for d in g.nodes[m]["members"]]
+    data = [node(g, m) for m in middle]
+    sides = [node(g, m) for m in side if node(g, m).kind in ("node", "ghost")]
+    sides += [d for m in side if node(g, m).kind == "group" for d in node(g, m).members]
     first = data[0]
     g.remove_nodes_from([*middle, *side])
-    g.add_node(name, kind="run", token=None, source=first["source"], depth=first["depth"], score=None, est=None,
-               greedy=None, wanted=None, accepted=first["accepted"], rank=first["rank"], members=data, sides=sides,
-               ghost=False, spine=first.get("spine", False), reached=first.get("reached", False))
+    _add(g, name, FigureNode("run", token=None, source=first.source, depth=first.depth, score=None, est=None,
+                             greedy=None, wanted=None, accepted=first.accepted, rank=first.rank, members=tuple(data),
+                             sides=tuple(sides), spine=first.spine, reached=first.reached))
     g.add_edge(chain[start - 1], name)
     g.add_edge(name, after)
 
@@ -142,7 +184,7 @@ def _fold_spine_rows(g: nx.DiGraph, need: int, n: int) -> bool:
     ``need`` rows (its first and last tokens stay).  False when no spine run has side rows to save."""
     best = None
     for chain in _chains(g):
-        if len(chain) < 3 or not g.nodes[chain[0]].get("spine"):
+        if len(chain) < 3 or not node(g, chain[0]).spine:
             continue
         mid = (len(chain) - 1) / 2
         for count in range(1, len(chain) - 1):  # the shortest window round the middle that saves enough
@@ -167,8 +209,8 @@ def fit_rows(g: nx.DiGraph, max_rows: int) -> nx.DiGraph:
     n = 0
     while _leaves(g, 0) > max_rows:
         need = _leaves(g, 0) - max_rows
-        side = lambda v: not g.nodes[v]["accepted"] and not g.nodes[v].get("spine")  # noqa: E731
-        off = [v for v in g if side(v) and g.nodes[v]["kind"] not in ("group", "run") and _leaves(g, v) > 1]
+        side = lambda v: not node(g, v).accepted and not node(g, v).spine  # noqa: E731
+        off = [v for v in g if side(v) and node(g, v).kind not in ("group", "run") and _leaves(g, v) > 1]
         if off:
             enough = [v for v in off if _leaves(g, v) - 1 >= need]
             v = min(enough, key=lambda v: (_leaves(g, v), str(v))) if enough else \
@@ -178,7 +220,7 @@ def fit_rows(g: nx.DiGraph, max_rows: int) -> nx.DiGraph:
             parents = [p for p in g if sum(side(c) for c in g.successors(p)) >= 2]
             if parents:
                 p = max(parents, key=lambda p: (sum(side(c) for c in g.successors(p)), str(p)))
-                kids = sorted((c for c in g.successors(p) if side(c)), key=lambda c: g.nodes[c]["rank"])
+                kids = sorted((c for c in g.successors(p) if side(c)), key=lambda c: node(g, c).rank)
                 _fold(g, p, kids, f"c{n}", "group")
             elif not _fold_spine_rows(g, need, n):
                 break
@@ -217,7 +259,7 @@ def tidy_layout(g: nx.DiGraph, root=0) -> dict:
     pos, next_row, col = {}, [0], _columns(g)
 
     def place(v) -> float:
-        kids = sorted(g.successors(v), key=lambda c: g.nodes[c]["rank"])
+        kids = sorted(g.successors(v), key=lambda c: node(g, c).rank)
         if not kids:
             row = float(next_row[0])
             next_row[0] += 1
@@ -238,5 +280,5 @@ def folded_graph(trace: CycleTrace, show_ghosts: bool = True, show_all: bool = F
     screen (``fit_rows``, ``fit_columns``) unless ``show_all``."""
     g = tree_graph(trace)
     if not show_ghosts:
-        g.remove_nodes_from([v for v, d in g.nodes(data=True) if d["kind"] == "ghost"])
+        g.remove_nodes_from([v for v, d in g.nodes(data=NODE) if d.kind == "ghost"])
     return g if show_all else fit_columns(fit_rows(g, MAX_ROWS), MAX_COLUMNS)
