@@ -39,12 +39,11 @@ class PldConfig:
 
     ngram_sizes: tuple[int, ...] = (5, 4, 3)  # context-match n, longest first (B.2)
     chain_tokens: int = 20  # chain length of the 'pld' method, PLD alone (authors' Table 5 "max spine
-    # continuation"; HF's default 10: tau 2.35 vs 2.48, and slower, on the demo model); in a tree the spine's
-    # length is ``TreeShape.max_spine``
+    # continuation"; HF's default 10 drafts less: docs/results.md, "Fidelity"); in a tree ``TreeShape.max_spine``
     match_occurrence: str = "auto"  # earlier occurrence of the suffix n-gram copied ("auto", or OCCURRENCES):
-    # auto = latest when the confidence schedule re-matches (goose 5.77 vs earliest 5.38: re-matching grows a
-    # chain the stream's end cut short, and recent text predicts better), else earliest (PLD 2.48 vs 2.21);
-    # demo model, HumanEval 0-9, 128 tokens, c = 0 (docs/results.md, "Fidelity to the authors' implementation")
+    # auto = latest when the confidence schedule re-matches (re-matching grows a chain the stream's end cut
+    # short, and recent text predicts better), else earliest (docs/results.md, "Fidelity to the authors'
+    # implementation")
     pooled_prior: bool = True  # per-depth PLD acceptance estimates shrink to the pooled PLD rate, not 0.5:
     # the GT "auto" size choice otherwise prices long spines at 0.5^k (A/B: docs/results.md, "GT principle")
 

@@ -39,11 +39,11 @@ class TrConfig:
     """TR's own settings (``DecodeConfig.source_config("tr")``); the table's width K is ``TreeShape.top_k``
     (Table 5 names it with the tree's shape).  ``FLAT`` names each field as the CLI and trace files do."""
 
-    adjacency_scores: str = "softmax"  # see ADJACENCY_SCORES (the authors' top-k: tau 5.71 vs 5.77, demo model,
-    # HumanEval 0-9, 128 tokens, c = 0: docs/results.md, "Fidelity to the authors' implementation")
+    adjacency_scores: str = "softmax"  # see ADJACENCY_SCORES (the authors' top-k softmax: docs/results.md,
+    # "Fidelity to the authors' implementation")
     bigram_capacity: int = 65536  # rows kept in the bigram tier (LRU); bounds memory per session
-    calibration: bool = False  # calibrate TR scores online per depth for GT estimates; off: an interleaved
-    # A/B (40 prompts, demo model, CPU) measured it growing trees (6.2 -> 10 nodes for TR) and losing ~4 % tok/s
+    calibration: bool = False  # calibrate TR scores online per depth for GT estimates; off: it grew trees
+    # that cost more than they earned (docs/history.md, "Ideas tried and not kept")
 
     FLAT: ClassVar[dict[str, str]] = {"adjacency_scores": "adjacency_scores", "bigram_capacity": "bigram_capacity",
                                       "calibration": "tr_calibration"}

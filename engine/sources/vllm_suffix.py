@@ -96,8 +96,8 @@ class OrderedTrie:
 
     Nodes are ints: their counts in one list, the children in one int-keyed dict (``node * STRIDE + token``), a
     node's only child's token in another, and the order of a node's children in a list only once it has two.  A trie
-    of ints is no work for the garbage collector, whose full collections scan the model's whole heap: with one
-    object per node, a sweep's vllm-suffix run on the demo model ran at 0.8x AR, and at 2.7x with collections off.
+    of ints is no work for the garbage collector, whose full collections scan the model's whole heap (one object
+    per node made a sweep's run slower than AR: docs/results.md, "The engines' drafters").
     Arctic's order: a new child joins the end; a child whose count grows moves before the head of the group of
     equal counts it joins or passes (``bump``); one whose count falls moves to the head of its new group (``drop``).
     """

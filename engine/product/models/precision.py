@@ -1,31 +1,28 @@
 """Precision chosen by measurement: the dtype that verifies draft trees fastest on this device.
 
-Speculative decoding trades one forward of n rows for several one-row forwards, so what matters is the
-cost of both: T(1) (an AR step, the bonus-only cycle) and T(16) (a typical verified tree).  On CUDA
-half precision is the fast path by construction (bf16 where the device supports it, else fp16).  On a
-CPU it depends on the machine: a CPU with bf16 instructions (oneDNN's avx512_core_bf16 / AMX kernels) may run
-a 16-row forward of SmolLM2 1.6x faster in bf16 than in fp32; oneDNN emulates bf16 on other AVX-512 CPUs, and
-without AVX-512 runs none (fp32 then, unmeasured).  The attention kernel matters as much at these sizes:
-transformers' eager attention (plain matmuls) beat its sdpa one by 10-25 % at 1-16 rows in bf16 on one such CPU
-(issue 17's table).  So ``dtype="auto"`` on a CPU measures fp32 and bf16, each with sdpa and eager attention,
-once per (model, CPU, torch version, threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a
-tree, the two forwards a run alternates between).  The result is cached next to the cost curves
+Speculative decoding trades one forward of n rows for several one-row forwards, so what matters is the cost of both:
+T(1) (an AR step, the bonus-only cycle) and T(16) (a typical verified tree).  On CUDA half precision is the fast
+path by construction (bf16 where the device supports it, else fp16).  On a CPU it depends on the machine: a CPU with
+bf16 instructions (oneDNN's avx512_core_bf16 / AMX kernels) may run a tree faster in bf16 than in fp32; oneDNN
+emulates bf16 on other AVX-512 CPUs, and without AVX-512 runs none (fp32 then, unmeasured).  The attention kernel
+matters as much at these sizes: eager attention (plain matmuls) can beat sdpa at 1-16 rows (docs/results.md,
+"Precision").  So ``dtype="auto"`` on a CPU measures fp32 and bf16, each with sdpa and eager attention, once per
+(model, CPU, torch version, threads), and keeps the fastest: the lowest T(1) + T(16) (an AR step plus a tree, the
+two forwards a run alternates between).  The result is cached next to the cost curves
 (``$GOOSE_LENS_CACHE/precision``).
 
 A bf16 model on such a CPU runs its linears on weights reordered once into oneDNN's blocked layout
-(``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which made an AR step
-in bf16 *slower* than fp32's on this project's 2-core VMs; packed, an AR step costs what fp32's does and a
-16-row tree ~0.75 of it (docs/results.md, "Precision").  The outputs equal ``F.linear``'s bit for
+(``pack_linears``): torch's plain bf16 ``F.linear`` reorders the weight on every call, which can make an AR step in
+bf16 slower than fp32's; packed, it is not (docs/results.md, "Precision").  The outputs equal ``F.linear``'s bit for
 bit (checked per layer on probes when packing; at every row count only on a CPU with bf16 instructions).
 
-A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its
-linears run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes,
-with bf16 activations.  On this project's 2-core VMs it verified 1 to 16 rows faster than packed bf16 (an AR
-step 1.8x faster, 2.9x fp32's; a 16-row forward 1.3x: docs/results.md, "Precision").
+A checkpoint whose weights are 4-bit group codes (SmolLM2's GGUF file is Q4_1) is also measured as "q4": its linears
+run torch's 4-bit CPU kernel on the model's own codes (``Q4Linear``), reading a quarter of bf16's bytes, with bf16
+activations: on a 2-core CPU it can verify 1 to 16 rows faster than packed bf16 (docs/results.md, "Precision").
 
-fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half
-precision a batched forward rounds differently from a one-token one, so a near-tie may flip
-(``engine.product.runs.lossless`` attributes each such divergence).
+fp32 is the exact mode: greedy output equals ``generate(do_sample=False)`` token for token.  In half precision a
+batched forward rounds differently from a one-token one, so a near-tie may flip (``engine.product.runs.lossless``
+attributes each such divergence).
 """
 from __future__ import annotations
 
