@@ -2,8 +2,9 @@
 
 Every tree row's logits equal, bit for bit, those of its root path decoded as a chain; a commit of a later branch
 (and the cache compaction that keeps cells in order) continues exactly as a chain commit would; the decoding loop on
-the path gives the ids of AR on the same path; llama.cpp tokenizes as the converted tokenizer; a tree too large says
-so.  Needs the optional llama-cpp-python (skipped without it, a failure under CI) and SmolLM2's GGUF file (the
+the path gives the ids of AR on the same path, and sampling on it the distribution of AR sampling on it (the statistical
+test of tests/test_sampling.py, with its power check); llama.cpp tokenizes as the converted tokenizer; a tree too large
+says so.  Needs the optional llama-cpp-python (skipped without it, a failure under CI) and SmolLM2's GGUF file (the
 quick tier skips all but the import check: each test builds llama.cpp contexts and decodes).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import pytest
 import torch
 from conftest import DATA, SMOLLM2_CURVE
+from test_sampling import N_TOKENS, P_FAIL, chi_square_p, reference_probs, sample_many
 
 from engine.core import ggml
 from engine.core.ggml import INSTALL, GgmlForward, GgmlPath, GgmlUnavailable
@@ -245,3 +247,85 @@ def test_goose_matches_its_ar_past_512_cells_on_two_threads(llama_cpp_module, sm
         assert out["goose"][1] > 0, "inconclusive: no draft token accepted"
     finally:
         two.close()
+
+
+#: Sampling on the path: generations per test (seeds 0..N-1), for the verifiers and the power check alike; the lossy
+#: verifier fails by far at this count (p ~ 1e-71; 1e-18 at 50), each generation ~0.1-0.2 s on one thread
+N_SAMPLES = 200
+#: a repeated phrase: PLD drafts " three", ",", " one", ... and they are often accepted
+REPEATED = "one, two, three, one, two, three, one, two,"
+#: the warping: T = 0.8 and top-k 4 keep the first N_TOKENS tokens' support small (4 ** 3 cells)
+WARPING = dict(temperature=0.8, sample_top_k=4)
+#: the default config (its fixed curve prunes each tree to a draft or two), and Goose's trees unpruned (12 nodes, two
+#: or three branches: a spine and TR branches, the SpecInfer walk over rows llama.cpp decodes with tree attention)
+SAMPLERS = {"goose, the default config": {},
+            "goose tree, 12 nodes": dict(gt_threshold=0.0, bypass=False, budget=12, budget_extension=0)}
+
+
+@pytest.fixture(scope="module")
+def sampling(path, smollm2_lm) -> tuple:
+    """SmolLM2 on the path (its ``LoadedModel``), the prompt, and the exact distribution of AR sampling's first
+    N_TOKENS tokens on the path: each prefix's row from a prefill and one-row steps (AR on llama.cpp), warped by
+    transformers' warpers (``reference_probs``); the tokens it gives probability 0 are left out (a sample with one
+    fails the test)."""
+    import dataclasses
+
+    from engine.decoding.config import DecodeConfig
+
+    prompt = smollm2_lm.encode_prompt(REPEATED, chat=False)
+    cfg = DecodeConfig.of(**WARPING)
+
+    def ar_row(prefix: tuple[int, ...]) -> torch.Tensor:  # (|V|,) logits of the token after prompt + prefix
+        forward = path.open(len(prompt) + N_TOKENS)
+        row = forward.prefill(prompt)[-1]
+        for token in prefix:
+            row = forward.verify(DraftTree.root_only(token))[0]
+            forward.commit([0])
+        return row
+
+    dist: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(N_TOKENS):
+        dist = {(*p, t): dist[p] * float(q) for p in dist
+                for t, q in enumerate(reference_probs(cfg, ar_row(p)[None])[0].tolist()) if q > 0}
+    return dataclasses.replace(smollm2_lm, forward_path=path), prompt, dist
+
+
+@pytest.fixture
+def fixed_curve(monkeypatch, path, smollm2_lm):
+    """GT "auto" reads SMOLLM2_CURVE for the path, not a curve measured on this machine's load: the same trees."""
+    from engine.decoding.cost import CostCurve
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.runs import decoder
+
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(smollm2_lm.model, path.name))
+    monkeypatch.setattr(decoder, "cached_cost_curve", lambda model, path=None: curve)
+
+
+@pytest.mark.full  # N_SAMPLES generations on llama.cpp: ~30-60 s on 2 cores
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_sampling_on_the_llamacpp_path_keeps_the_ar_distribution(sampling, fixed_curve, name):
+    """The first N_TOKENS tokens sampled on the path over seeds 0..N_SAMPLES-1 are distributed as AR sampling's on
+    the path (chi-square, tests/test_sampling.py); a run that accepted few draft tokens is inconclusive and fails."""
+    from engine.decoding.config import DecodeConfig
+
+    lm, prompt, expected = sampling
+    cfg = DecodeConfig.of(max_new_tokens=N_TOKENS, **WARPING, **SAMPLERS[name])
+    counts, accepted = sample_many(lm, prompt, cfg, N_SAMPLES)
+    assert accepted > N_SAMPLES // 10, f"inconclusive: only {accepted} draft tokens accepted in {N_SAMPLES} runs"
+    p = chi_square_p(counts, expected, N_SAMPLES)
+    assert p > P_FAIL, f"{name}: distribution differs from AR sampling on the path (chi-square p = {p:.2e})"
+
+
+@pytest.mark.full  # N_SAMPLES generations on llama.cpp: ~30-60 s on 2 cores
+def test_a_lossy_verifier_fails_the_sampling_test_on_the_llamacpp_path(sampling, fixed_curve, monkeypatch):
+    """Power check at the same size: accepting drafts greedily (bonus too) under sampling is lossy."""
+    import engine.decoding.decode as decode
+    from engine.core.verify import greedy_walk
+    from engine.decoding.config import DecodeConfig
+
+    lm, prompt, expected = sampling
+    monkeypatch.setattr(decode, "sample_walk", lambda tree, dist, gen, priority: greedy_walk(
+        tree, [int(dist(i).argmax()) for i in range(len(tree))], priority))
+    counts, _ = sample_many(lm, prompt, DecodeConfig.of(max_new_tokens=N_TOKENS, **WARPING), N_SAMPLES)
+    p = chi_square_p(counts, expected, N_SAMPLES)
+    assert p < P_FAIL, f"the lossy verifier passes (chi-square p = {p:.2e}): the test has no power at this size"
