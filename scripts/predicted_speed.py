@@ -34,15 +34,27 @@ IN_RUN_BF16 = ("past=128;1:60,2:69,3:67.5,4:70.6,5:76.2,6:79.7,7:85.3,8:85.3,9:8
                "32:125,64:175,128:300")
 
 
+def add_prompt_options(ap: argparse.ArgumentParser, dtype: str, limit: int, max_new_tokens: int) -> None:
+    """The options this script and ``refine_curve.py`` share: the model, its dtype, and prompts off the bench's."""
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtype", default=dtype)
+    ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
+    ap.add_argument("--start", type=int, default=10, help="first prompt (10: off the bench's prompts 0-9)")
+    ap.add_argument("--limit", type=int, default=limit, help="prompts per dataset")
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+
+
+def held_out_prompts(lm, args: argparse.Namespace) -> dict[str, list[list[int]]]:
+    """Dataset -> the token ids of its prompts ``--start`` .. ``--start + --limit - 1``, encoded as the bench does."""
+    return {dataset: [encode(lm, t, DATASETS[dataset][2], args.max_new_tokens)
+                      for t in load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]]
+            for dataset in args.datasets.split(",")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="goose,iso3,tr,pld")
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--dtype", default="fp32")
-    ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
-    ap.add_argument("--start", type=int, default=10, help="first prompt (10: off the bench's prompts 0-9)")
-    ap.add_argument("--limit", type=int, default=3)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    add_prompt_options(ap, dtype="fp32", limit=3, max_new_tokens=96)
     ap.add_argument("--truth", default=IN_RUN_BF16, help="cost curve spec every forward is priced on")
     ap.add_argument("--curve", default=None, help="cost curve spec the size choice reads (default: --truth)")
     args = ap.parse_args(argv)
@@ -51,9 +63,7 @@ def main(argv=None) -> int:
     curve = CostCurve.from_spec(args.curve) if args.curve else truth
     methods = args.methods.split(",")
     table: dict[str, dict[str, float]] = {m: {} for m in methods}
-    for dataset in args.datasets.split(","):
-        texts = load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]
-        prompts = [encode(lm, t, DATASETS[dataset][2], args.max_new_tokens) for t in texts]
+    for dataset, prompts in held_out_prompts(lm, args).items():
         for m in methods:
             config = DecodeConfig.of(**method_config(m), max_new_tokens=args.max_new_tokens)
             speedups, taus = [], []

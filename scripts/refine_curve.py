@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from predicted_speed import add_prompt_options, held_out_prompts  # noqa: E402  (this folder is on the path)
+
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.methods import method_config  # noqa: E402
-from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.models.loading import load_model, with_forward  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402
 
@@ -30,23 +31,16 @@ def _raw(curve) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--dtype", default="auto")
+    add_prompt_options(ap, dtype="auto", limit=2, max_new_tokens=128)
     ap.add_argument("--forward", default="auto")
-    ap.add_argument("--datasets", default="humaneval,mbpp,gsm8k,mt_bench")
-    ap.add_argument("--start", type=int, default=10, help="first prompt (10: off the bench's prompts 0-9)")
-    ap.add_argument("--limit", type=int, default=2, help="prompts per dataset")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
     args = ap.parse_args(argv)
     lm = with_forward(load_model(args.model, device="cpu", dtype=args.dtype), args.forward)
     before = lm.curves.shared()
     print(f"model: {lm.summary()}\nbefore: {_raw(before)}", flush=True)
     config = DecodeConfig.of(**method_config("goose"), max_new_tokens=args.max_new_tokens)
     changed = 0
-    for dataset in args.datasets.split(","):
-        texts = load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]
-        for text in texts:
-            ids = encode(lm, text, DATASETS[dataset][2], args.max_new_tokens)
+    for prompts in held_out_prompts(lm, args).values():
+        for ids in prompts:
             curve = lm.curves.shared()
             traces = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))
             changed += lm.curves.refine(traces) is not None
