@@ -74,6 +74,22 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
         tree, so a flat curve keeps every node.
     """
     n = len(tree)
+    choice = size_choice(tree, curve, extra_rows, estimates=estimates, rate=rate)
+    keep = choice.kept
+    new_index = {old: new for new, old in enumerate(keep)}
+    earlier = tuple(replace(g, parent=new_index[g.parent]) for g in ghosts if g.parent in new_index)
+    ghosts = earlier + tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
+                                       tree.est_accept[i])
+                             for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
+    return tree.subtree(keep), ghosts, choice
+
+
+def size_choice(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
+                estimates: tuple[float, ...] | None = None, rate: float | None = None) -> GtChoice:
+    """``speedup_optimal``'s choice alone (n*, the kept nodes, their expected tokens), the tree left as it is: what
+    the session's calibration records of the choice a full trust makes (``calibrated_choice``).  Arguments as
+    ``speedup_optimal``'s."""
+    n = len(tree)
     est = list(tree.est_accept if estimates is None else estimates)
     for i in range(1, n):  # clamped to the parent's, so the order below is ancestor-closed by construction
         est[i] = min(est[i], est[tree.parents[i]])
@@ -92,14 +108,8 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
         v = value(1.0 + expected, size)
         if v >= best_value:
             best_n, best_value, best_expected = size, v, expected
-    keep = sorted([0, *order[: best_n - 1]])
-    new_index = {old: new for new, old in enumerate(keep)}
-    earlier = tuple(replace(g, parent=new_index[g.parent]) for g in ghosts if g.parent in new_index)
-    ghosts = earlier + tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
-                                       tree.est_accept[i])
-                             for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
-    choice = GtChoice(best_n, n, best_expected, curve.latency(best_n + extra_rows), tuple(keep))
-    return tree.subtree(keep), ghosts, choice
+    keep = tuple(sorted([0, *order[: best_n - 1]]))
+    return GtChoice(best_n, n, best_expected, costs[best_n + extra_rows - 1], keep)
 
 
 def calibrated_choice(tree: DraftTree, curve: CostCurve, extra_rows: int, paths: PathCalibration | None, *,
@@ -129,7 +139,7 @@ def calibrated_choice(tree: DraftTree, curve: CostCurve, extra_rows: int, paths:
     if paths is None:
         return (*speedup_optimal(tree, curve, extra_rows, rate=rate, ghosts=ghosts), None)
     est = paths.tree(tree)
-    trusted = speedup_optimal(tree, curve, extra_rows, estimates=est, rate=rate)[2]
+    trusted = size_choice(tree, curve, extra_rows, estimates=est, rate=rate)  # recorded, never pruned to
     trust = paths.trust()
     kept, ghosts, choice = speedup_optimal(tree, curve, extra_rows, estimates=tuple(min(1.0, e * trust) for e in est),
                                            rate=rate, ghosts=ghosts)
