@@ -115,7 +115,8 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
 
     With ``probs`` (sampling on an accelerator) the rows' distributions travel in the same copy: both tables
     are packed as raw bytes into one buffer (float64 ids and scores, then float32 probabilities), copied once,
-    and viewed back in their own dtypes on the host, bit for bit.
+    and viewed back in their own dtypes on the host, bit for bit.  CPU logits, where nothing is copied, are read
+    with fewer tensor operations (``_read_back_here``): the same figures.
 
     Args:
         logits: (n, |V|) verification logits (any dtype, any device).
@@ -125,6 +126,8 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
     Returns:
         ``ReadBack``; its ``probs`` is ``probs`` on the host (float32), or None.
     """
+    if probs is None and logits.device.type == "cpu":
+        return _read_back_here(logits, k)
     if k:
         scores, ids, greedy, unsure = _top_rows(logits, k)  # (n, k), (n, k), (n,), (n,)
         k = ids.shape[-1]
@@ -146,6 +149,32 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
     greedy = [int(logits[i].float().argmax()) if r[1] else int(r[0]) for i, r in enumerate(rows)]  # a second sync
     # only for a row whose maximum recurs k times or is NaN
     return ReadBack(greedy, [[int(t) for t in r[2:2 + k]] for r in rows], [r[2 + k:] for r in rows], host_probs)
+
+
+def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
+    """``read_back`` of CPU logits, where nothing is copied: the top-k and the softmax as ``_top_rows`` takes them,
+    and the argmax read off the top-k in Python by ``_top_rows``' rule (k = 0: the argmax alone).  Five tensor
+    operations instead of twenty:
+    right after a llama.cpp decode has evicted the caches each one costs tens of µs, so the packing that saves a
+    device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per cycle").
+
+    Args:
+        logits: (n, |V|) CPU verification logits (any dtype).
+        k: successors per row; 0 reads the argmax alone.
+    """
+    x = logits.float()  # (n, |V|)
+    if not k:
+        greedy = x.argmax(dim=-1).tolist()  # (n,)
+        return ReadBack(greedy, [[] for _ in greedy], [[] for _ in greedy])
+    vals, ids = x.topk(min(k, x.shape[-1]), dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
+    scores = torch.softmax(x, dim=-1).gather(-1, ids).tolist()  # (n, k) float32 -> floats
+    vals, ids = vals.tolist(), ids.tolist()
+    greedy = []
+    for row, (v, t) in enumerate(zip(vals, ids)):
+        tied = [t[j] for j in range(len(v)) if v[j] == v[0]]  # empty when the maximum is NaN
+        sure = 0 < len(tied) < len(v)  # else the argmax may lie beyond the k (or the row holds a NaN)
+        greedy.append(min(tied) if sure else int(x[row].argmax()))
+    return ReadBack(greedy, ids, scores)
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
