@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import DEMO_CURVE, SMOLLM2_CURVE
 
@@ -414,3 +415,12 @@ def test_a_slow_size_verifies_padded_with_the_same_logits_for_its_rows(demo_lm):
         assert plain.length == padded.length
         again_a, again_b = plain.verify(DraftTree.root_only(14)), padded.verify(DraftTree.root_only(14))
         assert torch.allclose(again_a, again_b, rtol=0, atol=1e-4), name
+
+
+@pytest.mark.parametrize("spec", [SMOLLM2_CURVE, DEMO_CURVE, "past=128;1:130,2:171,3:226,4:178,5:168,8:173,16:184"])
+def test_the_latency_table_gives_what_the_fit_gives_at_every_size(spec):
+    curve = CostCurve.from_spec(spec)
+    fitted = curve._at(np.arange(1, 301))  # the fit read afresh, past the table too
+    assert [curve.latency(n) for n in range(1, 301)] == fitted.tolist()
+    assert curve.latencies(300) == fitted.tolist() and curve.latencies(7) == fitted[:7].tolist()
+    assert curve.latency(2.5) == float(curve._at(np.array([2.5]))[0])  # a mean number of rows (the bench asks)

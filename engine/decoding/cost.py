@@ -192,9 +192,11 @@ class CostCurve:
     def latency(self, n: int) -> float:
         """T(n) in ms as the loop prices it: the ``fit`` at ``verify_rows(n)``, interpolated linearly between
         measured sizes that are not slow, and extended beyond the largest along a robust slope (the median of the
-        last three segments')."""
+        last three segments').  ``n`` may be a mean number of rows (a float)."""
         table = self._table
-        return table[n - 1] if 1 <= n <= len(table) else float(self._at(np.array([n]))[0])
+        if type(n) is int and 1 <= n <= len(table):
+            return table[n - 1]
+        return float(self._at(np.array([n]))[0])  # a size past the table, or a mean number of rows
 
     def latencies(self, upto: int) -> list[float]:
         """[T(1), ..., T(upto)] in ms, as ``latency`` gives each, in one pass (the size choice reads them all)."""
