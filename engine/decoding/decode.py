@@ -478,7 +478,7 @@ def _fit(plan: Plan, room: int | None) -> Plan:
         return plan
     keep = [i for i, d in enumerate(depths) if d <= room]
     index = {old: new for new, old in enumerate(keep)}
-    ghosts = tuple(replace(g, parent=index[g.parent]) for g in plan.ghosts if depths[g.parent] < room)
+    ghosts = tuple(g.moved(index[g.parent]) for g in plan.ghosts if depths[g.parent] < room)
     tree = plan.tree.subtree(keep)
     return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
 

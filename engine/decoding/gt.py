@@ -24,7 +24,7 @@ positive net benefit and the whole tree is kept.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..core.estimates import PathCalibration
 from ..core.tree import DraftTree, GhostNode
@@ -77,7 +77,7 @@ def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
     choice = size_choice(tree, curve, extra_rows, estimates=estimates, rate=rate)
     keep = choice.kept
     new_index = {old: new for new, old in enumerate(keep)}
-    earlier = tuple(replace(g, parent=new_index[g.parent]) for g in ghosts if g.parent in new_index)
+    earlier = tuple(g.moved(new_index[g.parent]) for g in ghosts if g.parent in new_index)
     ghosts = earlier + tuple(GhostNode(new_index[tree.parents[i]], tree.tokens[i], tree.sources[i], tree.scores[i],
                                        tree.est_accept[i])
                              for i in range(1, n) if i not in new_index and tree.parents[i] in new_index)
