@@ -299,10 +299,12 @@ class TreeBuilder:
     paths: list[tuple[int, ...]] = field(init=False)  # tokens from the root's child down to each node
     min_est: float = field(init=False)
     ghosts: list[GhostNode] = field(init=False, default_factory=list)
+    kids: list[dict[int, int]] = field(init=False)  # per node: child token -> the first child carrying it
 
     def __post_init__(self) -> None:
         self.tokens, self.parents, self.sources = [self.root_token], [None], [Source.ROOT]
         self.scores, self.est, self.depth, self.paths = [1.0], [1.0], [0], [()]
+        self.kids = [{}]
         if self.gt_threshold is None:
             raise ValueError("the builders prune at a resolved config's prune_at: use config.resolved(curve)")
         self.min_est = float(self.gt_threshold)  # c enforced per node
@@ -334,10 +336,14 @@ class TreeBuilder:
         self.est.append(est)
         self.depth.append(self.depth[parent] + 1)
         self.paths.append(self.paths[parent] + (token,))
-        return len(self.tokens) - 1
+        self.kids.append({})
+        node = len(self.tokens) - 1
+        self.kids[parent].setdefault(token, node)
+        return node
 
     def child_tokens(self, parent: int) -> set[int]:
-        return {t for t, p in zip(self.tokens, self.parents) if p == parent}
+        """The tokens of ``parent``'s children now (a copy: later children do not join it)."""
+        return set(self.kids[parent])
 
     def path_tokens(self, node: int) -> tuple[int, ...]:
         """Tokens from the root's child down to ``node`` (() for the root)."""
@@ -345,7 +351,7 @@ class TreeBuilder:
 
     def child_with(self, parent: int, token: int) -> int | None:
         """Index of ``parent``'s child carrying ``token``, or None."""
-        return next((i for i, (t, p) in enumerate(zip(self.tokens, self.parents)) if p == parent and t == token), None)
+        return self.kids[parent].get(token)
 
     def freeze(self) -> Built:
         tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),

@@ -18,6 +18,7 @@ path (the confident extension of §4.3), it matches the context plus that path.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,7 +149,8 @@ class NgramIndex:
         for n in self.ngram_sizes:
             if len(query) < n:
                 continue
-            ends = [e for e in self._positions[n].get(tuple(query[len(query) - n :]), ()) if e < last]
+            found = self._positions[n].get(tuple(query[len(query) - n :]), ())  # ascending: ``extend`` appends
+            ends = found[: bisect_left(found, last)]
             if not ends:
                 continue
             end = ends[0] if self.occurrence == "earliest" else ends[-1]
@@ -199,13 +201,17 @@ class PldSource:
         if not match.draft:
             return Candidates()
         confidence = match_confidence(len(match.draft), match.unanimous, self.long_match, self.max_spine)
-        first = request.depth + 1
-        return Candidates.chain(match.draft, [self.rate(first + i) for i in range(len(match.draft))],
+        first, prior = request.depth + 1, self.prior()
+        return Candidates.chain(match.draft, [self.counter.rate(first + i, prior) for i in range(len(match.draft))],
                                 match=match.n, confidence=confidence, consensus=match.consensus)
 
     def rate(self, depth: int) -> float:
         """Estimated acceptance of a spine token at ``depth`` given its parent was accepted."""
-        return self.counter.rate(depth, self.counter.pooled() if self.pooled_prior else 0.5)
+        return self.counter.rate(depth, self.prior())
+
+    def prior(self) -> float:
+        """The mean of each depth's Beta prior: the rate pooled over all depths, or 0.5 (``pooled_prior`` off)."""
+        return self.counter.pooled() if self.pooled_prior else 0.5
 
     def observe(self, verified: Verified) -> None:
         pass  # PLD learns nothing from the forward: it copies the context
