@@ -154,9 +154,9 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
 def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     """``read_back`` of CPU logits, where nothing is copied: the top-k and the softmax as ``_top_rows`` takes them,
     and the argmax read off the top-k in Python by ``_top_rows``' rule (k = 0: the argmax alone).  Five tensor
-    operations instead of twenty:
-    right after a llama.cpp decode has evicted the caches each one costs tens of µs, so the packing that saves a
-    device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per cycle").
+    operations instead of twenty: right after a llama.cpp decode has evicted the caches each one costs tens of µs,
+    so the packing that saves a device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per
+    cycle").
 
     Args:
         logits: (n, |V|) CPU verification logits (any dtype).
