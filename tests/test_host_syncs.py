@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.core import verify
 from engine.decoding.config import DecodeConfig
 from engine.decoding.sampling import make_rows_warper
 from engine.product.runs.decoder import make_decoder
@@ -41,6 +42,9 @@ class SyncCounter:
 
 @pytest.fixture
 def counter(monkeypatch, demo_lm):
+    """Counts host reads; the read-back is the accelerator's (one packed copy): the CPU's own shortcut, which reads
+    three small tables where nothing is copied (``verify._read_back_here``), is routed to it."""
+    monkeypatch.setattr(verify, "_read_back_here", lambda logits, k: verify._read_back_packed(logits, k, None))
     c = SyncCounter()
     for name in READS:
         monkeypatch.setattr(torch.Tensor, name, c.wrap(getattr(torch.Tensor, name)))
@@ -183,3 +187,24 @@ def test_uploads_on_a_cpu_pin_nothing(demo_lm, monkeypatch):
         demo_lm.encode_prompt(PROMPT)))
     assert any(len(t.tree) > 2 for t in traces)
     assert upload([[1, 2], [3, 4]], torch.long, "cpu").tolist() == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpu_read_back_reads_what_the_accelerators_reads(dtype):
+    """``read_back`` on CPU logits (``_read_back_here``: five tensor operations) against the packed path an
+    accelerator takes (one copy): the same argmax, successors and scores, ties, all-tied rows and NaNs included."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(60):
+        n, vocab = 1 + trial % 6, (50, 8192)[trial % 2]
+        x = torch.randn(n, vocab, generator=gen) * 3
+        if trial % 3 == 0:
+            x = x.round()  # many ties, at the maximum too
+        if trial % 7 == 0:
+            x[0] = 1.0  # every logit tied: the argmax lies beyond the top-k
+        if trial % 11 == 0:
+            x[-1, 3] = float("nan")
+        x = x.to(dtype)
+        for k in (0, 10):
+            here, packed = verify.read_back(x, k), verify._read_back_packed(x, k, None)
+            assert here.greedy == packed.greedy and here.successor_ids == packed.successor_ids
+            assert here.successor_scores == packed.successor_scores or trial % 11 == 0  # NaN != NaN

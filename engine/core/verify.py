@@ -128,6 +128,11 @@ def read_back(logits: torch.Tensor, k: int, probs: torch.Tensor | None = None) -
     """
     if probs is None and logits.device.type == "cpu":
         return _read_back_here(logits, k)
+    return _read_back_packed(logits, k, probs)
+
+
+def _read_back_packed(logits: torch.Tensor, k: int, probs: torch.Tensor | None) -> ReadBack:
+    """``read_back`` on a device: every table packed into one buffer, one copy to the host."""
     if k:
         scores, ids, greedy, unsure = _top_rows(logits, k)  # (n, k), (n, k), (n,), (n,)
         k = ids.shape[-1]
