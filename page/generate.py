@@ -192,7 +192,10 @@ def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = N
     run = live.run
     frame = {"output": run_output(run), "run": run, "command": live.command, "notice": "",
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index), **numbers(run, live.curve, speedup)}
-    if heavy:
-        return {**frame, **cycle_views(run, drawn, live.lm, live.drawing), "speed_plot": speed_figure(run.traces)}
+    if heavy:  # the speed chart from the second cycle on: at the first it holds one point, and drawing it costs a
+        # browser on the server's CPU more than the tree does (docs/results.md, "The page's engine thread"); cleared
+        # meanwhile, so no chart of another run stands beside this run's tree
+        chart = speed_figure(run.traces) if trace.index > 1 or trace.finished else None
+        return {**frame, **cycle_views(run, drawn, live.lm, live.drawing), "speed_plot": chart}
     marks = ghost_marks(drawn, bool(live.drawing.show_ghosts), bool(live.drawing.show_all))
     return {**frame, "explain": cycle_words(run, drawn, live.text, marks)}

@@ -294,6 +294,18 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
     assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig.of(ptd_rows=8), model="demo")
 
 
+def test_the_first_tree_frame_leaves_the_speed_chart_for_later(demo_lm):
+    """A run's first frame draws its tree at once and clears the speed chart (one point, and the dearest drawing for a
+    browser on the server's CPU); the chart comes with a later tree frame and the last frame."""
+    from page.generate import generate
+    from page.settings import PageSettings
+
+    frames = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=24), models=ModelRegistry(demo_lm))
+    trees = [f for f in frames if "tree_plot" in f]
+    assert trees[0]["speed_plot"] is None and trees[0]["tree_plot"] is not None
+    assert trees[-1]["speed_plot"] is not None and trees[-1]["run"].traces[-1].finished
+
+
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
     """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
