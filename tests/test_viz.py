@@ -1,8 +1,12 @@
 """Tree figure and charts built from synthetic cycle traces (no model needed)."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
+from dataclasses import replace
 
 from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.trace import CycleTrace
@@ -452,3 +456,20 @@ def test_a_count_of_pruned_candidates_says_where_the_drawing_has_them():
     assert ghost_words(4, GhostMarks(0, 4, 0)) == " (all in the +N folds)"
     assert ghost_words(4, GhostMarks(0, 0, 4)) == " (not drawn: ghosts are switched off)"
     assert ghost_words(0, GhostMarks(0, 0, 0)) == ""
+
+
+def ghostly_trace() -> CycleTrace:
+    """``wide_trace`` with GT ghosts under its rejected nodes (node names "g<k>" beside ints), folded with them."""
+    trace = wide_trace(60)
+    ghosts = tuple(GhostNode(p, 40 + k, Source("tr"), 0.1, 0.05) for k, p in enumerate(range(6, 60, 2)))
+    return replace(trace, ghosts=ghosts)
+
+
+def test_a_folded_tree_draws_the_same_in_every_process():
+    """Folds list their nodes in the graph's order, not a set's: node names mix ints and strings ("g3"), whose hashes
+    differ from process to process, so two processes under other hash seeds must draw the same figure."""
+    code = ("import sys; sys.path[:0] = ['tests', '.']; from test_viz import ghostly_trace; "
+            "from viz.tree_figure import tree_figure; print(tree_figure(ghostly_trace(), lambda i: f't{i}').to_json())")
+    drawn = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(drawn) == 1

@@ -118,11 +118,17 @@ def _leaves(g: nx.DiGraph, v) -> int:
     return 1 if not kids else sum(_leaves(g, c) for c in kids)
 
 
+def _in_order(g: nx.DiGraph, names: set) -> list:
+    """``names`` in the graph's order: a set of node names (ints and strings such as "g3") iterates in string-hash
+    order, which differs from process to process, and a fold's hover lists its nodes in the order they come."""
+    return [v for v in g if v in names]
+
+
 def _fold(g: nx.DiGraph, parent, members: list, name: str, kind: NodeKind) -> None:
     """Replace ``members`` (each with its whole subtree) by one node ``name`` under ``parent``."""
     everything = []
     for m in members:
-        everything += [m, *nx.descendants(g, m)]
+        everything += [m, *_in_order(g, nx.descendants(g, m))]
     data = [node(g, m) for m in everything if node(g, m).kind in ("node", "ghost")]
     data += [d for m in everything if node(g, m).kind == "group" for d in node(g, m).members]
     first = node(g, members[0])
@@ -166,7 +172,7 @@ def _fold_chain(g: nx.DiGraph, chain: list, start: int, count: int, name: str) -
     """Replace ``chain[start:start + count]`` (with the side subtrees hanging off it) by one "⋯N" node ``name``
     between ``chain[start - 1]`` and ``chain[start + count]``; its colour and status are the chain's."""
     middle, after = chain[start: start + count], chain[start + count]
-    side = (set(nx.descendants(g, middle[0])) - {after} - set(nx.descendants(g, after))) - set(middle)
+    side = _in_order(g, (nx.descendants(g, middle[0]) - {after} - nx.descendants(g, after)) - set(middle))
     data = [node(g, m) for m in middle]
     sides = [node(g, m) for m in side if node(g, m).kind in ("node", "ghost")]
     sides += [d for m in side if node(g, m).kind == "group" for d in node(g, m).members]
