@@ -275,7 +275,7 @@ class SpecDecoder:
         ``REGISTRY`` order, PLD first."""
         cfg = self.config
         proposals = tuple((src, src.propose(Request(s.tokens, (), self._draft_budget))) for src in s.sources)
-        chains = [(src, _main_chain(c)) for src, c in proposals if src.info.role is Role.SPINE and len(c)]
+        chains = [(src, c.main_chain()) for src, c in proposals if src.info.role is Role.SPINE and len(c)]
         if not chains:
             return Drafts(proposals)
         by_chain = cfg.tree.spine_rule == "longest-chain"
@@ -465,8 +465,8 @@ class SpecDecoder:
             new_tokens=done.tokens, spine_ratio=plan.spine_ratio, p_s_ema=s.stats.p_s_ema, timings_ms=timings,
             elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
             ptd_rows=len(plan.grafted) - len(plan.tree), pad_rows=plan.rows - len(plan.grafted),
-            confidence=drafts.confidence,
-            match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens, budget=plan.budget, **_gt_fields(plan.gt))
+            confidence=drafts.confidence, match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens,
+            budget=plan.budget, **(plan.gt.trace_fields() if plan.gt else {}))
 
 
 def _fit(plan: Plan, room: int | None) -> Plan:
@@ -482,19 +482,3 @@ def _fit(plan: Plan, room: int | None) -> Plan:
     tree = plan.tree.subtree(keep)
     return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
 
-
-def _main_chain(cands: Candidates) -> Candidates:
-    """The main path of a proposal as a chain (its candidates' own estimates), keeping its match facts."""
-    main = cands.main_path
-    if len(main) == len(cands):
-        return cands
-    return Candidates.chain([cands.tokens[i] for i in main], [cands.p[i] for i in main], match=cands.match,
-                            confidence=cands.confidence, consensus=cands.consensus)
-
-
-def _gt_fields(choice: GtChoice | None) -> dict:
-    """``CycleTrace`` fields of a cycle's speedup-optimal size choice (all None without one)."""
-    if choice is None:
-        return {}
-    return {"gt_nodes": choice.nodes, "gt_candidates": choice.candidates, "gt_expected": choice.expected,
-            "gt_cost_ms": choice.cost_ms}

@@ -49,6 +49,11 @@ class GtChoice:
     cost_ms: float
     kept: tuple[int, ...] = (0,)
 
+    def trace_fields(self) -> dict:
+        """The choice's ``CycleTrace`` fields (``gt_*``)."""
+        return {"gt_nodes": self.nodes, "gt_candidates": self.candidates, "gt_expected": self.expected,
+                "gt_cost_ms": self.cost_ms}
+
 
 def speedup_optimal(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
                     estimates: tuple[float, ...] | None = None,

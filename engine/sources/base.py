@@ -200,6 +200,14 @@ class Candidates:
             path.append(kids[path[-1]][0])
         return tuple(path)
 
+    def main_chain(self) -> Candidates:
+        """The main path as a chain (its candidates' own estimates), keeping the match facts."""
+        main = self.main_path
+        if len(main) == len(self):
+            return self
+        return Candidates.chain([self.tokens[i] for i in main], [self.p[i] for i in main], match=self.match,
+                                confidence=self.confidence, consensus=self.consensus)
+
     @classmethod
     def chain(cls, tokens: Sequence[int], p: Sequence[float], **kw) -> Candidates:
         """A chain: candidate i is the child of candidate i - 1; scores are the estimates."""
