@@ -137,3 +137,38 @@ def test_read_back_argmax_is_torch_argmax_among_ties_and_nan(dtype):
             assert back.successor_scores == scores.double().tolist()
             if dtype != torch.float32:  # distinct half-precision logits never share a probability: same order
                 assert back.successor_ids == ids.tolist()
+
+
+STEEP = "past=128;1:10,2:17,4:25,8:41,16:72,32:142,64:280,128:560"  # llama.cpp's Q4_1 curve on 2 cores, roughly
+
+
+def test_branch_sources_rest_after_a_run_of_cycles_gt_priced_down_to_the_anchor(demo_lm, monkeypatch):
+    """``GtConfig.rest_after`` = k: a cycle whose k or more predecessors in a row were AR steps (GT priced every draft
+    down to the anchor) drafts without TR, reads back no top-k and lets TR observe nothing, except every k-th such
+    cycle; a verified draft ends the run.  The output is AR's all along."""
+    import engine.decoding.decode as decode
+    from engine.decoding.cost import CostCurve
+    from engine.sources.tr import TrSource
+    from viz.explain import explain_cycle
+
+    ks, observed = [], []
+    monkeypatch.setattr(decode, "read_back", lambda logits, k, probs=None: ks.append(k) or read_back(logits, k, probs))
+    real_observe = TrSource.observe
+    monkeypatch.setattr(TrSource, "observe", lambda self, v: observed.append(len(v.output)) or real_observe(self, v))
+    ids, k = demo_lm.encode_prompt(PROMPT), 4
+    config = DecodeConfig.of(max_new_tokens=96, gt_rest_after=k)
+    traces = list(make_decoder(demo_lm.model, config, (), cost_curve=CostCurve.from_spec(STEEP)).generate(ids))
+    streak, rested, reset = 0, 0, False
+    for trace, read_k in zip(traces[1:], ks[1:]):  # ks[0]: the prefill's
+        rests = streak >= k and streak % k != 0
+        assert trace.resting == (("tr",) if rests else ()) and read_k == (0 if rests else 10), (trace.index, streak)
+        rested += rests
+        reset |= streak >= k and trace.mode != "ar"
+        streak = streak + 1 if trace.mode == "ar" else 0
+    assert rested >= 5 and reset  # the rule both rested and ended a run of AR steps here
+    assert len(observed) == len(traces) - 1 - rested  # TR observed every cycle it drafted in
+    assert "TR branch rested" in explain_cycle(next(t for t in traces if t.resting), str)
+    free = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=96, gt_rest_after=0), (),
+                             cost_curve=CostCurve.from_spec(STEEP)).generate(ids))
+    assert [t for tr in traces for t in tr.new_tokens] == [t for tr in free for t in tr.new_tokens]
+    assert not any(t.resting for t in free)

@@ -33,6 +33,9 @@ def test_round_trip_keeps_every_cycle(exported):
     assert [t.new_tokens for t in run["traces"]] == [t.new_tokens for t in traces]
     assert all(tok in run["token_text"] for t in traces for tok in t.tree.tokens)
     assert run["config"]["gt_threshold"] == 0.0
+    doc = json.loads(doc)
+    doc["cycles"][1]["resting"] = ["tr"]  # a cycle TR sat out (GtConfig.rest_after) reads back as such
+    assert load_run(json.dumps(doc))["traces"][1].resting == ("tr",)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -50,6 +53,7 @@ def test_round_trip_keeps_every_cycle(exported):
     (lambda d: d["cycles"][1]["tree"]["sources"].__setitem__(0, "magic"), "unknown source"),
     (lambda d: d["cycles"][1].update(accepted=[99]), "out of range"),
     (lambda d: d["cycles"][1].pop("bonus"), "missing field 'bonus'"),
+    (lambda d: d["cycles"][1].update(resting="tr"), "resting"),
 ])
 def test_bad_files_get_a_clear_message(exported, mutate, message):
     doc = json.loads(exported[1])

@@ -44,6 +44,17 @@ def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
     return f" ({drawn} drawn as ghosts, {folded} in the +N folds)"
 
 
+def rest_note(trace: CycleTrace) -> str:
+    """Which sources sat the cycle out and why (``CycleTrace.resting``), e.g. "; TR branch rested: GT had priced the
+    drafts of the cycles before down to the anchor, so its successors were neither drafted nor read back"; ""
+    when every source drafted."""
+    if not trace.resting:
+        return ""
+    names = " and ".join(next((i.label for i in REGISTRY if i.name == name), name) for name in trace.resting)
+    return (f"; {names} rested: GT had priced the drafts of the cycles before down to the anchor, so its successors "
+            "were neither drafted nor read back")
+
+
 def gt_note(trace: CycleTrace, marks: GhostMarks | None = None) -> str | None:
     """Why GT "auto" gave the cycle its size, counted on what the tree draws: e.g. "GT kept 9 nodes, pruned 52 (the 52
     ghosts): 2.4 tokens expected for 5.1 ms on the cost curve" (the bonus token counted).  Kept = the verified
@@ -71,7 +82,7 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: Gh
         return f"prefill: one forward over the prompt gives the first token {q(trace.bonus)}"
     if trace.mode == "ar":
         why = gt_note(trace, marks) or "no draft source had a candidate"
-        return f"{why}: plain AR step, token {q(trace.bonus)}"
+        return f"{why}: plain AR step, token {q(trace.bonus)}{rest_note(trace)}"
     tree, accepted = trace.tree, trace.accepted
     note = confidence_note(trace)
     spine = tree.spine
@@ -96,7 +107,7 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: Gh
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
     if gt_note(trace, marks):
         parts.append(gt_note(trace, marks))
-    return f"{trace.mode}: " + "; ".join(parts)
+    return f"{trace.mode}: " + "; ".join(parts) + rest_note(trace)
 
 
 #: Output-token colours by the source that produced each token (the page's coloured output): each source's

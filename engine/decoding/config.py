@@ -156,8 +156,14 @@ class GtConfig:
     # forward of it costs at most this many AR steps on the curve: the path estimates of a long extension are
     # the least reliable (docs/results.md, "GT principle: tree size", the chain cap)
 
+    rest_after: int = 32  # after this many cycles in a row that the size choice priced down to the anchor, the
+    # branch sources (TR) rest in all but every rest_after-th cycle until a draft is verified again: no successors
+    # drafted, none read back (GT §3.1 Eq. 6 prices a row's harvest, and on a steep curve no tree uses it); the
+    # cycles between keep the estimates learning.  0: they never rest.  32: the demo's flat curve keeps its trees
+    # (predicted 2.164 at 32 and off, 2.158 at 16, 2.064 at 4: docs/results.md, "GT on a steep curve")
+
     FLAT: ClassVar[dict[str, str]] = {"threshold": "gt_threshold", "floor": "gt_floor", "rate": "gt_rate",
-                                      "chain_steps": "gt_chain_steps"}
+                                      "chain_steps": "gt_chain_steps", "rest_after": "gt_rest_after"}
 
     def __post_init__(self) -> None:
         check([
@@ -166,6 +172,8 @@ class GtConfig:
              f"GT threshold c must be 'auto', 'chord' or in [0, 1) (got {self.threshold!r})"),
             one_of(self.rate, GT_RATES, "GT rate"),
             (1.0 <= self.chain_steps <= 1000.0, f"GT chain steps must be in [1, 1000] (got {self.chain_steps})"),
+            (isinstance(self.rest_after, int) and 0 <= self.rest_after <= 1000,
+             f"GT rest after must be a whole number of cycles in [0, 1000] (got {self.rest_after!r})"),
         ])
 
     @property

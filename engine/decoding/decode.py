@@ -35,6 +35,7 @@ class Drafts:
     proposals: tuple[tuple[DraftSource, Candidates], ...]
     spine: DraftSource | None = None  # the spine source offering the longest chain (ties: ``REGISTRY`` order)
     chain: Candidates = Candidates()  # the spine's chain: the main path of the spine source's candidates
+    resting: tuple[DraftSource, ...] = ()  # sources sitting this cycle out (``GtConfig.rest_after``): unobserved
 
     @property
     def confidence(self) -> float:
@@ -100,6 +101,7 @@ class Generation:
     cycles: int = 0
     busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
     curve_ms: float = 0.0  # verification time of every cycle so far by the cost curve (ms), for the GT rate λ
+    streak: int = 0  # cycles in a row whose drafts the size choice priced down to the anchor (``_resting``)
 
     @property
     def past_len(self) -> int:
@@ -228,7 +230,7 @@ class SpecDecoder:
             plan = self._build(gen, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
             logits = gen.forward.verify(plan.grafted.padded(plan.rows))[: len(plan.grafted)]  # 3. verify: (n, |V|)
-            back = read_back(logits, self._read_k(gen), self._probs(plan, logits))  # the cycle's one host sync
+            back = read_back(logits, self._read_k(src for src, _ in drafts.proposals), self._probs(plan, logits))
             clock.lap("forward")
             walk = self._accept(gen, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
@@ -256,7 +258,7 @@ class SpecDecoder:
         else:
             first = int(logits[-1].argmax())
         clock.lap("forward")
-        k = self._read_k(gen)
+        k = self._read_k(gen.sources)
         back = read_back(logits, k) if k else None  # (L rows): every prompt row's successors, when a source reads them
         for src in gen.sources:
             src.prefill(prompt, back)
@@ -273,14 +275,26 @@ class SpecDecoder:
         """Alg. 2 line 5: every source's candidates for the anchor; the spine goes to the spine source offering the
         longest chain (its candidates' main path), or the longest match (``TreeShape.spine_rule``); ties go to
         ``REGISTRY`` order, PLD first."""
-        cfg = self.config
-        proposals = tuple((src, src.propose(Request(s.tokens, (), self._draft_budget))) for src in s.sources)
+        cfg, resting = self.config, self._resting(s)
+        proposals = tuple((src, src.propose(Request(s.tokens, (), self._draft_budget))) for src in s.sources
+                          if src not in resting)
         chains = [(src, c.main_chain()) for src, c in proposals if src.info.role is Role.SPINE and len(c)]
         if not chains:
-            return Drafts(proposals)
+            return Drafts(proposals, resting=resting)
         by_chain = cfg.tree.spine_rule == "longest-chain"
         spine, chain = max(chains, key=lambda pair: len(pair[1]) if by_chain else pair[1].match)  # ties: the first
-        return Drafts(proposals, spine, chain)
+        return Drafts(proposals, spine, chain, resting)
+
+    def _resting(self, s: Generation) -> tuple[DraftSource, ...]:
+        """GT's promise on a steep curve (``GtConfig.rest_after`` = k, GT "auto"): after k cycles in a row that the
+        size choice priced down to the anchor, the branch sources rest in all but every k-th cycle until a draft is
+        verified again: they draft nothing, their top-k successors are not read back and they observe nothing.  A
+        node's cost includes harvesting its row (GT principle paper, §3.1 Eq. 6), and a harvest feeds only trees
+        that no longer pay; the k-th cycles keep the estimates and the calibration learning."""
+        k = self.config.gt.rest_after
+        if not (k and self.config.gt.auto and s.streak >= k and s.streak % k):
+            return ()
+        return tuple(src for src in s.sources if src.info.role is Role.BRANCH)
 
     def _build(self, s: Generation, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2).  Nothing
@@ -288,8 +302,8 @@ class SpecDecoder:
         ride-along rows that would pass the limit sit this forward out (their source does not observe it)."""
         room = self.positions.room(s.past_len)
         plan = self._choose_size(s, _fit(self._route(s, drafts), room))  # GT "auto": the speedup-optimal top
-        grafted, left_out = plan.tree, []
-        for src, cands in drafts.proposals:
+        grafted, left_out = plan.tree, list(drafts.resting)
+        for src, cands in drafts.proposals:  # the rows sources ride along
             trial = grafted.graft(list(cands.rows.tokens), list(cands.rows.parents), cands.rows.tag)
             if room is not None and max(trial.depths[len(grafted):], default=0) > room:
                 left_out.append(src)
@@ -432,6 +446,7 @@ class SpecDecoder:
             if not any(src is out for out in plan.left_out):
                 src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
+        s.streak = s.streak + 1 if plan.mode == "ar" else 0
         if s.stats.paths.pending:
             s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
         if self._rate_tracked:
@@ -449,9 +464,9 @@ class SpecDecoder:
         s.tokens.extend(kept)
         return Committed(tuple(kept), eos_at is not None or len(s.output) >= self.config.max_new_tokens)
 
-    def _read_k(self, s: Generation) -> int:
-        """Successors per row the cycle's read-back carries: the most any source needs."""
-        return max((src.top_k for src in s.sources), default=0)
+    def _read_k(self, sources: Iterable[DraftSource]) -> int:
+        """Successors per row a read-back carries: the most any of ``sources`` (those observing it) needs."""
+        return max((src.top_k for src in sources), default=0)
 
     def _trace(self, s: Generation, drafts: Drafts, plan: Plan, back: ReadBack, outcome: Outcome,
                timings: dict[str, float]) -> CycleTrace:
@@ -466,7 +481,8 @@ class SpecDecoder:
             elapsed_s=s.busy_s, total_tokens=len(s.output), finished=done.finished,
             ptd_rows=len(plan.grafted) - len(plan.tree), pad_rows=plan.rows - len(plan.grafted),
             confidence=drafts.confidence, match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens,
-            budget=plan.budget, **(plan.gt.trace_fields() if plan.gt else {}))
+            budget=plan.budget, resting=tuple(src.info.name for src in drafts.resting),
+            **(plan.gt.trace_fields() if plan.gt else {}))
 
 
 def _fit(plan: Plan, room: int | None) -> Plan:

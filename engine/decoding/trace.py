@@ -55,6 +55,8 @@ class CycleTrace:
             and for cycles with no draft.
         gt_expected: expected accepted draft tokens of the kept tree (sum of its path estimates).
         gt_cost_ms: T(n*) from the cost curve, the predicted verification time (ms).
+        resting: names of the draft sources that sat this cycle out (``GtConfig.rest_after``: branch sources after a
+            run of cycles the size choice priced down to the anchor); () when every source drafted.
     """
 
     index: int
@@ -81,6 +83,7 @@ class CycleTrace:
     gt_candidates: int | None = None
     gt_expected: float | None = None
     gt_cost_ms: float | None = None
+    resting: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))

@@ -44,7 +44,7 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "chain_tokens": t.chain_tokens, "budget": t.budget,
             "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
             "gt_expected": None if t.gt_expected is None else round(t.gt_expected, 6),
-            "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6)}
+            "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6), "resting": list(t.resting)}
 
 
 @dataclass(frozen=True)
@@ -177,11 +177,16 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
                       spine_ratio=c.get("spine_ratio"), p_s_ema=float(c.get("p_s_ema", 0.0)), timings_ms=timings,
                       elapsed_s=float(c["elapsed_s"]), total_tokens=int(c["total_tokens"]),
                       finished=bool(c["finished"]), ptd_rows=int(c.get("ptd_rows", 0)),
-                      pad_rows=int(c.get("pad_rows", 0)),
-                      confidence=None if confidence is None else float(confidence),
+                      pad_rows=int(c.get("pad_rows", 0)), confidence=None if confidence is None else float(confidence),
                       match_tokens=c.get("match_tokens") or 0, chain_tokens=c.get("chain_tokens") or 0,
                       budget=c.get("budget"), gt_nodes=c.get("gt_nodes"), gt_candidates=c.get("gt_candidates"),
-                      gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"))
+                      gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"),
+                      resting=_names(c.get("resting", []), f"{where}.resting"))
+
+
+def _names(x: Any, where: str) -> tuple[str, ...]:
+    _need(isinstance(x, list) and all(isinstance(v, str) for v in x), where, "expected a list of source names")
+    return tuple(x)
 
 
 def _not_json(exc: Exception) -> str:
