@@ -230,7 +230,8 @@ class SpecDecoder:
             plan = self._build(gen, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
             logits = gen.forward.verify(plan.grafted.padded(plan.rows))[: len(plan.grafted)]  # 3. verify: (n, |V|)
-            back = read_back(logits, self._read_k(src for src, _ in drafts.proposals), self._probs(plan, logits))
+            observers = [src for src, _ in drafts.proposals]  # a resting source reads nothing back
+            back = read_back(logits, self._read_k(observers), self._probs(plan, logits))  # the cycle's one host sync
             clock.lap("forward")
             walk = self._accept(gen, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
@@ -292,9 +293,8 @@ class SpecDecoder:
         node's cost includes harvesting its row (GT principle paper, §3.1 Eq. 6), and a harvest feeds only trees
         that no longer pay; the k-th cycles keep the estimates and the calibration learning."""
         k = self.config.gt.rest_after
-        if not (k and self.config.gt.auto and s.streak >= k and s.streak % k):
-            return ()
-        return tuple(src for src in s.sources if src.info.role is Role.BRANCH)
+        rest = bool(k and self.config.gt.auto and s.streak >= k and s.streak % k)
+        return tuple(src for src in s.sources if rest and src.info.role is Role.BRANCH)
 
     def _build(self, s: Generation, drafts: Drafts) -> Plan:
         """Draft tree for this cycle, then the rows sources ride along grafted under its root (PTD §3.2).  Nothing
