@@ -167,6 +167,7 @@ def test_branch_sources_rest_after_a_run_of_cycles_gt_priced_down_to_the_anchor(
         reset |= streak >= k and trace.mode != "ar"
         streak = streak + 1 if trace.mode == "ar" else 0
     assert rested >= 5 and reset  # the rule both rested and ended a run of AR steps here
+    assert any(t.accepted for t in traces[1:])  # drafts were accepted: the comparison below is not AR against AR
     assert len(observed) == len(traces) - 1 - rested  # TR observed every cycle it drafted in
     assert "TR branch rested" in explain_cycle(next(t for t in traces if t.resting), str)
     free = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=96, gt_rest_after=0), (),

@@ -54,6 +54,7 @@ def test_round_trip_keeps_every_cycle(exported):
     (lambda d: d["cycles"][1].update(accepted=[99]), "out of range"),
     (lambda d: d["cycles"][1].pop("bonus"), "missing field 'bonus'"),
     (lambda d: d["cycles"][1].update(resting="tr"), "resting"),
+    (lambda d: d["cycles"][1].update(resting=["root"]), "resting"),
 ])
 def test_bad_files_get_a_clear_message(exported, mutate, message):
     doc = json.loads(exported[1])

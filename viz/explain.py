@@ -50,7 +50,7 @@ def rest_note(trace: CycleTrace) -> str:
     when every source drafted."""
     if not trace.resting:
         return ""
-    names = " and ".join(next((i.label for i in REGISTRY if i.name == name), name) for name in trace.resting)
+    names = " and ".join(info(name).label for name in trace.resting)
     return (f"; {names} rested: GT had priced the drafts of the cycles before down to the anchor, so its successors "
             "were neither drafted nor read back")
 

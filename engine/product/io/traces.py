@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.core.tree import DraftTree, GhostNode, Source
 from engine.decoding.trace import MODES, CycleTrace
-from engine.sources import tags
+from engine.sources import REGISTRY, tags
 
 SCHEMA = "goose-lens-trace"
 VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),
@@ -185,7 +185,9 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
 
 
 def _names(x: Any, where: str) -> tuple[str, ...]:
-    _need(isinstance(x, list) and all(isinstance(v, str) for v in x), where, "expected a list of source names")
+    known = [i.name for i in REGISTRY]
+    _need(isinstance(x, list) and all(v in known for v in x), where,
+          f"expected a list of draft source names (known: {', '.join(known)})")
     return tuple(x)
 
 
