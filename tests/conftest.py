@@ -104,15 +104,18 @@ SMOLLM2_CURVE = "past=128;" + ",".join(f"{n}:{37 + 3 * (n - 1):.3f}" for n in
 
 
 def _install_curve(lm, spec: str) -> None:
-    """In the tests' private cache, ``spec`` is ``lm``'s shared cost curve (a cache the developer named keeps its
-    own curve)."""
+    """In the tests' private cache, ``spec`` is ``lm``'s shared cost curve on the eager and the static path (a cache
+    the developer named keeps its own curves)."""
+    from engine.core.forward import StaticPath
     from engine.product.models import cost_cache as cost
 
     if _PRIVATE_CACHE:
-        curve = cost.CostCurve.from_spec(spec, key=cost.curve_key(lm.model))
-        path = cost._cache_path(lm.model, None)
-        assert cost.write_cost_curve(curve, path)
-        cost._loaded.pop(path, None)  # a curve measured before this fixture ran is not the one read
+        for forward in (None, StaticPath(lm.model)):  # the eager path's and the static one's (the lossless tests run
+            # both: a curve measured in the test would make their trees, and the drafts accepted, the machine's load's)
+            curve = cost.CostCurve.from_spec(spec, key=cost.curve_key(lm.model, cost._path_name(forward)))
+            path = cost._cache_path(lm.model, None, forward)
+            assert cost.write_cost_curve(curve, path)
+            cost._loaded.pop(path, None)  # a curve measured before this fixture ran is not the one read
 
 
 @pytest.fixture(scope="session")
