@@ -218,6 +218,38 @@ def test_a_tree_too_large_for_the_context_says_so(path, prompt):
     assert ggml.physical_cores() >= 1
 
 
+@pytest.mark.full  # ~140 llama.cpp decodes over a long prompt, 2 threads: seconds
+def test_one_row_steps_equal_a_batch_past_512_cells_on_two_threads(llama_cpp_module, smollm2_lm):
+    """Past 512 cells, on 2 threads, where ggml's attention has a split kernel for one row and a tiled one for 64 rows
+    or more over f16 keys and values: 70 tokens decoded one row at a time equal, bit for bit, the same tokens decoded
+    as one 70-row chain (two chunks, ``TREE_CHUNK``) and as a 2-row chain at each step, because the keys are Q8_0."""
+    from engine.product.models.named import SMOLLM2, ensure_gguf
+
+    two = GgmlPath(smollm2_lm.model, ensure_gguf(SMOLLM2), threads=2)
+    try:
+        rows = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
+        ids = smollm2_lm.encode_prompt("\n".join(json.loads(row)["prompt"] for row in rows[:6]), chat=False)
+        assert len(ids) > 520, len(ids)
+        tokens = ids[-70:]
+        steps, batch = two.open(len(ids) + 80, 70), two.open(len(ids) + 80, 70)
+        steps.prefill(ids[:-70])
+        batch.prefill(ids[:-70])
+        one = torch.empty(70, 49152)
+        for i, token in enumerate(tokens):  # one row a decode, committed
+            pair = steps.verify(DraftTree.chain(tokens[i:i + 2], TR))  # (2, |V|): this row in a batch of two
+            steps.commit([])
+            one[i] = steps.verify(DraftTree.root_only(token))[0]
+            steps.commit([0])
+            gap = (pair[0] - one[i]).abs().max()
+            assert torch.equal(pair[0], one[i]), f"row {i}: a 2-row batch differs by {gap:.3g}"
+        chain = batch.verify(DraftTree.chain(tokens, TR))  # (70, |V|)
+        for i in range(70):
+            gap = (chain[i] - one[i]).abs().max()
+            assert torch.equal(chain[i], one[i]), f"row {i}: the 70-row chain differs by {gap:.3g}"
+    finally:
+        two.close()
+
+
 @pytest.mark.full  # two generations on llama.cpp over a long prompt, 2 threads: seconds
 def test_goose_matches_its_ar_past_512_cells_on_two_threads(llama_cpp_module, smollm2_lm):
     """Past 512 cells, with 2 threads, an f16 cache would send a one-row forward to a split kernel that rounds unlike

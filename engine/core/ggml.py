@@ -24,18 +24,20 @@ being freed; the rows after it are freed, and each tree takes the cells after th
 head).  When those cannot hold the next tree, seq 0 is compacted (saved, cleared, restored in order: a copy of the
 committed K and V, rare).  ggml's CPU flash attention tiles a batch of 64 query rows or more over an f16 cache
 (rounding unlike one row), so a tree is decoded in chunks of ``TREE_CHUNK`` = 63 rows, each chunk's rows seeing the
-earlier ones' cells (a guard: the Q8_0 cache below never takes the tiled kernel).  A tree row's logits then equal,
+earlier ones' cells (a guard: the Q8_0 keys below never take the tiled kernel).  A tree row's logits then equal,
 bit for bit, those of its path decoded as a chain, one row at a time or batched (tests/test_ggml.py), and greedy
 decoding on this path gives the ids of AR on it.
 
-The KV cache holds 8-bit (Q8_0) keys and values, not llama.cpp's default f16.  With f16 (or f32) K and V, ggml's CPU
-flash attention has two more kernels a batch's row never takes: one query row over 512 cells or more is split
-across threads and its partial sums reduced (``use_split_kv_path``), and 64 query rows or more are tiled; each rounds
-unlike the row-by-row kernel, and the 8-bit activations make that a logit difference of up to ~0.7 (measured: an AR
-step past 256 used cells against the same row in a tree, 2 threads).  A quantized cache takes the row-by-row kernel
-for every row, so an AR step and a tree row are bit-identical at any length (measured at 100-1100 cells).  The
-price: keys and values rounded to 8 bits (Q8_0, the format llama.cpp offers for a smaller cache), so this path's text
-may part from llama.cpp's default (``llamacpp-ar``) where its f16 cache would round otherwise.
+The KV cache holds 8-bit (Q8_0) keys and f16 values (llama.cpp's default: f16 both).  With K and V of one type f16
+(or f32), ggml's CPU flash attention has two more kernels a batch's row never takes: one query row over 512 cells or
+more is split across threads and its partial sums reduced (``use_split_kv_path``), and 64 query rows or more are
+tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make that a logit difference of up to
+~0.7 (measured: an AR step past 256 used cells against the same row in a tree, 2 threads).  Both kernels need K and
+V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
+row are bit-identical at any length (tests/test_ggml.py).  Q8_0 keys with f16 values cost what llama.cpp's f16
+cache costs (an AR step 0.96-1.01x of it over 100-900 cells; Q8_0 values 1.03-1.14x, f16 keys with Q8_0 values
+1.02-1.21x: docs/results.md).  The price: keys rounded to 8 bits, so this path's text may part from llama.cpp's
+default (``llamacpp-ar``) where its f16 keys would round otherwise.
 
 Sources: llama.cpp ``examples/speculative`` (draft trees as ``n_seq_dft`` sequences sharing the prefix through
 ``llama_memory_seq_cp``), ``include/llama.h`` (``llama_batch`` seq ids, the ``llama_memory_seq_*`` and
@@ -153,7 +155,8 @@ class _Context:
         params.kv_unified = True  # one cell pool: a cell holds several seq ids, seq_cp copies metadata only
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED  # cells in cache order, masked ones skipped
         params.no_perf = True
-        params.type_k = params.type_v = lib.GGML_TYPE_Q8_0  # see the module docstring: a row alike in any batch
+        params.type_k = lib.GGML_TYPE_Q8_0  # keys unlike values: a row alike in any batch (the module docstring)
+        params.type_v = lib.GGML_TYPE_F16
         ctx = lib.llama_init_from_model(model.ptr, params)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells (see its log on stderr)")
