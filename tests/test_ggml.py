@@ -236,7 +236,7 @@ def test_one_row_steps_equal_a_batch_past_512_cells_on_two_threads(llama_cpp_mod
         batch.prefill(ids[:-70])
         one = torch.empty(70, 49152)
         for i, token in enumerate(tokens):  # one row a decode, committed
-            pair = steps.verify(DraftTree.chain(tokens[i:i + 2], TR))  # (2, |V|): this row in a batch of two
+            pair = steps.verify(DraftTree.chain(tokens[i:i + 2], TR)).clone()  # (2, |V|): this row in a batch of two
             steps.commit([])
             one[i] = steps.verify(DraftTree.root_only(token))[0]
             steps.commit([0])

@@ -87,7 +87,7 @@ class TreeForward(ABC):
             ids: L >= 1 prompt token ids.
 
         Returns:
-            (L, |V|) logits, the model's dtype, on the model's device.
+            (L, |V|) logits, the model's dtype, on the model's device (valid as ``verify``'s).
         """
 
     @abstractmethod
@@ -98,6 +98,8 @@ class TreeForward(ABC):
 
         Returns:
             (n, |V|) logits, the model's dtype, on the model's (first) device; row i predicts the token after node i.
+            They may live in the path's own buffer (llamacpp's), valid until this forward's next ``prefill`` or
+            ``verify``: a caller keeping rows longer copies them.
         """
 
     @abstractmethod

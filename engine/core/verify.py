@@ -169,7 +169,7 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     """
     x = logits.float()  # (n, |V|)
     if not k:
-        greedy = x.argmax(dim=-1).tolist()  # (n,)
+        greedy = x.numpy().argmax(axis=-1).tolist()  # (n,): numpy's argmax, half torch's time (first maximum alike)
         return ReadBack(greedy, [[] for _ in greedy], [[] for _ in greedy])
     vals, ids = x.topk(min(k, x.shape[-1]), dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
     scores = torch.softmax(x, dim=-1).gather(-1, ids).tolist()  # (n, k) float32 -> floats

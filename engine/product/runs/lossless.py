@@ -107,9 +107,9 @@ def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int],
     Teacher-forced with AR's own tokens, it reproduces that run's logits.  Returns (argmax tokens,
     (len(tokens), |V|) logits, model dtype)."""
     forward = (path if path is not None else EagerPath(model)).open(len(prompt_ids) + len(tokens) + 1)
-    rows = [forward.prefill(list(prompt_ids))[-1]]  # (|V|,)
+    rows = [forward.prefill(list(prompt_ids))[-1].clone()]  # (|V|,): a path's buffer is reused by the next forward
     for token in tokens[:-1]:
-        rows.append(forward.verify(DraftTree.root_only(token))[0])
+        rows.append(forward.verify(DraftTree.root_only(token))[0].clone())
         forward.commit([0])
     logits = torch.stack(rows)  # (len(tokens), |V|)
     return logits.argmax(-1).tolist(), logits
