@@ -252,8 +252,8 @@ def test_one_row_steps_equal_a_batch_past_512_cells_on_two_threads(llama_cpp_mod
 
 @pytest.mark.full  # two generations on llama.cpp over a long prompt, 2 threads: seconds
 def test_goose_matches_its_ar_past_512_cells_on_two_threads(llama_cpp_module, smollm2_lm):
-    """Past 512 cells, with 2 threads, an f16 cache would send a one-row forward to a split kernel that rounds unlike
-    a tree's rows (logits apart by up to ~0.7); the Q8_0 cache keeps every row on one kernel, so Goose still gives
+    """Past 512 cells, with 2 threads, f16 keys and values would send a one-row forward to a split kernel that rounds
+    unlike a tree's rows (logits apart by up to ~0.7); Q8_0 keys keep every row on one kernel, so Goose still gives
     its AR's ids token for token."""
     from engine.decoding.config import DecodeConfig
     from engine.decoding.cost import CostCurve

@@ -35,7 +35,7 @@ tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make 
 ~0.7 (measured: an AR step past 256 used cells against the same row in a tree, 2 threads).  Both kernels need K and
 V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
 row are bit-identical at any length (tests/test_ggml.py).  Q8_0 keys with f16 values cost what llama.cpp's f16
-cache costs (an AR step 0.96-1.01x of it over 100-900 cells; Q8_0 values 1.03-1.14x, f16 keys with Q8_0 values
+cache costs (an AR step 0.96-1.01x of it over 100-900 cells; Q8_0 values 1.02-1.14x, f16 keys with Q8_0 values
 1.02-1.21x: docs/results.md).  The price: keys rounded to 8 bits, so this path's text may part from llama.cpp's
 default (``llamacpp-ar``) where its f16 keys would round otherwise.
 
