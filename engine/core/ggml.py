@@ -218,16 +218,15 @@ class GgmlForward(TreeForward):
     and restored into cells 0 .. length - 1 (``llama_state_seq_get_data`` / ``set_data``: a copy of the committed
     K and V, rare).
 
-    Logits are (n, |V|) float32 on the CPU: by default a view of llama.cpp's output buffer (no copy: 0.08 ms a
-    step saved), valid until this forward's next ``prefill`` or ``verify`` and while it lives; a caller that keeps
-    rows across forwards copies them (``engine.product.runs.lossless.engine_ar_logits`` does), else it would see
-    them overwritten, or freed when the buffer grows.  With the path's ``copy=True``, a copy.
+    Logits are (n, |V|) float32 on the CPU, a view of llama.cpp's output buffer when one decode made them (no copy:
+    0.08 ms a step saved), valid until this forward's next ``prefill`` or ``verify`` and while it lives; a caller that
+    keeps rows across forwards copies them (``engine.product.runs.lossless.engine_ar_logits`` does), else it would
+    see them overwritten, or freed when the buffer grows.
     """
 
     def __init__(self, path: GgmlPath, max_length: int, max_rows: int) -> None:
         rows = _round_up(max(1, max_rows), ROWS_STEP)
         want = (_round_up(max(1, max_length) + rows, CTX_STEP), PREFILL_CHUNK, min(path.max_seq, rows + 2))
-        self.copy = path.copy
         self._held = [path.take(*want) or path.new_context(*want)]
         weakref.finalize(self, path.keep, self._held)  # the context serves the next generation when this one is done
         self.trash = self.context.n_seq - 1  # the seq id of dropped rows that sit before a kept one
@@ -353,7 +352,7 @@ class GgmlForward(TreeForward):
                 chunk: int) -> torch.Tensor:
         """Decode rows (tokens (N,), positions (N,), seq ids (N, w) of which row i's first counts[i]) in chunks of
         ``chunk`` rows (at most ``n_batch``), every row's logits: (N, |V|) float32 (a view of llama.cpp's buffer when
-        one chunk and no copy)."""
+        one chunk)."""
         ctx = self.context
         total, width = len(tokens), seq_ids.shape[1]
         out = None
@@ -363,7 +362,7 @@ class GgmlForward(TreeForward):
             ctx.tokens[:k], ctx.pos[:k], ctx.n_seq_id[:k] = tokens[a:b], pos[a:b], counts[a:b]
             ctx.seq_ids[:k, :width] = seq_ids[a:b]
             view = torch.from_numpy(ctx.decode(k))  # (k, |V|): llama.cpp's output buffer
-            if k == total and not self.copy:
+            if k == total:
                 return view
             if out is None:
                 out = torch.empty(total, view.shape[1], dtype=torch.float32)  # (N, |V|)
@@ -384,8 +383,6 @@ class GgmlPath(ForwardPath):
             device, dtype and name; its vocabulary size must be llama.cpp's).
         gguf: the GGUF file (``engine.product.models.named.ensure_gguf``).
         threads: threads for llama.cpp's decodes (one row and batches alike); default ``physical_cores()``.
-        copy: logits returned as a copy; default False: a view of llama.cpp's output buffer (``GgmlForward``:
-            valid until the forward's next decode).
 
     Raises:
         GgmlUnavailable: llama-cpp-python is not installed (the message has the install line).
@@ -395,14 +392,13 @@ class GgmlPath(ForwardPath):
     name = "llamacpp"
     SPARES = 2
 
-    def __init__(self, model, gguf: Path, threads: int | None = None, copy: bool = False) -> None:
+    def __init__(self, model, gguf: Path, threads: int | None = None) -> None:
         super().__init__(model)
         self._lib = _lib()
         self.gguf = Path(gguf)
         if not self.gguf.is_file():
             raise ValueError(f"no GGUF file at {self.gguf}")
         self.threads = int(threads) if threads else physical_cores()
-        self.copy = copy
         self._model = _Model(self._lib, self.gguf)
         vocab = model.config.get_text_config().vocab_size
         if vocab != self._model.n_vocab:
