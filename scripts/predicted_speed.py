@@ -12,6 +12,12 @@ that a bf16 SmolLM2 bench run measured in its own cycles on this machine): predi
 comparison is of trees alone; in half precision a precision tie may send two methods down different texts.
 ``--curve`` is what the size choice reads (default: the truth).  τ-like numbers only: confirm a winner with
 ``python -m cli.bench``.
+
+``--oracle`` prices each cycle as if the size choice had known its outcome: the cycle verifies exactly the path it
+accepted (T(a + 1) for a + 1 tokens), or takes a + 1 AR steps where those cost less.  Run on a wide tree with no
+pruning (``goose/c=0:budget=32``), it bounds what any size choice over those sources' trees can reach on that
+curve: the ceiling a better acceptance estimate could approach, not a speed.  ``--forward llamacpp`` runs the
+model's own GGUF file on llama.cpp's kernels (its greedy text is that path's, not torch's).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.methods import method_config  # noqa: E402
 from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.models.cost_cache import CostCurve  # noqa: E402
-from engine.product.models.loading import load_model  # noqa: E402
+from engine.product.models.loading import load_model, with_forward  # noqa: E402
 from engine.product.runs.decoder import make_decoder
 
 #: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
@@ -57,8 +63,11 @@ def main(argv=None) -> int:
     add_prompt_options(ap, dtype="fp32", limit=3, max_new_tokens=96)
     ap.add_argument("--truth", default=IN_RUN_BF16, help="cost curve spec every forward is priced on")
     ap.add_argument("--curve", default=None, help="cost curve spec the size choice reads (default: --truth)")
+    ap.add_argument("--forward", default="eager", help="forward path: eager (default), static, llamacpp, ...")
+    ap.add_argument("--oracle", action="store_true",
+                    help="price each cycle at its accepted path alone (the ceiling of any size choice)")
     args = ap.parse_args(argv)
-    lm = load_model(args.model, device="cpu", dtype=args.dtype)
+    lm = with_forward(load_model(args.model, device="cpu", dtype=args.dtype), args.forward)
     truth = CostCurve.from_spec(args.truth)
     curve = CostCurve.from_spec(args.curve) if args.curve else truth
     methods = args.methods.split(",")
@@ -70,7 +79,7 @@ def main(argv=None) -> int:
             for ids in prompts:
                 cycles = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
                 tokens = sum(len(c.new_tokens) for c in cycles)
-                ms = sum(truth.latency(c.forward_rows) for c in cycles)
+                ms = sum(_oracle_ms(truth, c) if args.oracle else truth.latency(c.forward_rows) for c in cycles)
                 speedups.append(tokens / ms * truth.latency(1))
                 taus.append(tokens / len(cycles))
             table[m][dataset] = statistics.median(speedups)
@@ -78,6 +87,13 @@ def main(argv=None) -> int:
                   flush=True)
     print("average: " + ", ".join(f"{m} {statistics.fmean(table[m].values()):.3f}" for m in methods))
     return 0
+
+
+def _oracle_ms(truth: CostCurve, cycle) -> float:
+    """A cycle's verification time had the size choice known its outcome (ms): its accepted path alone, or as many
+    AR steps as it committed tokens, whichever costs less."""
+    rows = len(cycle.accepted) + 1
+    return min(truth.latency(rows), rows * truth.latency(1))
 
 
 if __name__ == "__main__":
