@@ -227,8 +227,8 @@ class DraftTree:
     def device_inputs(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> TreeInputs:
         """The verification forward's inputs over ``past_len`` cached positions, built on ``device`` from the
         parent array (``device_ancestry``: one host-to-device copy, no host sync).  On a CPU, where there is no
-        device to keep from waiting, they are built from the host's ``ancestor_matrix`` and ``depths`` in half the
-        tensor operations (the same values: a one-row AR step's inputs took 60 µs, a 10-node tree's 95)."""
+        device to keep from waiting, they are built from the host's ``ancestor_matrix`` and ``depths``: the same
+        values in half the tensor operations (30 µs against 60 for one row and 95 for 10 nodes)."""
         n = len(self)
         mask = torch.zeros(n, past_len + n, dtype=dtype, device=device)  # (n, past + n): the past is attended
         if torch.device(device).type == "cpu":
