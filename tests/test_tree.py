@@ -94,6 +94,24 @@ def test_spine_tree_invariants(seed):
     assert tree.position_ids(past, "cpu").tolist() == [[past + d for d in tree.depths]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_cpu_inputs_equal_the_pointer_doubling_ones(dtype):
+    """On a CPU the forward's inputs come from the host's ancestor matrix; an accelerator derives them by pointer
+    doubling (``device_ancestry``): the same tokens, positions and mask, in every float dtype, for random trees."""
+    rng = random.Random(5)
+    for n in (1, 2, 9, 40):
+        parents = [None] + [rng.randrange(i) for i in range(1, n)]
+        tree = DraftTree(tuple(rng.randrange(VOCAB) for _ in range(n)), tuple(parents),
+                         (Source.ROOT,) + (Source("tr"),) * (n - 1), (1.0,) * n, (1.0,) * n)
+        tokens, depth, anc = tree.device_ancestry("cpu")  # (n,), (n,), (n, n)
+        mask = torch.zeros(n, 7 + n, dtype=dtype)
+        mask[:, 7:].masked_fill_(~anc, torch.finfo(dtype).min)
+        got = tree.device_inputs(7, dtype, "cpu")
+        for have, want in ((got.input_ids, tokens[None]), (got.position_ids, (depth + 7)[None]),
+                           (got.attention_mask, mask[None, None])):
+            assert have.dtype == want.dtype and torch.equal(have, want)
+
+
 def test_tr_only_tree_uses_the_budget_and_spine_branches_decay():
     cfg = DecodeConfig.of(budget=60, gt_threshold=0.0)
     table = random_table(3)
