@@ -96,14 +96,17 @@ def test_spine_tree_invariants(seed):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_cpu_inputs_equal_the_pointer_doubling_ones(dtype):
-    """On a CPU the forward's inputs come from the host's ancestor matrix; an accelerator derives them by pointer
-    doubling (``device_ancestry``): the same tokens, positions and mask, in every float dtype, for random trees."""
+    """On a CPU a tree's ancestry is read off the host's arrays; an accelerator derives it by pointer doubling
+    (``DraftTree._doubled``): the same tokens, depths and ancestors, so the same forward inputs in every float dtype,
+    for random trees."""
     rng = random.Random(5)
     for n in (1, 2, 9, 40):
         parents = [None] + [rng.randrange(i) for i in range(1, n)]
         tree = DraftTree(tuple(rng.randrange(VOCAB) for _ in range(n)), tuple(parents),
                          (Source.ROOT,) + (Source("tr"),) * (n - 1), (1.0,) * n, (1.0,) * n)
-        tokens, depth, anc = tree.device_ancestry("cpu")  # (n,), (n,), (n, n)
+        tokens, depth, anc = tree._doubled("cpu")  # (n,), (n,), (n, n): the accelerator's derivation
+        for have, want in zip(tree.device_ancestry("cpu"), (tokens, depth, anc)):
+            assert have.dtype == want.dtype and torch.equal(have, want)
         mask = torch.zeros(n, 7 + n, dtype=dtype)
         mask[:, 7:].masked_fill_(~anc, torch.finfo(dtype).min)
         got = tree.device_inputs(7, dtype, "cpu")

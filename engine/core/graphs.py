@@ -122,7 +122,7 @@ class GraphedForward(StaticForward):
         anc = torch.eye(rows, dtype=torch.bool, device=self.device)  # (rows, rows): j is i or an ancestor of i
         anc.scatter_(1, parents[:, None], True)
         up = parents[parents]
-        for _ in range(max(0, math.ceil(math.log2(rows)) - 1)):  # pointer doubling, as DraftTree.device_ancestry
+        for _ in range(max(0, math.ceil(math.log2(rows)) - 1)):  # pointer doubling, as DraftTree._doubled
             anc |= anc[up]
             up = up[up]
         anc &= (cols[:rows] < n)[:, None]  # padding rows see no row of the tree
