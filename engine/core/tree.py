@@ -206,7 +206,7 @@ class DraftTree:
         """The tree on ``device``: (tokens (n,) int64, depths (n,) int64, ancestors (n, n) bool, ``[i, j]`` iff node j
         is node i or one of its ancestors).  On a CPU, where no device need be kept from waiting, read off the host's
         ``depths`` and ``ancestor_matrix`` (a copy): the same values in fewer tensor operations (a forward's inputs
-        30-35 µs against 60 for one row and 95 for 10 nodes); elsewhere derived on the device (``_doubled``)."""
+        32 µs against 56 for one row, 40 against 71 for 10 nodes); elsewhere derived on the device (``_doubled``)."""
         if torch.device(device).type == "cpu":
             return torch.tensor(self.tokens), torch.tensor(self.depths), torch.from_numpy(self.ancestor_matrix.copy())
         return self._doubled(device)
