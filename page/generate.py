@@ -40,6 +40,7 @@ GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber",
 LIGHT_EVERY_S = 1.0  # the output text, numbers and scrubber redraw at most this often while decoding ...
 HEAVY_EVERY_S = 2.0  # ... the tree, speed chart, explanation and theory panel at most this often (always at the end,
 # and at every cycle in slow motion) ...
+FIRST_TREE = f"*The run's first draft tree is drawn {HEAVY_EVERY_S:.0f} s into the run, or at its end.*"
 LONG_PROMPT = 256  # prompt tokens from which the page says that it is prefilling (seconds on a CPU)
 DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the wall time (its cost, from building
 # it to the page taking it, sets its next gap): drawing never holds the engine for long, and is not engine time.
@@ -48,25 +49,27 @@ DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the 
 
 
 class Throttle:
-    """When the next frame is drawn while decoding: light frames (text, numbers, scrubber) at most every
+    """When the next frame is drawn while decoding: the run's first frame at once, light (it clears the last run's
+    tree, chart and words: a tree drawn there would cost a browser on the server's CPU ~4 % of the run's speed, and
+    the first tree comes ``HEAVY_EVERY_S`` later); then light frames (text, numbers, scrubber) at most every
     ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` from the run's
-    start and always at the last cycle (and every cycle in slow motion); each kind's gap grows so that it takes at
-    most ``DRAW_SHARE`` of wall time."""
+    start and always at the last cycle (and every cycle in slow motion, the first included); each kind's gap grows
+    so that it takes at most ``DRAW_SHARE`` of wall time."""
 
     def __init__(self) -> None:
         self.last_light = self.last_heavy = time.perf_counter()  # when each kind of frame was last drawn ...
         self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
+        self.first = True  # no frame of this run drawn yet
 
-    def due(self, trace, now: float, paced: bool, drawn) -> bool | None:
-        """True: draw a heavy frame (always the first cycle's, so the tree on screen is the run's from the start);
-        False: a light one; None: none now."""
-        if drawn is None or trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
+    def due(self, trace, now: float, paced: bool) -> bool | None:
+        """True: draw a heavy frame; False: a light one (always the run's first); None: none now."""
+        if trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
             return True
-        return False if now - self.last_light >= self.light_gap else None
+        return False if self.first or now - self.last_light >= self.light_gap else None
 
     def drawn(self, heavy: bool, started: float) -> None:
         """A frame begun at ``started`` is on the page now."""
-        self.last_light = time.perf_counter()
+        self.first, self.last_light = False, time.perf_counter()
         if heavy:
             self.last_heavy = self.last_light
             self.heavy_gap = max(HEAVY_EVERY_S, (self.last_light - started) / DRAW_SHARE)
@@ -166,7 +169,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
     for trace in traces:
         live.run.record(trace, cycle_segments(trace, live.text))
         started = time.perf_counter()
-        heavy = throttle.due(trace, started, bool(pace), drawn)
+        heavy = throttle.due(trace, started, bool(pace))
         if heavy is None:
             continue
         drawn = (telling_cycle(live.run.traces) if trace.finished else trace) if heavy else drawn
@@ -186,12 +189,16 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
 
 def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = None) -> dict:
     """One streamed frame of ``generate`` at cycle ``trace``: the run's totals so far, and the cycle on screen,
-    ``drawn`` (the tree, speed chart and theory only when ``heavy``, where ``drawn`` is ``trace``).  The scrubber
+    ``drawn`` (the tree, speed chart and theory only when ``heavy``, where ``drawn`` is ``trace``; None: no tree of
+    this run drawn yet, and the last run's tree, chart, theory and sentence cleared).  The scrubber
     and the line under the tree always name the cycle whose tree is on screen, out of the cycles so far, so no
     view runs ahead of the tree between heavy frames."""
     run = live.run
     frame = {"output": run_output(run), "run": run, "command": live.command, "notice": "",
-             "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index), **numbers(run, live.curve, speedup)}
+             "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index if drawn else 0),
+             **numbers(run, live.curve, speedup)}
+    if drawn is None:  # no tree of this run on screen yet: the last run's views cleared, none of another run stays
+        return {**frame, "tree_plot": None, "speed_plot": None, "theory": "", "explain": FIRST_TREE}
     if heavy:  # the speed chart from the second cycle on: at the first it holds one point, and drawing it costs a
         # browser on the server's CPU more than the tree does (docs/results.md, "The page's engine thread"); cleared
         # meanwhile, so no chart of another run stands beside this run's tree

@@ -294,16 +294,23 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
     assert "# not expressible: ptd_rows=8" in command_line(DecodeConfig.of(ptd_rows=8), model="demo")
 
 
-def test_the_first_tree_frame_leaves_the_speed_chart_for_later(demo_lm):
-    """A run's first frame draws its tree at once and clears the speed chart (one point, and the dearest drawing for a
-    browser on the server's CPU); the chart comes with a later tree frame and the last frame."""
-    from page.generate import generate
+def test_a_runs_first_frame_clears_the_last_runs_views(demo_lm):
+    """A run's first frame is light: it clears the last run's tree, speed chart and theory (a tree drawn there cost a
+    browser on the server's CPU ~4 % of the run's speed); the tree and chart come later and with the last frame.  In
+    slow motion the first cycle's tree is drawn at once."""
+    from page.generate import FIRST_TREE, generate
     from page.settings import PageSettings
 
-    frames = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=24), models=ModelRegistry(demo_lm))
+    models = ModelRegistry(demo_lm)
+    frames = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=24), models=models)
     trees = [f for f in frames if "tree_plot" in f]
-    assert trees[0]["speed_plot"] is None and trees[0]["tree_plot"] is not None
+    assert trees[0]["tree_plot"] is None and trees[0]["speed_plot"] is None and trees[0]["theory"] == ""
+    assert trees[0]["explain"] == FIRST_TREE and trees[0]["scrubber"].value == 0
     assert trees[-1]["speed_plot"] is not None and trees[-1]["run"].traces[-1].finished
+    assert trees[-1]["tree_plot"] is not None
+    paced = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=4), pace=0.01, models=models)
+    first = next(f for f in paced if "tree_plot" in f)
+    assert first["tree_plot"] is not None and first["speed_plot"] is None  # one point: no chart yet
 
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)

@@ -200,11 +200,19 @@ WATCH = """() => {
     const stats = (document.querySelector('#stats').innerText.match(/prefill \\+ (\\d+) cycle/) || []);
     if (line.length) window.__seen.lines.push([scrubber(), +line[1], +line[2], stats.length ? +stats[1] : null]);
   }).observe(document.querySelector('#explain'), {childList: true, subtree: true, characterData: true});
-  const gd = document.querySelector('#draft-tree .js-plotly-plot');
-  gd.on('plotly_afterplot', () => {
-    const m = ((gd.layout.title || {}).text || '').match(/^cycle (\\d+) /);
-    if (m) window.__seen.plots.push([+m[1], scrubber()]);
-  });
+  const hook = (gd) => {  // a run's first frame clears the tree, and its first tree is a new plot element
+    if (gd.__watched || !gd.on) return;
+    gd.__watched = true;
+    gd.on('plotly_afterplot', () => setTimeout(() => {  // the tree and scrubber once the frame is applied (within
+      // one, a new plot element draws before the scrubber is set, and a resize redraws the tree it replaces)
+      const m = ((gd.layout.title || {}).text || '').match(/^cycle (\\d+) /);
+      if (m && gd.isConnected) window.__seen.plots.push([+m[1], scrubber()]);
+    }, 0));
+  };
+  const tree = document.querySelector('#draft-tree');
+  tree.querySelectorAll('.js-plotly-plot').forEach(hook);
+  new MutationObserver(() => tree.querySelectorAll('.js-plotly-plot').forEach(hook))
+    .observe(tree, {childList: true, subtree: true});
 }"""
 
 
