@@ -88,7 +88,7 @@ def cycle_words(run: Run, trace, text, marks: GhostMarks | None = None) -> str:
 
 def session_curve(curve, lm: LoadedModel):
     """The visitor's own re-measured cost curve when it belongs to ``lm`` (else None: the shared curve)."""
-    return curve if curve is not None and curve.key == curve_key(lm.model, lm.forward.name) else None
+    return curve if curve is not None and curve.key == curve_key(lm.model, lm.forward) else None
 
 
 def paused(seconds: float, control: dict) -> None:

@@ -164,7 +164,7 @@ def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
     from engine.product.runs.metrics import summarize
 
     lm = smollm2_lm
-    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path.name))  # no timing here
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path))  # no timing here
     code = json.loads((DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()[0])["prompt"]
     prompts = [lm.encode_prompt(code, chat=False),
                lm.encode_prompt("Write a Python function that adds two numbers, then the same one with a docstring.",
@@ -182,6 +182,26 @@ def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
         first = next((i for i, (a, b) in enumerate(zip(runs["goose"] + [-1], runs["ar"] + [-2])) if a != b), None)
         assert runs["goose"] == runs["ar"], f"Goose on the llamacpp path parts from its AR at new token {first}"
     assert accepted > 0, "inconclusive: Goose accepted no draft token on the llamacpp path"
+
+
+@pytest.mark.full  # loads the GGUF file in llama.cpp
+def test_the_paths_cost_curve_is_keyed_by_what_runs_it(path, smollm2_lm):
+    """The llamacpp path's cost curve is keyed by the file's weight type, llama-cpp-python's release and the threads,
+    not by the torch model's dtype or kernels (which never run a forward there): an ``auto`` precision measured
+    again as another dtype reads the same curve, and a new release or thread count measures its own."""
+    import llama_cpp
+
+    from engine.product.models.cost_cache import curve_key
+
+    key = curve_key(smollm2_lm.model, path)
+    assert key.endswith(f"|Q4_1 · llama.cpp kernels · llama-cpp-python {llama_cpp.__version__} · 1 thread|llamacpp")
+    assert str(smollm2_lm.model.dtype) not in key and "torch" not in key and "/" not in key.split("|")[0]
+    two = GgmlPath(smollm2_lm.model, path.gguf, threads=2)
+    try:
+        assert curve_key(smollm2_lm.model, two) != key
+    finally:
+        two.close()
+    assert curve_key(smollm2_lm.model) != key  # the eager path's key is the torch model's
 
 
 @pytest.mark.full  # loads the GGUF file in llama.cpp
@@ -264,7 +284,7 @@ def test_goose_matches_its_ar_past_512_cells_on_two_threads(llama_cpp_module, sm
     lm = smollm2_lm
     two = GgmlPath(lm.model, ensure_gguf(SMOLLM2), threads=2)
     try:
-        curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, two.name))
+        curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, two))
         rows = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
         code = "\n".join(json.loads(row)["prompt"] for row in rows[:6])
         ids = lm.encode_prompt(code, chat=False)
@@ -329,7 +349,7 @@ def fixed_curve(monkeypatch, path, smollm2_lm):
     from engine.product.models.cost_cache import curve_key
     from engine.product.runs import decoder
 
-    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(smollm2_lm.model, path.name))
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(smollm2_lm.model, path))
     monkeypatch.setattr(decoder, "cached_cost_curve", lambda model, path=None: curve)
 
 

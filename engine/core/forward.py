@@ -136,6 +136,11 @@ class ForwardPath(ABC):
         """What runs, for a model line, when it is not the transformers model in its own dtype; None otherwise."""
         return None
 
+    def speed_identity(self) -> str | None:
+        """What this path's speed depends on when the transformers model's own dtype and kernels do not run its
+        forwards (the cost curve's key reads it instead of theirs); None: they run them."""
+        return None
+
     def prepare(self, max_length: int, max_rows: int = 1) -> float:
         """Make ready, before anything is timed, what a generation of at most ``max_length`` committed positions
         whose trees have at most ``max_rows`` rows will run (the graphed path captures its CUDA graphs here:

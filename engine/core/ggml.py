@@ -416,6 +416,12 @@ class GgmlPath(ForwardPath):
         kind = buf.value.decode(errors="replace").split()[-1] if buf.value else "GGUF"
         return f"{kind} · llama.cpp kernels"
 
+    def speed_identity(self) -> str:
+        """The file's weight type and kernels, llama-cpp-python's release and the threads, e.g. "Q4_1 · llama.cpp
+        kernels · llama-cpp-python 0.3.36 · 2 threads": the torch model's dtype never runs a forward here."""
+        threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")
+        return f"{self.describe()} · llama-cpp-python {self._lib.__version__} · {threads}"
+
     @classmethod
     def for_model(cls, model, gguf=None) -> GgmlPath:
         if gguf is None:

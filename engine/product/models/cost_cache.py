@@ -34,16 +34,21 @@ REFINE_ENV = "GOOSE_LENS_REFINE_CURVE"  # "0": the shared curve is never correct
 RETRY_PAUSE_S = 2.0  # the pause before measuring again a curve that failed its check (a burst of load may pass)
 
 
-def curve_key(model, path: str = "eager") -> str:
+def curve_key(model, path: ForwardPath | None = None) -> str:
     """What a curve depends on: the model (its folder's or file's name and a hash of where it came from, never
     a path), device, dtype, attention kernel, the layers' own kernels (a module's ``kernel``: packed bf16
-    linears, 4-bit ones), torch version and the forward path that runs the trees (``engine.core.forward``: the
-    eager path's key is as before, the static and compiled paths add their name)."""
+    linears, 4-bit ones), torch version and the forward path that runs the trees (``engine.core.forward``; None:
+    the eager one, whose key is as before; the static and compiled paths add their name).  A path whose forwards
+    the torch model does not run (``ForwardPath.speed_identity``: the llamacpp path) gives its own identity in
+    place of the dtype, kernels and torch version."""
     where = str(model.name_or_path)
     name = f"{Path(where).name or where}#{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+    own = path.speed_identity() if path is not None else None
+    if own is not None:
+        return f"{name}|{model.device}|{own}|{path.name}"
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     kernels = "".join(f"|{k}" for k in sorted({getattr(m, "kernel", "") for m in model.modules()} - {""}))
-    forward = "" if path == "eager" else f"|{path}"
+    forward = "" if path is None or path.name == "eager" else f"|{path.name}"
     return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}{forward}"
 
 
@@ -65,15 +70,11 @@ def measure_cost_curve(model, sizes: tuple[int, ...] = SIZES, past: int = 128, r
     forward.prefill(torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist())
     timed = time_forwards({path.name: forward}, tuple(sizes), vocab, model.device, repeats)
     return CostCurve(tuple(sizes), tuple(timed.median(path.name, n) for n in sizes), past,
-                     curve_key(model, path.name), tuple(timed.spread(path.name, n) for n in sizes))
-
-
-def _path_name(path: ForwardPath | None) -> str:
-    return path.name if path is not None else "eager"
+                     curve_key(model, path), tuple(timed.spread(path.name, n) for n in sizes))
 
 
 def _cache_path(model, cache_dir: str | Path | None, path: ForwardPath | None = None) -> Path:
-    return cache_file("cost", curve_key(model, _path_name(path)), cache_dir)
+    return cache_file("cost", curve_key(model, path), cache_dir)
 
 
 _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a measurement, no user data)
@@ -145,7 +146,7 @@ def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPa
     file = _cache_path(model, cache_dir, path)
     if file in _loaded:
         return _loaded[file]
-    data = read_cache(file, measurement=MEASUREMENT, key=curve_key(model, _path_name(path)))
+    data = read_cache(file, measurement=MEASUREMENT, key=curve_key(model, path))
     try:
         curve = CostCurve.from_dict(data) if data is not None else None
     except ValueError:
