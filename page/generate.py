@@ -50,7 +50,7 @@ DRAW_SHARE = 0.03  # ... and each kind of frame takes at most this share of the 
 
 class Throttle:
     """When the next frame is drawn while decoding: the run's first frame at once, light (it clears the last run's
-    tree, chart and words: a tree drawn there would cost a browser on the server's CPU ~4 % of the run's speed, and
+    tree, chart and words: a tree drawn there cost a browser on the server's CPU ~5 % of the run's speed, and
     the first tree comes ``HEAVY_EVERY_S`` later); then light frames (text, numbers, scrubber) at most every
     ``LIGHT_EVERY_S``, heavy ones (tree, speed chart, explanation, theory) every ``HEAVY_EVERY_S`` from the run's
     start and always at the last cycle (and every cycle in slow motion, the first included); each kind's gap grows

@@ -296,7 +296,7 @@ def test_settings_string_round_trips_through_the_cli_parser(tmp_path):
 
 def test_a_runs_first_frame_clears_the_last_runs_views(demo_lm):
     """A run's first frame is light: it clears the last run's tree, speed chart and theory (a tree drawn there cost a
-    browser on the server's CPU ~4 % of the run's speed); the tree and chart come later and with the last frame.  In
+    browser on the server's CPU ~5 % of the run's speed); the tree and chart come later and with the last frame.  In
     slow motion the first cycle's tree is drawn at once."""
     from page.generate import FIRST_TREE, generate
     from page.settings import PageSettings
