@@ -1,6 +1,7 @@
 """Generate: stream a run's frames while decoding, then the speedup over AR."""
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,19 +58,19 @@ class Throttle:
     so that it takes at most ``DRAW_SHARE`` of wall time."""
 
     def __init__(self) -> None:
-        self.last_light = self.last_heavy = time.perf_counter()  # when each kind of frame was last drawn ...
+        self.last_heavy = time.perf_counter()  # when each kind was last drawn: the first tree comes a gap after the
+        self.last_light = -math.inf  # run's start, the first frame at once (light) ...
         self.light_gap, self.heavy_gap = LIGHT_EVERY_S, HEAVY_EVERY_S  # ... and the wait before the next one
-        self.first = True  # no frame of this run drawn yet
 
     def due(self, trace, now: float, paced: bool) -> bool | None:
         """True: draw a heavy frame; False: a light one (always the run's first); None: none now."""
         if trace.finished or paced or now - self.last_heavy >= self.heavy_gap:
             return True
-        return False if self.first or now - self.last_light >= self.light_gap else None
+        return False if now - self.last_light >= self.light_gap else None
 
     def drawn(self, heavy: bool, started: float) -> None:
         """A frame begun at ``started`` is on the page now."""
-        self.first, self.last_light = False, time.perf_counter()
+        self.last_light = time.perf_counter()
         if heavy:
             self.last_heavy = self.last_light
             self.heavy_gap = max(HEAVY_EVERY_S, (self.last_light - started) / DRAW_SHARE)
