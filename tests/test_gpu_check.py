@@ -95,3 +95,13 @@ def test_a_spent_budget_skips_every_stage_and_still_writes_the_json(gpu_check, t
     assert gpu_check.main(["--device", "cpu", "--skip-tests", "--budget-s", "0", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["skipped"] == ["demo runs", "cost curves", "SmolLM2-shaped AR"] and report["lossless"] == {}
+
+
+def test_the_runs_stage_says_where_each_cycle_goes(gpu_check, demo_lm):
+    out = gpu_check.runs(demo_lm, 16)
+    assert set(out) == {"eager/ar", "eager/goose", "static/ar", "static/goose"}
+    for row in out.values():
+        stages = row["stages_ms"]  # medians over the decoding cycles, the prefill left out
+        assert {"draft", "build", "forward", "total"} <= set(stages)
+        assert 0 < stages["forward"] <= stages["total"]
+    assert out["eager/goose"]["accepted"] > 0 and "of_limit" in out["eager/goose"]
