@@ -141,6 +141,35 @@ def test_read_back_argmax_is_torch_argmax_among_ties_and_nan(dtype):
 
 
 STEEP = "past=128;1:10,2:17,4:25,8:41,16:72,32:142,64:280,128:560"  # llama.cpp's Q4_1 curve on 2 cores, roughly
+GRAPHED = "past=128;1:3.73,2:4.13,4:4.23,8:4.31,16:4.48,32:4.73,64:5.12,128:5.72"  # an H200's CUDA graphs, SmolLM2
+
+
+def test_path_calibration_auto_calibrates_where_a_first_draft_row_is_dear(demo_lm, monkeypatch):
+    """``path_calibration`` "auto": the size choice reads calibrated path estimates where a tree's first draft row
+    costs at least ``CALIBRATE_AT`` of an AR step (llama.cpp's steep curve), raw ones on a flat curve (CUDA graphs);
+    True and False hold on any curve; anything else is refused."""
+    import engine.decoding.decode as decode
+    from engine.decoding.config import CALIBRATE_AT
+    from engine.decoding.cost import CostCurve
+
+    steep, flat = CostCurve.from_spec(STEEP), CostCurve.from_spec(GRAPHED)
+    assert steep.row_price() == pytest.approx(0.7) and flat.row_price() == pytest.approx(0.4 / 3.73, abs=1e-3)
+    assert steep.row_price() >= CALIBRATE_AT > flat.row_price()
+    assert DecodeConfig().resolved(steep).path_calibration and not DecodeConfig().resolved(flat).path_calibration
+    assert DecodeConfig.of(path_calibration=True).resolved(flat).path_calibration
+    assert not DecodeConfig.of(path_calibration=False).resolved(steep).path_calibration
+    with pytest.raises(ConfigError, match="path calibration"):
+        DecodeConfig.of(path_calibration="sometimes")
+    seen = []  # what the size choice was given: the session's calibration, or None
+    real = decode.calibrated_choice
+    monkeypatch.setattr(decode, "calibrated_choice", lambda tree, curve, extra, paths, **kw: seen.append(paths)
+                        or real(tree, curve, extra, paths, **kw))
+    ids = demo_lm.encode_prompt(PROMPT)
+    for spec, calibrated in ((STEEP, True), (GRAPHED, False)):
+        seen.clear()
+        list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24), (),
+                          cost_curve=CostCurve.from_spec(spec)).generate(ids))
+        assert seen and all((paths is not None) == calibrated for paths in seen), spec
 
 
 def test_branch_sources_rest_after_a_run_of_cycles_gt_priced_down_to_the_anchor(demo_lm, monkeypatch):

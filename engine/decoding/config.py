@@ -65,6 +65,10 @@ SPINE_RULES = ("longest-chain", "longest-match")
 #: Named GT rules: "auto" = speedup-optimal tree size from the whole cost curve (engine/decoding/gt.py);
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
 GT_RULES = ("auto", "chord")
+#: ``GtConfig.path_calibration`` "auto" calibrates where a tree's first draft row costs at least this much of an AR
+#: step (``CostCurve.row_price``): llama.cpp's curve on 2 cores reads about 0.7, torch's on a CPU 0.03-0.25 and a
+#: CUDA graph's 0.1 (docs/results.md, "GT on a flat curve").
+CALIBRATE_AT = 0.4
 
 
 def parse_gt_threshold(text: str) -> float | str:
@@ -147,9 +151,12 @@ class GtConfig:
     floor: bool = True  # the builders first prune at the chord c, so the budget goes to nodes that can pay
     # (without it the size choice trims a c = 0 tree, a worse one)
     rate: str = "session"  # what the size choice maximises (see GT_RATES): the run's tokens per ms
-    path_calibration: bool = True  # price nodes at their path estimate mapped through the session's measured
-    # outcomes of earlier built nodes with like estimates (estimates.PathCalibration): raw estimates misprice
-    # whole depths (PLD's deep nodes read far below what they earn)
+    path_calibration: bool | str = "auto"  # price nodes at their path estimate mapped through the session's
+    # measured outcomes of earlier built nodes with like estimates, discounted by the trust in them
+    # (estimates.PathCalibration): True, False, or "auto": where a tree's first draft row costs at least
+    # CALIBRATE_AT of an AR step on the curve (``CostCurve.row_price``).  There it keeps GT's promise (steep
+    # llama.cpp curve, predicted: 1.000 on, 0.818 off); on flat curves its doubt prunes nodes that pay (the H200's
+    # graphed curve 1.467 on, 1.726 off; the demo's 3.086 / 3.211; docs/results.md, "GT on a flat curve")
     counterfactual_rates: bool = True  # the per-depth rates count every built node's outcome, not only the
     # verified ones (which the size choice selects); measured neutral, kept as the unbiased count
     chain_steps: float = 3.0  # a confident chain is extended (``Variant.max_extended_chain``) only while one
@@ -172,6 +179,8 @@ class GtConfig:
              f"GT threshold c must be 'auto', 'chord' or in [0, 1) (got {self.threshold!r})"),
             one_of(self.rate, GT_RATES, "GT rate"),
             (1.0 <= self.chain_steps <= 1000.0, f"GT chain steps must be in [1, 1000] (got {self.chain_steps})"),
+            (self.path_calibration in (True, False, "auto"),
+             f"path calibration must be true, false or 'auto' (got {self.path_calibration!r})"),
             (isinstance(self.rest_after, int) and 0 <= self.rest_after <= 1000,
              f"GT rest after must be a whole number of cycles in [0, 1000] (got {self.rest_after!r})"),
         ])
@@ -408,7 +417,8 @@ class DecodeConfig:
         the builders prune at that c with ``gt.floor`` (below it no node pays at the AR rate), else at 0; a number c
         stays.  With a curve, the chain cap is the longest extended chain whose forward (root and ride-along rows
         included) costs at most ``gt.chain_steps`` AR steps, T(1); without one, None (no cap beyond
-        ``max_extended_chain``).  ``self`` is left as it is.
+        ``max_extended_chain``).  Path calibration "auto" is on where the curve's ``row_price`` is at least
+        ``CALIBRATE_AT`` (off without a curve).  ``self`` is left as it is.
 
         Raises:
             ConfigError: "auto" or "chord" without a curve.
@@ -425,10 +435,13 @@ class DecodeConfig:
         else:
             prune_at = float(gt.threshold)
         cap = None
+        calibrate = gt.path_calibration is True
         if curve is not None:
             rows = curve.max_rows(gt.chain_steps * curve.latency(1))
             cap = max(1, rows - 1 - self.extra_rows)
-        return Resolved(config, prune_at, cap)
+            calibrate = calibrate or (gt.path_calibration == "auto"
+                                      and curve.row_price(self.extra_rows) >= CALIBRATE_AT)
+        return Resolved(config, prune_at, cap, calibrate)
 
 
 @dataclass(frozen=True)
@@ -439,6 +452,7 @@ class Resolved:
     config: DecodeConfig  # the config as set ("chord" holds its resolved c)
     prune_at: float  # the c the tree builders prune at: c, or under "auto" the chord c with ``gt.floor``, else 0
     chain_cap: int | None  # the longest extended chain (tokens) within ``gt.chain_steps`` AR steps; None: no curve
+    path_calibration: bool = False  # the size choice reads calibrated path estimates (``gt.path_calibration``)
 
 
 #: The top-level fields, which ``DecodeConfig.with_`` also takes whole (``tree=TreeShape(...)``).
@@ -461,7 +475,7 @@ PRESETS: dict[str, dict] = {
                   ema_init=0.5, gt_threshold=0.0, gt_chain_steps=1000.0),  # the authors' extension: no GT cap
 }
 
-__all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES", "GT_RULES", "METHODS",
-           "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY", "ConfigError",
-           "DecodeConfig", "GtConfig", "Resolved", "SamplerConfig", "TreeShape", "Variant", "parse_gt_threshold",
-           "parse_names"]
+__all__ = ["BRANCH_GROWTH", "BYPASS_RULES", "CALIBRATE_AT", "CANDIDATE_TREE_METHODS", "FLAT_NAMES", "GT_RATES",
+           "GT_RULES", "METHODS", "PRESETS", "SOURCES", "SPINE_RULES", "VARIANTS", "VERIFIERS", "WALK_PRIORITY",
+           "ConfigError", "DecodeConfig", "GtConfig", "Resolved", "SamplerConfig", "TreeShape", "Variant",
+           "parse_gt_threshold", "parse_names"]

@@ -235,6 +235,13 @@ class CostCurve:
         at least 1, searched up to 8× the largest measured size (a flat curve's answer)."""
         return max(1, int(np.count_nonzero(self._at(np.arange(1, 8 * self.nodes[-1] + 1)) <= ms)))
 
+    def row_price(self, extra_rows: int = 0) -> float:
+        """What a tree's first draft row costs, in AR steps: (T(2 + R) - T(1 + R)) / T(1 + R), R rows riding along
+        in every forward (PTD drafting rows; 0 otherwise).  About 0.7 on llama.cpp's kernels on 2 CPU cores, 0.03 to
+        0.25 for torch's on a CPU, 0.1 for a CUDA graph (docs/results.md, "GT on a flat curve")."""
+        one = self.latency(1 + extra_rows)
+        return (self.latency(2 + extra_rows) - one) / one
+
     def threshold(self, budget: int, extra_rows: int = 0) -> float:
         """Fixed-chord GT threshold c for node budget B (0 when B = 1), clamped to [0, 0.5].
 
