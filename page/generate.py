@@ -89,6 +89,7 @@ class LiveRun:
     command: str
     text: Callable[[int], str]
     curve: Any = None
+    prompt_tokens: int = 0  # the prompt's length in tokens (the shared curve's refinement reads each cycle's context)
 
 
 def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float = 0.0, session: Session = Session(),
@@ -119,7 +120,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}
-        live = LiveRun(run, lm, drawing, run_command(run), token_text(run, lm), curve)
+        live = LiveRun(run, lm, drawing, run_command(run), token_text(run, lm), curve, len(ids))
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
@@ -184,7 +185,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
                      live_speedup or Speedup.of(live.run.traces, known))
     if trace is None:  # stopped before the first token: nothing to wait for any more
         yield {"notice": ""}
-    live.lm.curves.refine(live.run.traces)  # the shared curve learns the run's times
+    live.lm.curves.refine(live.run.traces, live.prompt_tokens)  # the shared curve learns the run's times
     return trace
 
 

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         for ids in prompts:
             curve = lm.curves.shared()
             traces = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))
-            changed += lm.curves.refine(traces) is not None
+            changed += lm.curves.refine(traces, len(ids)) is not None
     print(f"after {changed} corrections: {_raw(lm.curves.shared())}")
     return 0
 

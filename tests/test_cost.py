@@ -291,7 +291,8 @@ def test_the_refined_curve_ignores_noise_within_the_band():
 
 def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(demo_lm, tmp_path, monkeypatch):
     """Forwards measured at twice the curve's times replace the shared curve (in memory and on disk) once enough of
-    them are seen; a run within the noise band changes nothing; the switch turns it off."""
+    them are seen; a run within the noise band changes nothing; nor do forwards over a context far from the curve's
+    ``past`` (a 10-token prompt's, against 128); the switch turns it off."""
     from types import SimpleNamespace
 
     from engine.product.models import cost_cache as cost
@@ -301,16 +302,20 @@ def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(d
     file = cost._cache_path(demo_lm.model, tmp_path)
     monkeypatch.setitem(cost._loaded, file, prior)
 
-    def run(ms_of):
-        return [SimpleNamespace(mode="prefill", forward_rows=1, timings_ms={"forward": 99})] \
-            + [SimpleNamespace(mode="ar", forward_rows=1, timings_ms={"forward": ms_of(1)})
-               for _ in range(6)]
+    def run(ms_of):  # a prefill, then six AR steps of one token each
+        return [SimpleNamespace(mode="prefill", forward_rows=1, timings_ms={"forward": 99}, total_tokens=1)] \
+            + [SimpleNamespace(mode="ar", forward_rows=1, timings_ms={"forward": ms_of(1)}, total_tokens=k)
+               for k in range(2, 8)]
 
-    assert cost.refine_cost_curve(demo_lm.model, run(lambda n: 11.5), cache_dir=tmp_path) is None  # in the band
+    def refine(traces, prompt_tokens=128):
+        return cost.refine_cost_curve(demo_lm.model, traces, prompt_tokens, cache_dir=tmp_path)
+
+    assert refine(run(lambda n: 11.5)) is None  # in the band
+    assert refine(run(lambda n: 22.0) * 2, prompt_tokens=10) is None  # a short context: not compared with past 128
     monkeypatch.setenv(cost.REFINE_ENV, "0")
-    assert cost.refine_cost_curve(demo_lm.model, run(lambda n: 22.0), cache_dir=tmp_path) is None  # switched off
+    assert refine(run(lambda n: 22.0)) is None  # switched off
     monkeypatch.delenv(cost.REFINE_ENV)
-    fixed = cost.refine_cost_curve(demo_lm.model, run(lambda n: 22.0) * 2, cache_dir=tmp_path)
+    fixed = refine(run(lambda n: 22.0) * 2)
     assert fixed is not None and fixed.latency(1) == pytest.approx(22.0, rel=0.2) and fixed.nodes == cost.SIZES
     assert cost._loaded[file] is fixed and cost.known_cost_curve(demo_lm.model, tmp_path) is fixed
     assert CostCurve.from_dict(json.loads(file.read_text())).ms == fixed.ms

@@ -69,6 +69,11 @@ MIN_WEIGHT_SPREAD = 0.02
 MAX_SPREAD = 0.25
 #: Observations of one size a refinement needs before it overrides the prior curve there.
 MIN_OBSERVATIONS = 5
+#: A run's forward is compared with T(n) only when its context (cached tokens) is within this fraction of the
+#: curve's ``past``: a forward's time grows with its context (the demo model's one-row step: 2.67 ms below 64 cached
+#: tokens, 2.89 at 128-191, 3.12 at 256-319), so short prompts would pull T(n) low (docs/results.md, "Every
+#: default, after a fresh measurement and after a refinement").
+CONTEXT_TOLERANCE = 0.5
 #: Sizes ``CostCurve.latency`` reads from a table computed once: past every tree a decoder opens (B ≤ 128 nodes
 #: plus ride-along rows); a larger size is computed as it is asked.
 TABLE_ROWS = 256

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from engine.core.forward import EagerPath, ForwardPath
-from engine.decoding.cost import NOISE_MS, CostCurve, CurveRefiner
+from engine.decoding.cost import CONTEXT_TOLERANCE, NOISE_MS, CostCurve, CurveRefiner
 from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)  # start-up steps, for the console (app.py shows INFO)
@@ -164,19 +164,22 @@ def known_cost_curve(model, cache_dir: str | Path | None = None, path: ForwardPa
 _refiners: dict[Path, CurveRefiner] = {}  # per shared curve: the forwards runs made on it (times, no user data)
 
 
-def refine_cost_curve(model, traces, path: ForwardPath | None = None,
+def refine_cost_curve(model, traces, prompt_tokens: int, path: ForwardPath | None = None,
                       cache_dir: str | Path | None = None) -> CostCurve | None:
     """Correct the model's shared curve from a finished run's own forwards (``CurveRefiner``: ours; T(n) is the GT
     principle's, §3.1 Eq. 6): each decoding cycle's forward time (its "forward" lap: the forward and its read-back)
-    at its rows (the tree and the rows riding along).  Where at least 5 recent forwards of a size disagree with the
+    at its rows (the tree and the rows riding along), where its context is within ``CONTEXT_TOLERANCE`` of the
+    curve's ``past`` (a forward over fewer cached tokens is faster).  Where at least 5 recent forwards of a size
+    disagree with the
     curve beyond the noise band, the corrected raw medians at ``SIZES`` (never the fit: ``refine_curve``), passing
     its check, replace the shared one for later runs, in memory and on disk; a run keeps the curve it started with,
     so its trees replay from the curve it recorded.  Only the curve the process has loaded is refined (a visitor's
     own re-measured curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
 
     Args:
-        model: the model the run ran on; traces: its ``CycleTrace``s (prefill included, skipped); path: its forward
-            path (default eager); cache_dir: the cache root.
+        model: the model the run ran on; traces: its ``CycleTrace``s (prefill included, skipped); prompt_tokens: its
+            prompt's length in tokens (a cycle's context: the prompt and the output before its anchor); path: its
+            forward path (default eager); cache_dir: the cache root.
 
     Returns:
         the new shared curve, or None when nothing changed.
@@ -188,9 +191,13 @@ def refine_cost_curve(model, traces, path: ForwardPath | None = None,
     refiner = _refiners.get(file)
     if refiner is None or refiner.prior is not prior:
         refiner = _refiners[file] = CurveRefiner(prior)
+    before = 0  # output tokens before the cycle
     for trace in traces:
-        if trace.mode != "prefill" and "forward" in trace.timings_ms:
+        past = prompt_tokens + before - 1  # the cached tokens its forward read: the anchor is its first row
+        if trace.mode != "prefill" and "forward" in trace.timings_ms \
+                and abs(past - prior.past) <= CONTEXT_TOLERANCE * prior.past:
             refiner.observe(trace.forward_rows, trace.timings_ms["forward"])
+        before = trace.total_tokens
     refined = refiner.curve()
     if refined is prior:
         return None
@@ -238,9 +245,10 @@ class CurveOwner:
         """A new measurement that writes nothing: one visitor's own curve (``measure_cost_curve``)."""
         return measure_cost_curve(self.model, path=self.path)
 
-    def refine(self, traces) -> CostCurve | None:
-        """The shared curve corrected from a finished run's forwards (``refine_cost_curve``); None: unchanged."""
-        return refine_cost_curve(self.model, traces, path=self.path)
+    def refine(self, traces, prompt_tokens: int) -> CostCurve | None:
+        """The shared curve corrected from a finished run's forwards (``refine_cost_curve``; ``prompt_tokens``: its
+        prompt's length); None: unchanged."""
+        return refine_cost_curve(self.model, traces, prompt_tokens, path=self.path)
 
     def for_run(self, own: CostCurve | None = None, needed: bool = True) -> CostCurve | None:
         """The curve a run reads: ``own`` (a visitor's re-measured curve), else the shared one, or None when
