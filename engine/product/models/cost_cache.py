@@ -170,11 +170,10 @@ def refine_cost_curve(model, traces, prompt_tokens: int, path: ForwardPath | Non
     principle's, §3.1 Eq. 6): each decoding cycle's forward time (its "forward" lap: the forward and its read-back)
     at its rows (the tree and the rows riding along), where its context is within ``CONTEXT_TOLERANCE`` of the
     curve's ``past`` (a forward over fewer cached tokens is faster).  Where at least 5 recent forwards of a size
-    disagree with the
-    curve beyond the noise band, the corrected raw medians at ``SIZES`` (never the fit: ``refine_curve``), passing
-    its check, replace the shared one for later runs, in memory and on disk; a run keeps the curve it started with,
-    so its trees replay from the curve it recorded.  Only the curve the process has loaded is refined (a visitor's
-    own re-measured curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
+    disagree with the curve beyond the noise band, the corrected raw medians at ``SIZES`` (never the fit:
+    ``refine_curve``), passing its check, replace the shared one for later runs, in memory and on disk; a run keeps
+    the curve it started with, so its trees replay from the curve it recorded.  Only the curve the process has
+    loaded is refined (a visitor's own re-measured curve never is); ``$GOOSE_LENS_REFINE_CURVE`` = "0" turns it off.
 
     Args:
         model: the model the run ran on; traces: its ``CycleTrace``s (prefill included, skipped); prompt_tokens: its
