@@ -66,8 +66,9 @@ SPINE_RULES = ("longest-chain", "longest-match")
 #: "chord" = one threshold c from the curve's chord (``CostCurve.threshold``), the earlier default.
 GT_RULES = ("auto", "chord")
 #: ``GtConfig.path_calibration`` "auto" calibrates where a tree's first draft row costs at least this much of an AR
-#: step (``CostCurve.row_price``): llama.cpp's curve on 2 cores reads about 0.7, torch's on a CPU 0.03-0.25 and a
-#: CUDA graph's 0.1 (docs/results.md, "GT on a flat curve").
+#: step (``CostCurve.row_price``): llama.cpp's curve on 2 cores reads 0.7-0.9 and torch's fp32 on an AVX2 CPU about
+#: 0.7 (calibrated); torch's bf16 on an AVX-512 CPU 0.03-0.25 and a CUDA graph's 0.1 (raw estimates; docs/results.md,
+#: "GT on a flat curve").
 CALIBRATE_AT = 0.4
 
 

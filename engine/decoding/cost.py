@@ -242,8 +242,9 @@ class CostCurve:
 
     def row_price(self, extra_rows: int = 0) -> float:
         """What a tree's first draft row costs, in AR steps: (T(2 + R) - T(1 + R)) / T(1 + R), R rows riding along
-        in every forward (PTD drafting rows; 0 otherwise).  About 0.7 on llama.cpp's kernels on 2 CPU cores, 0.03 to
-        0.25 for torch's on a CPU, 0.1 for a CUDA graph (docs/results.md, "GT on a flat curve")."""
+        in every forward (PTD drafting rows; 0 otherwise).  0.7-0.9 on llama.cpp's kernels on 2 CPU cores, about 0.7 for
+        torch's fp32 on an AVX2 CPU, 0.03 to 0.25 for its bf16 on an AVX-512 one, 0.1 for a CUDA graph
+        (docs/results.md, "GT on a flat curve")."""
         one = self.latency(1 + extra_rows)
         return (self.latency(2 + extra_rows) - one) / one
 
