@@ -24,6 +24,7 @@ CONFIGS = {
                             "counterfactual_rates": False},  # the size choice before the session rate
     "gt-auto-no-floor": {"gt_floor": False},  # each piece of the size choice off, one at a time
     "gt-auto-uncalibrated": {"path_calibration": False, "counterfactual_rates": False},
+    "gt-auto-calibrated": {"path_calibration": True},  # the tests' demo curve is flat: "auto" leaves it off there
     "B1": {"budget": 1},
     "B8": {"budget": 8},
     "B60": {"budget": 60},
