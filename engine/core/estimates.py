@@ -110,10 +110,11 @@ class PathCalibration:
         accepted, expected = self.trusted
         return (accepted + self.trust_weight * self.trust_start) / (expected + self.trust_weight)
 
-    def resolve(self, stream: Sequence[int], counters: AcceptanceStats | None = None) -> None:
+    def resolve(self, stream: Sequence[int], counters: AcceptanceStats | None = None, calibrate: bool = True) -> None:
         """Count every kept tree the stream (prompt + output so far) now decides in full; keep the others.
         Each node whose parent's path matched the stream ("reached") counts once, at its conditional estimate.
-        ``counters``: also feed each such node to its source's depth counter."""
+        ``counters``: also feed each such node to its source's depth counter.  ``calibrate`` False: only
+        ``counters`` are fed (a run whose size choice never reads the calibration skips counting for it)."""
         undecided = []
         for start, tree, kept, expected in self.pending:
             known = len(stream) - start  # output tokens after the tree's anchor
@@ -124,13 +125,14 @@ class PathCalibration:
                 if hit[i] and d > known:
                     break
             else:
-                conditional = self.conditional(tree)
+                conditional = self.conditional(tree) if calibrate else None
                 if len(kept) > 1:
                     self.trusted[0] += sum(hit[i] for i in kept[1:])
                     self.trusted[1] += expected
                 for i in range(1, len(tree)):
                     if hit[tree.parents[i]]:
-                        self._add((tree.sources[i], tree.depths[i] == 1), conditional[i], hit[i])
+                        if calibrate:
+                            self._add((tree.sources[i], tree.depths[i] == 1), conditional[i], hit[i])
                         if counters is not None:
                             counters.counter(tree.sources[i]).add(tree.depths[i], hit[i], tree.scores[i])
                 continue

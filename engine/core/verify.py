@@ -198,12 +198,14 @@ def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]
         bonus token is the target's greedy token at the last accepted node.
     """
     node, accepted = 0, []
+    children, tokens, sources = tree.children, tree.tokens, tree.sources
     while True:
         want = greedy[node]
-        nxt = next((c for c in _ordered_children(tree, node, priority) if tree.tokens[c] == want), None)
-        if nxt is None:
+        matches = [c for c in children[node] if tokens[c] == want and sources[c] in priority]
+        if not matches:
             return tuple(accepted), want
-        accepted.append(nxt)
+        nxt = min(matches, key=lambda c: priority.index(sources[c])) if len(matches) > 1 else matches[0]
+        accepted.append(nxt)  # the first in priority, then insertion order (``_ordered_children``'s order)
         node = nxt
 
 

@@ -392,8 +392,8 @@ class SpecDecoder:
         tree, ghosts, choice, trusted = calibrated_choice(plan.tree, self.cost_curve, self.extra_rows, calibration,
                                                           rate=self._rate(s), ghosts=plan.ghosts)
         built = plan.tree if calibration is not None or s.stats.counterfactual else None
-        plan = replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted)
-        return replace(plan, mode="ar", spine_ratio=None) if len(tree) == 1 else plan
+        priced_out = {"mode": "ar", "spine_ratio": None} if len(tree) == 1 else {}  # AR when n* = 1
+        return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted, **priced_out)
 
     def _rate(self, s: Generation) -> float | None:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
@@ -448,7 +448,7 @@ class SpecDecoder:
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
         s.streak = s.streak + 1 if plan.mode == "ar" else 0
         if s.stats.paths.pending:
-            s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None)
+            s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None, self.resolved.path_calibration)
         if self._rate_tracked:
             s.curve_ms += self.cost_curve.latency(len(plan.grafted))
         clock.lap("harvest")

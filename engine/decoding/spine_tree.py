@@ -67,8 +67,11 @@ class Proposals:
         out: list[Branch] = []
         for src in self.branch_sources:
             found = src.propose(Request(self.context, path))
-            out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
-                    zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
+            if found.parents.count(None) == len(found):  # all below the node (TR's rows): no filter to run
+                out += map(Branch._make, zip(found.tokens, itertools.repeat(src.info.source), found.scores, found.p))
+            else:
+                out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
+                        zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
         return out
 
 
@@ -153,6 +156,8 @@ def _spine_branches(b: TreeBuilder, drafts: Proposals, cfg: DecodeConfig, spine_
     harmonic = sum(1 / j for j in range(1, n_spine + 1))
     for i in range(1, n_spine + 1):
         count = min(share, max(cfg.variant.spine_branch_min, math.floor((left - n_root) * (1 / i) / harmonic)))
+        if count <= 0:  # the share is spent: no spine node below this one gets a branch
+            break
         share -= count
         branches += _attach(b, drafts, cfg.tree.min_score, spine_nodes[i], path[:i], count)
     return branches
@@ -175,22 +180,33 @@ def _attach(b: TreeBuilder, drafts: Proposals, min_score: float, node: int, path
 
 
 def _extend_best_first(b: TreeBuilder, seeds: list[int], drafts: Proposals, cfg: DecodeConfig) -> None:
-    """Alg. 1 step 4, best-first: one heap of candidate children over the tree, by estimated path acceptance."""
-    order = itertools.count()
-    heap: list[tuple[float, int, int, Branch]] = []  # (-est. acceptance, tie, parent, the successor)
+    """Alg. 1 step 4, best-first: one heap of candidate children over the tree, by estimated path acceptance.
+
+    A node's successors enter the heap one at a time (a k-way merge): each node's list is ranked by the heap's key,
+    ties in the sources' order, and only its best unseen successor waits in the heap.  The heap pops the order that
+    pushing every successor at once would (key, then the node's turn, then its rank), with a tenth of the pushes.
+    """
+    turns = itertools.count()
+    heap: list[tuple[float, int, int, int, list]] = []  # (-est. acceptance, node's turn, rank, parent, its ranking)
+    min_score, max_depth = cfg.tree.min_score, cfg.tree.max_depth
 
     def push_successors(node: int) -> None:
-        if not b.can_grow(node) or b.depth[node] >= cfg.tree.max_depth:
+        if not b.can_grow(node) or b.depth[node] >= max_depth:
             return
-        for br in drafts.successors(b.path_tokens(node)):
-            if br.score >= cfg.tree.min_score:
-                heapq.heappush(heap, (-b.est[node] * br.p, next(order), node, br))
+        est = b.est[node]
+        ranked = sorted((-est * br.p, i, br) for i, br in enumerate(drafts.successors(b.path_tokens(node)))
+                        if br.score >= min_score)  # (-path estimate, the source's order, the successor)
+        if ranked:
+            heapq.heappush(heap, (ranked[0][0], next(turns), 0, node, ranked))
 
     for node in seeds:
         push_successors(node)
     while heap and not b.full:
-        _, _, parent, br = heapq.heappop(heap)
-        if br.token in b.child_tokens(parent):
+        _, turn, rank, parent, ranked = heapq.heappop(heap)
+        if rank + 1 < len(ranked):  # the parent's next best successor takes its place
+            heapq.heappush(heap, (ranked[rank + 1][0], turn, rank + 1, parent, ranked))
+        br = ranked[rank][2]
+        if b.child_with(parent, br.token) is not None:
             continue
         child = b.add(parent, br.token, br.source, br.score, br.p)
         if child is None:

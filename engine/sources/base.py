@@ -193,11 +193,13 @@ class Candidates:
     @property
     def main_path(self) -> tuple[int, ...]:
         """Indices of the first-proposed path: the first candidate, its first child, and so on."""
-        if not self.tokens:
-            return ()
-        kids, path = self.children(), [0]
-        while kids[path[-1]]:
-            path.append(kids[path[-1]][0])
+        first: dict[int | None, int] = {}  # node (None: the node asked about) -> its first child
+        for i, parent in enumerate(self.parents):
+            first.setdefault(parent, i)
+        path, node = [], first.get(None)
+        while node is not None:
+            path.append(node)
+            node = first.get(node)
         return tuple(path)
 
     def main_chain(self) -> Candidates:

@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ..core.checks import check, one_of
 from ..core.estimates import AcceptanceStats
@@ -67,9 +67,8 @@ class PldConfig:
                              "takes the latest occurrence and grows confident chains.")
 
 
-@dataclass(frozen=True)
-class PldMatch:
-    """Result of one context-match query.
+class PldMatch(NamedTuple):
+    """Result of one context-match query (a NamedTuple: a confident cycle's chain extension asks dozens).
 
     Attributes:
         draft: continuation token ids copied from the context (the spine candidates), possibly empty.
@@ -195,7 +194,8 @@ class PldSource:
         pass  # the index catches up with the context it is asked about (``propose``)
 
     def propose(self, request: Request) -> Candidates:
-        self.index.extend(list(request.context[len(self.index.tokens):]))  # the tokens committed since last asked
+        if len(request.context) > len(self.index.tokens):  # the tokens committed since last asked
+            self.index.extend(list(request.context[len(self.index.tokens):]))
         suffix = None if not request.path else request.tail(self.index.ngram_sizes[0])
         match = self.index.match(self.chain_tokens if self.alone else min(self.chain_tokens, request.budget), suffix)
         if not match.draft:
