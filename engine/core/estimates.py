@@ -117,26 +117,22 @@ class PathCalibration:
         ``counters`` are fed (a run whose size choice never reads the calibration skips counting for it)."""
         undecided = []
         for start, tree, kept, expected in self.pending:
-            known = len(stream) - start  # output tokens after the tree's anchor
-            hit = [True] * len(tree)  # the node's path equals the stream so far
-            for i in range(1, len(tree)):
-                d = tree.depths[i]
-                hit[i] = hit[tree.parents[i]] and (d > known or tree.tokens[i] == stream[start + d - 1])
-                if hit[i] and d > known:
-                    break
-            else:
-                conditional = self.conditional(tree) if calibrate else None
-                if len(kept) > 1:
-                    self.trusted[0] += sum(hit[i] for i in kept[1:])
-                    self.trusted[1] += expected
-                for i in range(1, len(tree)):
-                    if hit[tree.parents[i]]:
-                        if calibrate:
-                            self._add((tree.sources[i], tree.depths[i] == 1), conditional[i], hit[i])
-                        if counters is not None:
-                            counters.counter(tree.sources[i]).add(tree.depths[i], hit[i], tree.scores[i])
+            if _undecided(tree, stream, start):
+                undecided.append((start, tree, kept, expected))
                 continue
-            undecided.append((start, tree, kept, expected))
+            hit = [True] * len(tree)  # the node's path equals the stream (a node whose parent's does lies within it)
+            for i in range(1, len(tree)):
+                hit[i] = hit[tree.parents[i]] and tree.tokens[i] == stream[start + tree.depths[i] - 1]
+            conditional = self.conditional(tree) if calibrate else None
+            if len(kept) > 1:
+                self.trusted[0] += sum(hit[i] for i in kept[1:])
+                self.trusted[1] += expected
+            for i in range(1, len(tree)):
+                if hit[tree.parents[i]]:
+                    if calibrate:
+                        self._add((tree.sources[i], tree.depths[i] == 1), conditional[i], hit[i])
+                    if counters is not None:
+                        counters.counter(tree.sources[i]).add(tree.depths[i], hit[i], tree.scores[i])
         self.pending = undecided
 
     @staticmethod
@@ -180,6 +176,18 @@ class PathCalibration:
         for i in range(1, len(tree)):  # a parent precedes its children
             out[i] = out[tree.parents[i]] * self.calibrate(tree.sources[i], conditional[i], tree.depths[i] == 1)
         return tuple(out)
+
+
+def _undecided(tree: DraftTree, stream: Sequence[int], start: int) -> bool:
+    """Whether the stream does not yet decide every node of ``tree``, whose depth-1 nodes guess ``stream[start]``: a
+    node whose path equals all the tokens known after the anchor still has children.  Walks down the stream's path
+    only (at most the tree's depth), where counting would read every node each cycle the tree waits."""
+    frontier = [0]  # the nodes at depth d whose path equals the stream's first d tokens after the anchor
+    for at in range(start, len(stream)):
+        frontier = [c for node in frontier for c in tree.children[node] if tree.tokens[c] == stream[at]]
+        if not frontier:
+            return False
+    return any(tree.children[node] for node in frontier)
 
 
 @dataclass
