@@ -158,6 +158,29 @@ def test_path_calibration_waits_for_the_output_then_moves_estimates_towards_outc
     assert cal.tree(tree)[0] == 1.0 and all(0.0 <= e <= 1.0 for e in cal.tree(tree))
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_waiting_tree_is_counted_exactly_when_the_output_decides_every_reached_node(seed):
+    """``resolve`` counts a built tree once no node whose parent's path matched the output lies deeper than the output
+    known so far (the definition, read node by node here), and only then; child tokens repeat (an alphabet of 3)."""
+    rng = random.Random(seed)
+    parents = [None, *(rng.randrange(i) for i in range(1, 30))]
+    tokens = tuple(rng.randrange(3) for _ in parents)
+    tree = DraftTree(tokens, tuple(parents), (Source.ROOT,) + (Source("tr"),) * 29, (.5,) * 30, (.5,) * 30)
+    stream = [9, *(rng.randrange(3) for _ in range(12))]  # the anchor, then the output
+    for known in range(13):
+        hit, waiting = [True] * len(tree), False
+        for i in range(1, len(tree)):
+            d = tree.depths[i]
+            hit[i] = hit[parents[i]] and (d > known or tokens[i] == stream[d])
+            waiting |= hit[i] and d > known
+        cal, stats = PathCalibration(), AcceptanceStats()
+        cal.record(tree, start=1)
+        cal.resolve(stream[: 1 + known], stats)
+        assert bool(cal.pending) == waiting
+        reached = sum(hit[parents[i]] for i in range(1, len(tree)))
+        assert sum(stats.counter(Source("tr")).reached.values()) == (0 if waiting else reached)
+
+
 def test_ghosts_the_builder_made_are_reindexed_or_dropped_with_their_parent():
     """The builder's ghosts follow their parent's new index, or go with it; the pruned nodes join them."""
     # anchor -> TR 2 (est .01, pruned) ; anchor -> PLD 3 -> PLD 4 (kept, re-indexed 2 -> 1 and 3 -> 2)
