@@ -330,8 +330,8 @@ class TreeBuilder:
         ``score`` is the draft score shown for the node; ``p_accept`` (default: ``score``) is its
         estimated conditional acceptance, multiplied into the path estimate compared with c.
         """
-        if len(self.tokens) >= self.budget or self.depth[parent] >= self.max_depth:  # ``can_grow``, inlined: the
-            return None  # builders call this for every candidate they meet
+        if not self.can_grow(parent):
+            return None
         est = self.est[parent] * (score if p_accept is None else p_accept)
         if est < self.min_est:
             if len(self.ghosts) < self.budget:  # enough ghosts to show what c removed

@@ -67,11 +67,8 @@ class Proposals:
         out: list[Branch] = []
         for src in self.branch_sources:
             found = src.propose(Request(self.context, path))
-            if found.parents.count(None) == len(found):  # all below the node (TR's rows): no filter to run
-                out += map(Branch._make, zip(found.tokens, itertools.repeat(src.info.source), found.scores, found.p))
-            else:
-                out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
-                        zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
+            out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
+                    zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
         return out
 
 
