@@ -116,9 +116,39 @@ def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
     sizes = (1, 2, 4, 8, 16)
     curve = cost.measure_cost_curve(demo_lm.model, sizes=sizes, repeats=4, path=Watched(demo_lm.model))
     assert curve.spread is not None and len(curve.spread) == len(sizes)  # each size's spread, for the check
-    rounds = [tuple(seen[i:i + len(sizes)]) for i in range(0, len(seen), len(sizes))]
+    triples = [tuple(seen[i:i + 3]) for i in range(0, len(seen), 3)]
+    assert all(t[0] == 1 and t[2] == 1 for t in triples)  # each size between one-row steps, as in a run
+    middles = [t[1] for t in triples]
+    rounds = [tuple(middles[i:i + len(sizes)]) for i in range(0, len(middles), len(sizes))]
     assert len(rounds) == 5 and all(sorted(r) == list(sizes) for r in rounds)
     assert len(set(rounds)) > 1 and len({r.index(1) for r in rounds}) > 1  # 1 does not hold one place
+
+
+def test_a_size_is_charged_the_new_graph_it_leaves_the_next_step(monkeypatch):
+    """llama.cpp reuses its compute graph only for a batch shaped as the one before: an AR step in a run of them
+    costs less than one after a tree.  The timer prices T(1) as a step in a run, and T(n) as the n rows after an AR
+    step plus what the AR step after them costs over one in a run (a virtual clock: exact figures)."""
+    import torch
+
+    from engine.product.models import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+
+    class Rebuilding:  # a TreeForward: 10 ms a row, 1 ms more for a batch shaped unlike the one before
+        last = None
+
+        def verify(self, tree):
+            clock[0] += (10 * len(tree) + (len(tree) != self.last)) / 1000
+            self.last = len(tree)
+            return torch.zeros(len(tree), 32)
+
+        def commit(self, keep):
+            pass
+
+    timed = timing.time_forwards({"x": Rebuilding()}, (2, 4), vocab=32, device="cpu", repeats=3)
+    assert timed.median("x", 1) == 10.0  # an AR step in a run
+    assert timed.median("x", 2) == 22.0 and timed.median("x", 4) == 42.0  # the rows, their graph, the next step's
 
 
 #: issue 44: SmolLM2 q4's curve measured while another process compiled, and the same machine idle (ms, T(1)-T(4))

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)  # start-up steps, for the console (app.py sho
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64, 128)  # every size to 16: a kernel may price rows in blocks (torch's
 # 4-bit CPU kernel tiles rows four at a time), and the size choice interpolates between measured sizes
-MEASUREMENT = 5  # how a cached curve was measured (sizes shuffled each round, the loop's own read-back timed, raw
-# medians kept, never a fitted curve; 5: the llamacpp path's values moved to f16); an older one is measured again
+MEASUREMENT = 6  # how a cached curve was measured (sizes shuffled each round, the loop's own read-back timed, raw
+# medians kept, never a fitted curve; 5: the llamacpp path's values moved to f16; 6: each size between one-row steps,
+# charged the step after it: ``timing.time_forwards``); an older one is measured again
 REFINE_ENV = "GOOSE_LENS_REFINE_CURVE"  # "0": the shared curve is never corrected from runs (tests' fixed curves)
 RETRY_PAUSE_S = 2.0  # the pause before measuring again a curve that failed its check (a burst of load may pass)
 

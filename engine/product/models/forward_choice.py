@@ -37,7 +37,8 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 log = logging.getLogger(__name__)
 
 ENV = "GOOSE_LENS_FORWARD"  # auto | a registered path's name: the path every command and the page use
-FORMAT = 2  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows)
+FORMAT = 3  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
+# steps, charged the step after it: ``timing.time_forwards``)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
 CHOICES = ("auto", *path_names())  # the registry's paths (engine.core.forward.REGISTRY)

@@ -10,6 +10,13 @@ verification forwards the same way (``time_forwards``):
 * a device sync before each forward, then the forward and the decoding loop's own read-back (``read_back`` with the
   adjacency table's top-k, one host copy that waits for the device) and the table's store: what ``T(n)`` prices
   (GT principle paper, §3.1 Eq. 6: a node's row plus harvesting its logits);
+* each size timed where a run meets it, between AR steps: one untimed one-row step before it, and the one-row step
+  after it timed too; ``T(n)`` is the n-row forward plus what the step after it costs over a one-row step after a
+  one-row step, and ``T(1)`` a one-row step after one.  A forward path that rebuilds its work on a new batch shape
+  charges the rebuild to the tree that caused it, on both sides: llama.cpp reuses its compute graph only for a
+  batch of the shape before (``llm_graph_params::allow_reuse`` in ``src/llama-graph.h``), so on the llamacpp path
+  an AR step in a run of them costs ~1 ms less than one after a tree, which pays its own graph and leaves the next
+  step a new one (docs/results.md, "The cost curve");
 * medians and their spread (``engine.decoding.cost.round_spread``) per pair.
 
 Their cache files share one helper (``read_cache`` / ``write_cache``): one JSON file per key under the cache root,
@@ -70,8 +77,9 @@ def _sync(device: torch.device) -> None:
 def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ...], vocab: int,
                   device: torch.device | str, repeats: int = 7, seed: int = 0) -> Timings:
     """Time one verification forward of a chain of each of ``sizes`` rows on each prefilled forward, as the module
-    docstring says (interleaved pairs in a new order each round, a sync, the loop's read-back and store, the warm-up
-    round dropped).  Each forward's cache is left as it was (every tree is dropped: ``commit([])``).
+    docstring says (interleaved pairs in a new order each round, each between one-row steps and charged what the
+    step after it costs over one in a run of them, a sync, the loop's read-back and store, the warm-up round
+    dropped).  Each forward's cache is left as it was (every tree is dropped: ``commit([])``).
 
     Args:
         forwards: name -> a ``TreeForward`` with its prefix already committed, room for ``max(sizes)`` more rows.
@@ -82,10 +90,12 @@ def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ..
         seed: the chains' tokens and the rounds' orders.
 
     Returns:
-        ``Timings`` of ``repeats`` rounds per (name, n).
+        ``Timings`` of ``repeats`` rounds per (name, n), n = 1 included: ms per verification forward as a run pays
+        it (the n-row forward + the step after it − a one-row step after a one-row step).
     """
     device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
+    sizes = tuple(sorted({1, *sizes}))  # a one-row step after a one-row step: the base of every size's rounds
     trees = {n: DraftTree.chain(torch.randint(0, vocab, (n,), generator=gen).tolist(), TrSource.info.source)
              for n in sizes}
     table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost, as in the loop
@@ -94,15 +104,26 @@ def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ..
     shuffle = random.Random(seed).shuffle
     for _ in range(repeats + 1):
         shuffle(pairs)
+        rounds = {}  # (name, n) -> (ms of the n rows, ms of the one-row step after them)
         for name, n in pairs:
-            tree, forward = trees[n], forwards[name]
-            _sync(device)
-            t0 = time.perf_counter()
-            back = read_back(forward.verify(tree), table.top_k)  # waits for the device
-            table.store([None, *tree.tokens[:-1]], list(tree.tokens), back.successor_ids, back.successor_scores)
-            times[(name, n)].append((time.perf_counter() - t0) * 1000)
-            forward.commit([])
+            forward = forwards[name]
+            _timed(forward, trees[1], table, device)  # untimed: in a run a tree follows an AR step
+            rounds[(name, n)] = (_timed(forward, trees[n], table, device), _timed(forward, trees[1], table, device))
+        for (name, n), (ms, after) in rounds.items():  # plus what the step after costs over a step in a run
+            times[(name, n)].append(ms + after - rounds[(name, 1)][0])
     return Timings({pair: row[1:] for pair, row in times.items()}, {pair: row[0] / 1000 for pair, row in times.items()})
+
+
+def _timed(forward: TreeForward, tree: DraftTree, table: AdjacencyTable, device: torch.device) -> float:
+    """ms of one verification of ``tree`` with the loop's read-back and store (``time_forwards``); the tree is
+    dropped after (``commit([])``), the cache left as it was."""
+    _sync(device)
+    t0 = time.perf_counter()
+    back = read_back(forward.verify(tree), table.top_k)  # waits for the device
+    table.store([None, *tree.tokens[:-1]], list(tree.tokens), back.successor_ids, back.successor_scores)
+    ms = (time.perf_counter() - t0) * 1000
+    forward.commit([])
+    return ms
 
 
 def cache_file(kind: str, key: str, cache_dir: str | Path | None = None) -> Path:
