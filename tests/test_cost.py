@@ -116,10 +116,8 @@ def test_each_round_times_the_sizes_in_a_new_order(demo_lm, monkeypatch):
     sizes = (1, 2, 4, 8, 16)
     curve = cost.measure_cost_curve(demo_lm.model, sizes=sizes, repeats=4, path=Watched(demo_lm.model))
     assert curve.spread is not None and len(curve.spread) == len(sizes)  # each size's spread, for the check
-    triples = [tuple(seen[i:i + 3]) for i in range(0, len(seen), 3)]
-    assert all(t[0] == 1 and t[2] == 1 for t in triples)  # each size between one-row steps, as in a run
-    middles = [t[1] for t in triples]
-    rounds = [tuple(middles[i:i + len(sizes)]) for i in range(0, len(middles), len(sizes))]
+    assert all(rows == 1 for rows in seen[1::2])  # each size followed by a one-row step, so preceded by one too
+    rounds = [tuple(seen[::2][i:i + len(sizes)]) for i in range(0, len(seen) // 2, len(sizes))]
     assert len(rounds) == 5 and all(sorted(r) == list(sizes) for r in rounds)
     assert len(set(rounds)) > 1 and len({r.index(1) for r in rounds}) > 1  # 1 does not hold one place
 

@@ -10,9 +10,10 @@ verification forwards the same way (``time_forwards``):
 * a device sync before each forward, then the forward and the decoding loop's own read-back (``read_back`` with the
   adjacency table's top-k, one host copy that waits for the device) and the table's store: what ``T(n)`` prices
   (GT principle paper, §3.1 Eq. 6: a node's row plus harvesting its logits);
-* each size timed where a run meets it, between AR steps: one untimed one-row step before it, and the one-row step
-  after it timed too; ``T(n)`` is the n-row forward plus what the step after it costs over a one-row step after a
-  one-row step, and ``T(1)`` a one-row step after one.  A forward path that rebuilds its work on a new batch shape
+* each size timed where a run meets it, between AR steps: after a one-row step (the one that ended the forward's pair
+  before; the warm-up round's first is dropped), and the one-row step after it timed too; ``T(n)`` is the n-row
+  forward plus what the step after it costs over a one-row step after a one-row step, and ``T(1)`` a one-row step
+  after one.  A forward path that rebuilds its work on a new batch shape
   charges the rebuild to the tree that caused it, on both sides: llama.cpp reuses its compute graph only for a
   batch of the shape before (``llm_graph_params::allow_reuse`` in ``src/llama-graph.h``), so on the llamacpp path
   an AR step in a run of them costs ~1 ms less than one after a tree, which pays its own graph and leaves the next
@@ -105,9 +106,8 @@ def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ..
     for _ in range(repeats + 1):
         shuffle(pairs)
         rounds = {}  # (name, n) -> (ms of the n rows, ms of the one-row step after them)
-        for name, n in pairs:
+        for name, n in pairs:  # each forward's step before is the one-row step that ended its pair before
             forward = forwards[name]
-            _timed(forward, trees[1], table, device)  # untimed: in a run a tree follows an AR step
             rounds[(name, n)] = (_timed(forward, trees[n], table, device), _timed(forward, trees[1], table, device))
         for (name, n), (ms, after) in rounds.items():  # plus what the step after costs over a step in a run
             times[(name, n)].append(ms + after - rounds[(name, 1)][0])
