@@ -102,6 +102,7 @@ def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ..
     table = AdjacencyTable(vocab)  # scratch: storing each row is part of a node's cost, as in the loop
     pairs = [(name, n) for name in forwards for n in sizes]
     times: dict[tuple[Hashable, int], list[float]] = {pair: [] for pair in pairs}
+    first: dict[tuple[Hashable, int], float] = {}  # the warm-up round's forwards alone (s): a compile lands there
     shuffle = random.Random(seed).shuffle
     for _ in range(repeats + 1):
         shuffle(pairs)
@@ -109,9 +110,10 @@ def time_forwards(forwards: Mapping[Hashable, TreeForward], sizes: tuple[int, ..
         for name, n in pairs:  # each forward's step before is the one-row step that ended its pair before
             forward = forwards[name]
             rounds[(name, n)] = (_timed(forward, trees[n], table, device), _timed(forward, trees[1], table, device))
+            first.setdefault((name, n), rounds[(name, n)][0] / 1000)
         for (name, n), (ms, after) in rounds.items():  # plus what the step after costs over a step in a run
             times[(name, n)].append(ms + after - rounds[(name, 1)][0])
-    return Timings({pair: row[1:] for pair, row in times.items()}, {pair: row[0] / 1000 for pair, row in times.items()})
+    return Timings({pair: row[1:] for pair, row in times.items()}, first)
 
 
 def _timed(forward: TreeForward, tree: DraftTree, table: AdjacencyTable, device: torch.device) -> float:
