@@ -126,12 +126,14 @@ def test_a_size_is_charged_the_new_graph_it_leaves_the_next_step(monkeypatch):
     """llama.cpp reuses its compute graph only for a batch shaped as the one before: an AR step in a run of them
     costs less than one after a tree.  The timer prices T(1) as a step in a run, and T(n) as the n rows after an AR
     step plus what the AR step after them costs over one in a run (a virtual clock: exact figures)."""
+    from types import SimpleNamespace
+
     import torch
 
     from engine.product.models import timing
 
     clock = [0.0]
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))  # the timer's clock only
 
     class Rebuilding:  # a TreeForward: 10 ms a row, 1 ms more for a batch shaped unlike the one before
         last = None

@@ -13,11 +13,11 @@ verification forwards the same way (``time_forwards``):
 * each size timed where a run meets it, between AR steps: after a one-row step (the one that ended the forward's pair
   before; the warm-up round's first is dropped), and the one-row step after it timed too; ``T(n)`` is the n-row
   forward plus what the step after it costs over a one-row step after a one-row step, and ``T(1)`` a one-row step
-  after one.  A forward path that rebuilds its work on a new batch shape
-  charges the rebuild to the tree that caused it, on both sides: llama.cpp reuses its compute graph only for a
-  batch of the shape before (``llm_graph_params::allow_reuse`` in ``src/llama-graph.h``), so on the llamacpp path
-  an AR step in a run of them costs ~1 ms less than one after a tree, which pays its own graph and leaves the next
-  step a new one (docs/results.md, "The cost curve");
+  after one.  A forward path that rebuilds its work on a new batch shape charges the rebuild to the tree that
+  caused it, on both sides: llama.cpp reuses its compute graph only for a batch of the shape before
+  (``llm_graph_params::allow_reuse`` in ``src/llama-graph.h``), so on the llamacpp path an AR step in a run of them
+  costs ~1 ms less than one after a tree, which pays its own graph and leaves the next step a new one
+  (docs/results.md, "The cost curve");
 * medians and their spread (``engine.decoding.cost.round_spread``) per pair.
 
 Their cache files share one helper (``read_cache`` / ``write_cache``): one JSON file per key under the cache root,
