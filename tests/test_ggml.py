@@ -20,7 +20,7 @@ from conftest import DATA, SMOLLM2_CURVE
 from test_sampling import N_TOKENS, P_FAIL, chi_square_p, reference_probs, sample_many
 
 from engine.core import ggml
-from engine.core.ggml import INSTALL, GgmlForward, GgmlPath, GgmlUnavailable
+from engine.core.ggml import INSTALL, GgmlForward, GgmlPath, GgmlQ8CachePath, GgmlUnavailable
 from engine.core.tree import DraftTree, Source
 from engine.sources.tr import TrSource
 
@@ -31,6 +31,8 @@ MAX_NEW = 48
 SHAPES = {"chain": (None, 0, 1, 2, 3), "star": (None, 0, 0, 0, 0),
           "mixed": (None, 0, 0, 1, 1, 2, 3, 3, 5, 2), "one-node": (None,),
           "two-chains-70": (None, *range(35), 0, *range(36, 69))}
+#: both KV caches' paths: Q8_0 keys with f16 values (the default), and Q8_0 both (the forward choice times each)
+PATHS = {"f16-values": GgmlPath, "q8-values": GgmlQ8CachePath}
 CODE = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 
 
@@ -57,14 +59,26 @@ def llama_cpp_module():
 
 
 @pytest.fixture(scope="module")
-def path(llama_cpp_module, smollm2_lm):
+def gguf(llama_cpp_module):
     from engine.product.models.named import SMOLLM2, FetchError, ensure_gguf
 
     try:
-        gguf = ensure_gguf(SMOLLM2)
+        return ensure_gguf(SMOLLM2)
     except FetchError as exc:
         pytest.skip(f"SmolLM2's GGUF file cannot be had here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def path(gguf, smollm2_lm):
     made = GgmlPath(smollm2_lm.model, gguf, threads=1)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module", params=list(PATHS))
+def each_path(request, gguf, smollm2_lm):
+    """The path on either KV cache (``PATHS``), one thread."""
+    made = PATHS[request.param](smollm2_lm.model, gguf, threads=1)
     yield made
     made.close()
 
@@ -81,10 +95,11 @@ def test_import_needs_no_llama_cpp_and_missing_it_says_how_to_install(without_ll
 
 @pytest.mark.full  # llama.cpp contexts and decodes: seconds
 @pytest.mark.parametrize("shape", SHAPES)
-def test_tree_rows_equal_their_paths_decoded_as_chains(path, prompt, shape):
+def test_tree_rows_equal_their_paths_decoded_as_chains(each_path, prompt, shape):
     """Each row of a verified tree equals, bit for bit, the last row of its root path decoded as a chain over the
-    same prefill: the chain shape one row per decode on a fresh forward, the others one chain per leaf."""
-    parents = SHAPES[shape]
+    same prefill: the chain shape one row per decode on a fresh forward, the others one chain per leaf; on either
+    KV cache."""
+    path, parents = each_path, SHAPES[shape]
     tree_forward = path.open(len(prompt) + 32, len(parents))
     anchor = int(tree_forward.prefill(prompt)[-1].argmax())
     rng = random.Random(shape)
@@ -155,8 +170,9 @@ def test_commit_of_a_later_branch_continues_as_a_chain_commit(path, prompt):
 
 
 @pytest.mark.full  # two generations per prompt on llama.cpp: seconds
-def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
-    """Greedy Goose (the default config) on the path gives token for token the ids of AR on the same path."""
+def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(each_path, smollm2_lm):
+    """Greedy Goose (the default config) on the path gives token for token the ids of AR on the same path (either
+    KV cache)."""
     from engine.decoding.config import DecodeConfig
     from engine.decoding.cost import CostCurve
     from engine.product.models.cost_cache import curve_key
@@ -164,7 +180,7 @@ def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
     from engine.product.runs.metrics import summarize
 
     lm = smollm2_lm
-    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path))  # no timing here
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, each_path))  # no timing here
     code = json.loads((DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()[0])["prompt"]
     prompts = [lm.encode_prompt(code, chat=False),
                lm.encode_prompt("Write a Python function that adds two numbers, then the same one with a docstring.",
@@ -174,7 +190,7 @@ def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(path, smollm2_lm):
         runs = {}
         for method in ("goose", "ar"):
             decoder = make_decoder(lm.model, DecodeConfig.of(max_new_tokens=MAX_NEW, method=method),
-                                   lm.eos_token_ids, cost_curve=curve, forward=path)
+                                   lm.eos_token_ids, cost_curve=curve, forward=each_path)
             traces = list(decoder.generate(ids))
             runs[method] = [t for tr in traces for t in tr.new_tokens]
             if method == "goose":
@@ -218,6 +234,7 @@ def test_llama_cpp_tokenizes_as_the_converted_tokenizer(path, smollm2_lm):
 
 @pytest.mark.full  # builds a small llama.cpp context
 def test_a_tree_too_large_for_the_context_says_so(path, prompt):
+    path.spares.clear()  # earlier tests' contexts dropped: the last check reads which kept context ``open`` takes
     forward = path.open(len(prompt) + 8, 1)  # 256 cells (rounded up), 16 leaf sequences
     anchor = int(forward.prefill(prompt)[-1].argmax())
     with pytest.raises(ValueError, match="does not fit this forward's 256 cells"):
@@ -239,13 +256,13 @@ def test_a_tree_too_large_for_the_context_says_so(path, prompt):
 
 
 @pytest.mark.full  # ~140 llama.cpp decodes over a long prompt, 2 threads: seconds
-def test_one_row_steps_equal_a_batch_past_512_cells_on_two_threads(llama_cpp_module, smollm2_lm):
+@pytest.mark.parametrize("cache", PATHS)
+def test_one_row_steps_equal_a_batch_past_512_cells_on_two_threads(gguf, smollm2_lm, cache):
     """Past 512 cells, on 2 threads, where ggml's attention has a split kernel for one row and a tiled one for 64 rows
     or more over f16 keys and values: 70 tokens decoded one row at a time equal, bit for bit, the same tokens decoded
-    as one 70-row chain (two chunks, ``TREE_CHUNK``) and as a 2-row chain at each step, because the keys are Q8_0."""
-    from engine.product.models.named import SMOLLM2, ensure_gguf
-
-    two = GgmlPath(smollm2_lm.model, ensure_gguf(SMOLLM2), threads=2)
+    as one 70-row chain (two chunks, ``TREE_CHUNK``) and as a 2-row chain at each step, because the keys are Q8_0
+    (with either value type)."""
+    two = PATHS[cache](smollm2_lm.model, gguf, threads=2)
     try:
         rows = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
         ids = smollm2_lm.encode_prompt("\n".join(json.loads(row)["prompt"] for row in rows[:6]), chat=False)

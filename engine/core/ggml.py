@@ -34,19 +34,18 @@ more is split across threads and its partial sums reduced (``use_split_kv_path``
 tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make that a logit difference of up to
 ~0.7 (measured: an AR step past 256 used cells against the same row in a tree, 2 threads).  Both kernels need K and
 V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
-row are bit-identical at any length (tests/test_ggml.py).  Q8_0 keys with f16 values cost what llama.cpp's f16
-cache costs (an AR step 0.96-1.01x of it over 100-900 cells; Q8_0 values 1.02-1.14x, f16 keys with Q8_0 values
-1.02-1.21x: docs/results.md).  The price: keys rounded to 8 bits, so this path's text may part from llama.cpp's
-default (``llamacpp-ar``) where its f16 keys would round otherwise.
+row are bit-identical at any length (tests/test_ggml.py).  The value type that costs less depends on the CPU (Q8_0
+values: an AR step 1.02-1.14x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "The KV
+cache's types"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward choice times both.  The
+price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where f16 would round
+otherwise.
 
 Sources: llama.cpp ``examples/speculative`` (draft trees as ``n_seq_dft`` sequences sharing the prefix through
 ``llama_memory_seq_cp``), ``include/llama.h`` (``llama_batch`` seq ids, the ``llama_memory_seq_*`` and
 ``llama_state_seq_*`` API), ``src/llama-kv-cache.cpp`` (``set_input_kq_mask``: the mask by a row's first seq id;
 ``find_slot``: free cells taken from the head), ``ggml-cpu/ops.cpp`` (``flash_attn_ext``).  Ours: the leaves' ids on
 the prefix once, the trash id that keeps cells in order, the compaction.
-
-llama-cpp-python is optional and imported lazily: importing this module never needs it; ``GgmlPath`` raises
-``GgmlUnavailable`` with the install line when it is missing.
+llama-cpp-python is optional, imported lazily: ``GgmlPath`` raises ``GgmlUnavailable`` (the install line) without it.
 """
 from __future__ import annotations
 
@@ -148,15 +147,15 @@ class _Context:
     most ``n_batch`` rows per ``llama_decode``, and the batch it decodes: numpy arrays the ``llama_batch`` points
     into (tokens, positions, seq id counts and ids, output flags), written in place."""
 
-    def __init__(self, lib, model: _Model, n_ctx: int, n_batch: int, n_seq: int, threads: int) -> None:
+    def __init__(self, lib, model: _Model, n_ctx: int, n_batch: int, n_seq: int, threads: int,
+                 cache: tuple[str, str] = ("Q8_0", "F16")) -> None:
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seq
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = True  # one cell pool: a cell holds several seq ids, seq_cp copies metadata only
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED  # cells in cache order, masked ones skipped
         params.no_perf = True
-        params.type_k = lib.GGML_TYPE_Q8_0  # keys unlike values: a row alike in any batch (the module docstring)
-        params.type_v = lib.GGML_TYPE_F16
+        params.type_k, params.type_v = (getattr(lib, f"GGML_TYPE_{t}") for t in cache)  # (the module docstring)
         ctx = lib.llama_init_from_model(model.ptr, params)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells (see its log on stderr)")
@@ -391,6 +390,7 @@ class GgmlPath(ForwardPath):
 
     name = "llamacpp"
     SPARES = 2
+    CACHE = ("Q8_0", "F16")  # the KV cache's (key, value) ggml types: Q8_0 keys keep a row alike in any batch
 
     def __init__(self, model, gguf: Path, threads: int | None = None) -> None:
         super().__init__(model)
@@ -449,7 +449,7 @@ class GgmlPath(ForwardPath):
     def new_context(self, n_ctx: int, n_batch: int, n_seq: int) -> _Context:
         if self._closed:
             raise RuntimeError("this llamacpp path is closed")
-        return _Context(self._lib, self._model, n_ctx, n_batch, n_seq, self.threads)
+        return _Context(self._lib, self._model, n_ctx, n_batch, n_seq, self.threads, self.CACHE)
 
     def take(self, n_ctx: int, n_batch: int, n_seq: int) -> _Context | None:
         """The smallest kept context that fits, cleared, now this caller's; None when none fits."""
@@ -473,15 +473,13 @@ class GgmlPath(ForwardPath):
             del self.spares[self.SPARES:]
 
     def close(self) -> None:
-        """Free the kept contexts; no ``open`` after.  Forwards still open keep theirs (and the weights) until they
-        are gone."""
+        """Free the kept contexts; no ``open`` after (open forwards keep theirs, and the weights, until gone)."""
         with self._lock:
             self._closed = True
             self.spares.clear()
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
-        """llama.cpp's token ids of ``text``: no BOS or EOS added; ``special``: special-token text (such as
-        "<|im_end|>") becomes its token."""
+        """llama.cpp's token ids of ``text``, no BOS or EOS; ``special``: "<|im_end|>" and the like become tokens."""
         data = text.encode("utf-8")
         size = len(data) + 8
         for _ in range(2):
@@ -491,3 +489,12 @@ class GgmlPath(ForwardPath):
                 return list(buf[:n])
             size = -n  # too small: the count it needs
         raise RuntimeError(f"llama_tokenize failed on a text of {len(data)} bytes")
+
+
+@register
+class GgmlQ8CachePath(GgmlPath):
+    """The llamacpp path with a Q8_0 KV cache, values too ("llamacpp-q8cache"): on some CPUs ggml's flash attention
+    over Q8_0 values costs less than over f16 ones (the module docstring); rows alike in any batch all the same."""
+
+    name = "llamacpp-q8cache"
+    CACHE = ("Q8_0", "Q8_0")

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, static_problem
-from engine.core.ggml import GgmlPath
+from engine.core.ggml import GgmlPath, GgmlQ8CachePath
 from engine.core.paths import make_path, path_names
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
@@ -37,8 +37,8 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 log = logging.getLogger(__name__)
 
 ENV = "GOOSE_LENS_FORWARD"  # auto | a registered path's name: the path every command and the page use
-FORMAT = 3  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
-# steps, charged the step after it: ``timing.time_forwards``)
+FORMAT = 4  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
+# steps, charged the step after it: ``timing.time_forwards``; 4: llama.cpp's paths with either KV cache)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
 CHOICES = ("auto", *path_names())  # the registry's paths (engine.core.forward.REGISTRY)
@@ -215,7 +215,7 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     llama-cpp-python is installed, and, with ``compiled``, the compiled one where it compiles), decide, and cache the
     result; returns it ({"path", "reason", "ms"})."""
     paths = {"eager": eager, "static": make_path(model, "static")}
-    for name in ("graphed", GgmlPath.name):  # CUDA graphs: captures cost milliseconds; llama.cpp: loads in a second
+    for name in ("graphed", GgmlPath.name, GgmlQ8CachePath.name):  # captures cost ms; llama.cpp loads in a second
         if REGISTRY[name].problem(model, gguf) is None:
             paths[name] = make_path(model, name, gguf)
     note = ""

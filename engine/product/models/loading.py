@@ -26,7 +26,7 @@ from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.core import attention, compat, ggml
-from engine.core.forward import EagerPath, ForwardPath
+from engine.core.forward import REGISTRY, EagerPath, ForwardPath
 from engine.product.models import forward_choice, kernels, precision
 from engine.product.models.cost_cache import CurveOwner
 from engine.product.models.engine_thread import EngineThread
@@ -335,7 +335,8 @@ def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path 
     "auto"), and the model's ``.gguf`` file where that may pick the llamacpp path (llama-cpp-python installed), else
     None; the file is fetched only then."""
     want = want or os.environ.get(forward_choice.ENV) or "auto"
-    return want, lm.gguf() if want in ("auto", ggml.GgmlPath.name) and ggml.installed() else None
+    runs_file = want == "auto" or issubclass(REGISTRY.get(want, object), ggml.GgmlPath)
+    return want, lm.gguf() if runs_file and ggml.installed() else None
 
 
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
