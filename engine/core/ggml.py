@@ -35,7 +35,7 @@ tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make 
 ~0.7 (measured: an AR step past 256 used cells against the same row in a tree, 2 threads).  Both kernels need K and
 V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
 row are bit-identical at any length (tests/test_ggml.py).  The value type that costs less depends on the CPU (Q8_0
-values: an AR step 1.02-1.14x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "The KV
+values: an AR step 1.03-1.13x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "The KV
 cache's types"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward choice times both.  The
 price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where f16 would round
 otherwise.
