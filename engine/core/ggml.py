@@ -147,15 +147,15 @@ class _Context:
     most ``n_batch`` rows per ``llama_decode``, and the batch it decodes: numpy arrays the ``llama_batch`` points
     into (tokens, positions, seq id counts and ids, output flags), written in place."""
 
-    def __init__(self, lib, model: _Model, n_ctx: int, n_batch: int, n_seq: int, threads: int,
-                 cache: tuple[str, str] = ("Q8_0", "F16")) -> None:
+    def __init__(self, path: GgmlPath, n_ctx: int, n_batch: int, n_seq: int) -> None:
+        lib, model = path._lib, path._model  # the path's library and weights, its threads and cache types below
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seq
-        params.n_threads = params.n_threads_batch = threads
+        params.n_threads = params.n_threads_batch = path.threads
         params.kv_unified = True  # one cell pool: a cell holds several seq ids, seq_cp copies metadata only
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED  # cells in cache order, masked ones skipped
         params.no_perf = True
-        params.type_k, params.type_v = (getattr(lib, f"GGML_TYPE_{t}") for t in cache)  # (the module docstring)
+        params.type_k, params.type_v = (getattr(lib, f"GGML_TYPE_{t}") for t in path.CACHE)  # the module docstring
         ctx = lib.llama_init_from_model(model.ptr, params)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells (see its log on stderr)")
@@ -449,7 +449,7 @@ class GgmlPath(ForwardPath):
     def new_context(self, n_ctx: int, n_batch: int, n_seq: int) -> _Context:
         if self._closed:
             raise RuntimeError("this llamacpp path is closed")
-        return _Context(self._lib, self._model, n_ctx, n_batch, n_seq, self.threads, self.CACHE)
+        return _Context(self, n_ctx, n_batch, n_seq)
 
     def take(self, n_ctx: int, n_batch: int, n_seq: int) -> _Context | None:
         """The smallest kept context that fits, cleared, now this caller's; None when none fits."""
