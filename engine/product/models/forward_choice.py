@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, static_problem
-from engine.core.ggml import GgmlPath, GgmlQ8CachePath
+from engine.core.ggml import GgmlPath
 from engine.core.paths import make_path, path_names
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
@@ -215,7 +215,8 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     llama-cpp-python is installed, and, with ``compiled``, the compiled one where it compiles), decide, and cache the
     result; returns it ({"path", "reason", "ms"})."""
     paths = {"eager": eager, "static": make_path(model, "static")}
-    for name in ("graphed", GgmlPath.name, GgmlQ8CachePath.name):  # captures cost ms; llama.cpp loads in a second
+    ggml = (name for name, cls in REGISTRY.items() if issubclass(cls, GgmlPath))  # each KV cache's llama.cpp path
+    for name in ("graphed", *ggml):  # CUDA graphs: captures cost milliseconds; llama.cpp: loads in a second
         if REGISTRY[name].problem(model, gguf) is None:
             paths[name] = make_path(model, name, gguf)
     note = ""
