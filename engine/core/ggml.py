@@ -45,13 +45,12 @@ Sources: llama.cpp ``examples/speculative`` (draft trees as ``n_seq_dft`` sequen
 ``llama_state_seq_*`` API), ``src/llama-kv-cache.cpp`` (``set_input_kq_mask``: the mask by a row's first seq id;
 ``find_slot``: free cells taken from the head), ``ggml-cpu/ops.cpp`` (``flash_attn_ext``).  Ours: the leaves' ids on
 the prefix once, the trash id that keeps cells in order, the compaction.
-llama-cpp-python is optional, imported lazily: ``GgmlPath`` raises ``GgmlUnavailable`` (the install line) without it.
+llama-cpp-python is optional, imported lazily (``ggml_lib``): ``GgmlPath`` raises ``GgmlUnavailable`` (the install line)
+without it.
 """
 from __future__ import annotations
 
 import ctypes
-import logging
-import os
 import threading
 import weakref
 from pathlib import Path
@@ -60,9 +59,11 @@ import numpy as np
 import torch
 
 from .forward import ForwardPath, TreeForward, register
+from .ggml_lib import INSTALL, GgmlUnavailable, LlamaModel, installed, library, physical_cores
 from .tree import DraftTree
 
-INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36'
+__all__ = ["INSTALL", "GgmlForward", "GgmlPath", "GgmlQ8CachePath", "GgmlUnavailable", "installed", "physical_cores"]
+
 #: Rows per ``llama_decode`` at least (the prompt is decoded in chunks of ``n_batch`` rows); also ``n_ubatch``.
 PREFILL_CHUNK = 256
 #: Rows per ``llama_decode`` of a tree: ggml's CPU flash attention tiles a batch of ``GGML_FA_TILE_Q`` = 64 query rows
@@ -74,71 +75,13 @@ CTX_STEP = 256
 ROWS_STEP = 16
 
 _I32P = ctypes.POINTER(ctypes.c_int32)
-_ready = threading.Lock()
-_initialised = False
-
-
-class GgmlUnavailable(RuntimeError):
-    """llama-cpp-python cannot be imported; the message carries the install line (``INSTALL``)."""
-
-
-def installed() -> bool:
-    """Whether llama-cpp-python can be imported here (found, not imported: cheap)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
-
-
-def _lib():
-    """The ``llama_cpp`` module, its backend initialised once; its log quiet unless its logger was configured."""
-    global _initialised
-    try:
-        import llama_cpp
-    except (ImportError, OSError) as exc:  # OSError: the package is there but its shared library is not
-        raise GgmlUnavailable(f"the llamacpp forward path needs llama-cpp-python: {INSTALL} ({exc})") from exc
-    with _ready:
-        if not _initialised:
-            logger = logging.getLogger("llama-cpp-python")  # the package's log callback prints at this level
-            if logger.level == logging.NOTSET:
-                logger.setLevel(logging.ERROR)
-            llama_cpp.llama_backend_init()
-            _initialised = True
-    return llama_cpp
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (its CPU affinity, a core's hyper-threads counted once); the
-    affinity's CPU count where the topology cannot be read."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    cores = set()
-    for cpu in cpus:
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
-        except OSError:
-            return max(1, len(cpus))
-    return max(1, len(cores))
 
 
 def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
-class _Model:
-    """llama.cpp's model (the GGUF file's weights), freed when its last holder (path or context) is gone."""
-
-    def __init__(self, lib, gguf: Path) -> None:
-        params = lib.llama_model_default_params()
-        ptr = lib.llama_model_load_from_file(str(gguf).encode(), params)
-        if not ptr:
-            raise ValueError(f"llama.cpp could not load {gguf} (see its log on stderr)")
-        self.ptr = ptr
-        self.vocab = lib.llama_model_get_vocab(ptr)
-        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        weakref.finalize(self, lib.llama_model_free, ptr)
-
-
-def _free_context(lib, ctx, model: _Model) -> None:
+def _free_context(lib, ctx, model: LlamaModel) -> None:
     lib.llama_free(ctx)  # ``model`` rides along: the weights outlive every context on them
 
 
@@ -394,12 +337,12 @@ class GgmlPath(ForwardPath):
 
     def __init__(self, model, gguf: Path, threads: int | None = None) -> None:
         super().__init__(model)
-        self._lib = _lib()
+        self._lib = library()
         self.gguf = Path(gguf)
         if not self.gguf.is_file():
             raise ValueError(f"no GGUF file at {self.gguf}")
         self.threads = int(threads) if threads else physical_cores()
-        self._model = _Model(self._lib, self.gguf)
+        self._model = LlamaModel(self._lib, self.gguf)
         vocab = model.config.get_text_config().vocab_size
         if vocab != self._model.n_vocab:
             raise ValueError(f"{self.gguf.name} has {self._model.n_vocab} tokens but the model {vocab}: "
@@ -436,7 +379,7 @@ class GgmlPath(ForwardPath):
         if torch.device(model.device).type != "cpu":
             return "it serves CPU runs (this build of llama.cpp has no GPU backend here)"
         try:
-            _lib()
+            library()
         except GgmlUnavailable:
             return f"llama-cpp-python is not installed ({INSTALL})"
         return None

@@ -1,0 +1,75 @@
+"""llama-cpp-python as the llamacpp forward path uses it: the package loaded once (its backend initialised, its log
+quiet), a GGUF file's model (weights, vocabulary, weight type), and the CPU's physical cores for its threads.
+
+llama-cpp-python is optional, imported lazily: ``library`` raises ``GgmlUnavailable`` (the install line) without it.
+Source: llama.cpp ``include/llama.h`` (``llama_backend_init``, ``llama_model_load_from_file``, ``llama_model_desc``,
+``llama_vocab_n_tokens``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from pathlib import Path
+
+INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36'
+
+_ready = threading.Lock()
+_initialised = False
+
+
+class GgmlUnavailable(RuntimeError):
+    """llama-cpp-python cannot be imported; the message carries the install line (``INSTALL``)."""
+
+
+def installed() -> bool:
+    """Whether llama-cpp-python can be imported here (found, not imported: cheap)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def library():
+    """The ``llama_cpp`` module, its backend initialised once; its log quiet unless its logger was configured."""
+    global _initialised
+    try:
+        import llama_cpp
+    except (ImportError, OSError) as exc:  # OSError: the package is there but its shared library is not
+        raise GgmlUnavailable(f"the llamacpp forward path needs llama-cpp-python: {INSTALL} ({exc})") from exc
+    with _ready:
+        if not _initialised:
+            logger = logging.getLogger("llama-cpp-python")  # the package's log callback prints at this level
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.ERROR)
+            llama_cpp.llama_backend_init()
+            _initialised = True
+    return llama_cpp
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (its CPU affinity, a core's hyper-threads counted once); the
+    affinity's CPU count where the topology cannot be read."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
+        except OSError:
+            return max(1, len(cpus))
+    return max(1, len(cores))
+
+
+class LlamaModel:
+    """llama.cpp's model (the GGUF file's weights), freed when its last holder (path or context) is gone."""
+
+    def __init__(self, lib, gguf: Path) -> None:
+        params = lib.llama_model_default_params()
+        ptr = lib.llama_model_load_from_file(str(gguf).encode(), params)
+        if not ptr:
+            raise ValueError(f"llama.cpp could not load {gguf} (see its log on stderr)")
+        self.ptr = ptr
+        self.vocab = lib.llama_model_get_vocab(ptr)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        weakref.finalize(self, lib.llama_model_free, ptr)
