@@ -164,7 +164,7 @@ def _llamacpp(model: str | None) -> LlamaCpp:
 def _meta(args: argparse.Namespace, argv: list[str] | None, setup: _Setup, curve: CostCurve | None) -> dict:
     """``results.json``'s meta: the model, the machine, the versions, the command and the run's settings."""
     lm, base, prompts = setup.lm, setup.base, setup.prompts
-    return {"model": lm.name, "draft_model": args.draft_model, "device": args.device, "dtype": lm.precision,
+    return {"model": lm.name, "draft_model": args.draft_model, "device": args.device, **lm.runs.to_dict(),
             "dtype_reason": lm.dtype_reason, "forward": lm.forward.name, "forward_reason": lm.forward_reason,
             "attention": compat.attention_kernel(lm.model.config),
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,

@@ -7,11 +7,14 @@
         [--temperature T --top-p P --top-k K --seed S --verifier tree|hsd]
         [--check-lossless] [--json]
 
-With ``--check-lossless`` (greedy only) the token ids are compared with
-``model.generate(do_sample=False)`` on the same prompt and length.  In fp32 ``lossless`` is true iff they
-are identical.  In half precision a batched verification forward rounds differently from a one-token AR
-step, so a near-tie may flip: the first difference is attributed (``engine.product.runs.lossless.attribute``)
-and reported as ``divergence``; ``lossless`` stays true for a *precision tie* and is false for a bug.
+With ``--check-lossless`` (greedy only) the token ids are compared with greedy AR of the same weights on the same
+kernels (``engine.product.runs.reference.lossless_reference``): ``model.generate(do_sample=False)`` where the
+transformers model runs, AR on the same path where llama.cpp's kernels run the GGUF file's own weights.  In fp32, and
+on llama.cpp's path (its rows are bit-identical in any batch), ``lossless`` is true iff they are identical.  In half
+precision a batched verification forward rounds differently from a one-token AR step, so a near-tie may flip: the
+first difference is attributed (``engine.product.runs.lossless.attribute``) and reported as ``divergence``;
+``lossless`` stays true for a *precision tie* and is false for a bug.  ``dtype``, ``forward_path`` and ``weights``
+say what ran (``engine.product.models.what_runs``): on llama.cpp's path ``dtype`` is the file's type, e.g. "Q4_1".
 The JSON result carries the cost curve the run read (``cost_curve``: id, spec, values) and the serving
 engine's configuration that reproduces the method's drafter, or the nearest one (``serve``: engine, flags,
 command, what differs; ``engine.product.io.deploy``);
@@ -36,7 +39,7 @@ from engine.product.models.loading import ModelLoadError, load_model, tqdm_progr
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute
 from engine.product.runs.metrics import summarize
-from engine.product.runs.reference import greedy_reference
+from engine.product.runs.reference import lossless_reference
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,22 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tokens = [t for tr in traces for t in tr.new_tokens]
-    result = {"model": lm.name, "device": lm.device, "dtype": lm.precision, "dtype_reason": lm.dtype_reason,
+    result = {"model": lm.name, "device": lm.device, **lm.runs.to_dict(), "dtype_reason": lm.dtype_reason,
               "method": args.method, "prompt_tokens": len(prompt_ids),
               "gt_threshold": decoder.config.gt.threshold, "config": decoder.config.to_dict(),
               "cost_curve": decoder.cost_curve.to_dict() if decoder.cost_curve is not None else None,
               "serve": serving_dict(config),
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
-        ref = greedy_reference(lm.model, prompt_ids, args.max_new_tokens, lm.eos_token_ids)
-        found = attribute(lm.model, prompt_ids, ref, tokens)  # None when the ids are identical
-        # fp32 is exact (no tolerance at all); in half precision only a precision tie may part from AR
-        result["lossless"] = found is None or (found.kind == "precision tie" and found.dtype != "fp32")
+        ref = lossless_reference(lm, prompt_ids, args.max_new_tokens)  # the same weights on the same kernels
+        found = attribute(lm.model, prompt_ids, ref, tokens, path=lm.forward)  # None when the ids are identical
+        # fp32 and llama.cpp's rows are exact (no tolerance at all); in half precision a precision tie may part
+        result["lossless"] = found is None or (found.kind == "precision tie" and not found.exact)
         result["divergence"] = found.to_dict() if found is not None else None
         if found is not None:
             verdict = "" if result["lossless"] else "LOSSLESS VIOLATION: "
-            if found.dtype == "fp32":
-                verdict += "(fp32 allows no difference) "
+            if found.exact:
+                verdict += f"({lm.runs.label} allows no difference) "
             print(verdict + found.sentence(lm.tokenizer.decode), file=sys.stderr)
     if not args.json:
         print(result["text"])

@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     except UnsupportedCacheError as exc:  # compat.UnsupportedModelError included
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    divergences = diagnose(lm.model, prompt_ids, sweep) if not sweep.sampling else {}
-    meta = {"model": lm.name, "device": lm.device, "dtype": lm.precision,
+    divergences = diagnose(lm.model, prompt_ids, sweep, lm.forward) if not sweep.sampling else {}
+    meta = {"model": lm.name, "device": lm.device, **lm.runs.to_dict(),
             "prompt": where, "prompt_tokens": len(prompt_ids), "max_new_tokens": base.max_new_tokens,
             "date": dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
             "command": _public_command(argv, lm.name, curve if args.cost_curve else None)}

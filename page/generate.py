@@ -116,7 +116,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=setup.own_curve, memory=session.memory)
         curve = setup.curve()
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
-                  config=decoder.config.to_dict(), shown_curve=curve.spec() if curve is not None else None,
+                  config=decoder.config.to_dict(), runs=lm.runs.to_dict(),
+                  shown_curve=curve.spec() if curve is not None else None,
                   cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
         if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
             yield {"prompt_format": run.prompt_format}

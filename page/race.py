@@ -124,7 +124,7 @@ def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tok
         return ""
     if sampling:
         return "Sampling: the two outputs are different draws from the same distribution (lossless in distribution)."
-    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens))  # the AR lane's steps replayed
+    found = attribute(lm.model, ids, list(ar_tokens), list(spec_tokens), path=lm.forward)  # AR lane's steps
     if found is None:
         return ""
     words = found.sentence(lm.tokenizer.decode)

@@ -49,7 +49,8 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
     control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     curve = setup.curve(needed=spec.needs_cost_curve(config))
     yield {"sweep_status": sweep_board(None, len(spec.values))}
-    attributions = Attributions(lm.model, ids)  # a run that parts from AR: a precision tie or a bug, as it arrives
+    # a run that parts from AR: a precision tie or a bug, as it arrives (AR replayed on the path the sweep ran)
+    attributions = Attributions(lm.model, ids, lm.forward)
     try:
         for snap in run_sweep(lm, ids, config, spec, curve, should_stop=lambda: bool(control.get("stop"))):
             state = SweepOnPage(snap, settings.prompt, settings.format_used(lm))
@@ -85,7 +86,8 @@ def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing
     swept, lm = found[0], models.get(model_key)
     curve = sweep_state.sweep.cost_curve
     run = Run(model=lm.name, prompt=sweep_state.prompt, prompt_format=sweep_state.prompt_format,
-              config=swept.config.to_dict(), cost_curve=curve.spec() if curve is not None else None,
+              config=swept.config.to_dict(), runs=lm.runs.to_dict(),
+              cost_curve=curve.spec() if curve is not None else None,
               ar_timing=sweep_state.sweep.ar, shown_curve=curve.spec() if curve is not None else None)
     text = token_text(run, lm)
     for trace in swept.traces:

@@ -29,9 +29,11 @@ def free_port() -> int:
 @pytest.mark.full  # SmolLM2 in a subprocess: a load, a precision and a cost-curve measurement (minutes)
 @pytest.mark.parametrize("dtype", ["auto", "fp32"])
 def test_cli_json_with_lossless_check(tmp_path, dtype):
-    """fp32 is exact: ids equal generate(do_sample=False).  With the default dtype (bf16 on a CPU that runs it
-    natively) a near-tie may flip where a batched forward rounds differently: the CLI attributes it, and only a
-    bug fails (this prompt has an exact bf16 tie at token 22 that some cost curves' trees flip)."""
+    """fp32 is exact: ids equal generate(do_sample=False), on torch's kernels whatever else is installed.  With the
+    default dtype (llama.cpp's kernels on the file where llama-cpp-python is installed, held to AR on that path; else
+    bf16 on a CPU that runs it natively) a near-tie may flip where a batched forward rounds differently: the CLI
+    attributes it, and only a bug fails (this prompt has an exact bf16 tie at token 22 that some cost curves' trees
+    flip).  The JSON says what ran."""
     prompt = tmp_path / "p.txt"
     prompt.write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", encoding="utf-8")
     # the default model (SmolLM2): a load, a cost-curve measurement and the check take minutes on a busy 2-core machine
@@ -44,10 +46,15 @@ def test_cli_json_with_lossless_check(tmp_path, dtype):
         assert key in result
     assert result["lossless"] is True and 0 < result["new_tokens"] <= 48  # SmolLM2 may end its answer (EOS) earlier
     found = result["divergence"]
-    if dtype == "fp32":
-        assert found is None, out.stderr  # no tolerance
+    if dtype == "fp32":  # the exact mode runs fp32 on torch's kernels even where llama.cpp's are installed (issue 70)
+        assert found is None and "LOSSLESS" not in out.stderr, out.stderr  # no tolerance, and silent
+        assert (result["dtype"], result["weights"]) == ("fp32", "transformers"), result
+        assert not result["forward_path"].startswith("llamacpp")
     else:
-        assert found is None or (found["kind"] == "precision tie" and found["dtype"] != "fp32"), out.stderr
+        assert found is None or (found["kind"] == "precision tie" and not found["exact"]), out.stderr
+        # what ran is what the record says: the GGUF file's type on llama.cpp's kernels, else the torch precision
+        assert (result["weights"] == "gguf") == result["forward_path"].startswith("llamacpp"), result
+        assert result["dtype"] in (("Q4_1",) if result["weights"] == "gguf" else ("fp32", "bf16", "q4")), result
     assert set(result["accepted_by_source"]) == {info.name for info in REGISTRY} | {"bonus"}
     assert sum(result["accepted_by_source"].values()) == result["new_tokens"]
     drafted = result["new_tokens"] - result["accepted_by_source"]["bonus"]
@@ -60,12 +67,12 @@ def test_cli_lossless_check_fails_on_a_bug(monkeypatch, capsys, dtype):
     every precision: exit status 1, ``lossless`` false, the divergence attributed."""
     from cli import generate
 
-    def wrong_reference(model, prompt_ids, max_new_tokens, eos):
-        ref = greedy_reference(model, prompt_ids, max_new_tokens, eos)
-        row = model(input_ids=torch.tensor([list(prompt_ids) + ref[:3]])).logits[0, -1]  # AR's step at token 3
+    def wrong_reference(lm, prompt_ids, max_new_tokens):
+        ref = greedy_reference(lm.model, prompt_ids, max_new_tokens, lm.eos_token_ids)
+        row = lm.model(input_ids=torch.tensor([list(prompt_ids) + ref[:3]])).logits[0, -1]  # AR's step at token 3
         return ref[:3] + [int(row.argmin())] + ref[4:]
 
-    monkeypatch.setattr(generate, "greedy_reference", wrong_reference)
+    monkeypatch.setattr(generate, "lossless_reference", wrong_reference)
     code = generate.main(["--model", "demo", "--dtype", dtype, "--prompt", "def add(a, b):\n    return a + b\n",
                           "--max-new-tokens", "12", "--check-lossless", "--json", "--cost-curve", DEMO_CURVE])
     out = capsys.readouterr()

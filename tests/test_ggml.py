@@ -200,6 +200,36 @@ def test_goose_on_the_llamacpp_path_gives_the_ids_of_its_ar(each_path, smollm2_l
     assert accepted > 0, "inconclusive: Goose accepted no draft token on the llamacpp path"
 
 
+@pytest.mark.full  # two generations and one replay on llama.cpp: seconds
+def test_a_run_on_the_file_says_q4_1_and_is_held_to_its_own_ar_exactly(path, smollm2_lm, monkeypatch):
+    """Issue 70: on llama.cpp's path the record names the file's type (never the torch model's dtype), the lossless
+    reference is AR on the same path (never ``generate`` on the torch model), Goose equals it token for token with a
+    draft accepted, and a divergence there is a bug whatever its gap (rows are bit-identical in any batch)."""
+    from dataclasses import replace
+
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.runs import reference
+    from engine.product.runs.decoder import make_decoder
+    from engine.product.runs.lossless import attribute
+
+    lm = replace(smollm2_lm, forward_path=path, auto_dtype=True)
+    assert lm.runs.to_dict() == {"dtype": "Q4_1", "forward_path": "llamacpp", "weights": "gguf"}
+    assert lm.describe().startswith("SmolLM2-135M-Instruct (135M, Q4_1 · llama.cpp kernels")
+    monkeypatch.setattr(reference, "greedy_reference", lambda *a: pytest.fail("held to torch's generate"))
+    ids = lm.encode_prompt(CODE, chat=False)
+    want = reference.lossless_reference(lm, ids, 32)
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path))
+    traces = list(make_decoder(lm, DecodeConfig.of(max_new_tokens=32), lm.eos_token_ids, cost_curve=curve)
+                  .generate(ids))
+    assert [t for tr in traces for t in tr.new_tokens] == want
+    assert sum(len(tr.accepted) for tr in traces) > 0, "inconclusive: no draft token accepted"
+    wrong = want[:5] + [(want[5] + 1) % 49152] + want[6:]
+    found = attribute(lm.model, ids, want, wrong, path=path)
+    assert (found.kind, found.exact, found.position, found.dtype) == ("bug", True, 5, "fp32")
+
+
 @pytest.mark.full  # loads the GGUF file in llama.cpp
 def test_the_paths_cost_curve_is_keyed_by_what_runs_it(path, smollm2_lm):
     """The llamacpp path's cost curve is keyed by the file's weight type, llama-cpp-python's release and the threads,

@@ -238,8 +238,9 @@ def test_a_run_that_parted_is_attributed_where_it_is_shown(monkeypatch):
     from page.sweep import sweep_board
 
     replays, kinds = [], {3: "precision tie", 37: "bug"}
-    monkeypatch.setattr(sweep_runs, "engine_ar_logits", lambda model, ids, tokens: replays.append(1) or (None, "L"))
-    monkeypatch.setattr(sweep_runs, "attribute", lambda model, ids, want, got, logits: Divergence(
+    monkeypatch.setattr(sweep_runs, "engine_ar_logits",
+                        lambda model, ids, tokens, path: replays.append(1) or (None, "L"))
+    monkeypatch.setattr(sweep_runs, "attribute", lambda model, ids, want, got, logits, path: Divergence(
         position=got[0], kind=kinds[got[0]], ar_token=1, run_token=2, ar_logit=1.0, run_logit=1.0, gap_ulps=0.0,
         dtype="bfloat16"))
     hand = _hand_sweep({0: 3, 5: 37})

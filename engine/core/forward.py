@@ -117,6 +117,10 @@ class ForwardPath(ABC):
     """
 
     name: str
+    #: Whether a row's logits are bit-identical whatever batch verifies it (a tree row equals its AR step on this
+    #: path): then no divergence from AR on this path is a precision tie (``engine.product.runs.lossless``).
+    #: False on torch's paths: a batched forward rounds unlike a one-row step.
+    ROWS_EXACT = False
 
     def __init__(self, model) -> None:
         self.model = model
@@ -134,6 +138,12 @@ class ForwardPath(ABC):
 
     def describe(self) -> str | None:
         """What runs, for a model line, when it is not the transformers model in its own dtype; None otherwise."""
+        return None
+
+    def weights(self) -> str | None:
+        """The weight type every forward of this path runs when it is not the transformers model's own, e.g. "Q4_1"
+        (a GGUF file's 4-bit blocks on llama.cpp's kernels); None: the model's own weights in its own dtype run.
+        A run on such a path is held to AR on the same path, never to ``generate`` on the torch model."""
         return None
 
     def speed_identity(self) -> str | None:

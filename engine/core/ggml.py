@@ -332,6 +332,7 @@ class GgmlPath(ForwardPath):
     """
 
     name = "llamacpp"
+    ROWS_EXACT = True  # Q8_0 keys: a tree row is bit-identical to its AR step (the module docstring), so no tie
     SPARES = 2
     CACHE = ("Q8_0", "F16")  # the KV cache's (key, value) ggml types: Q8_0 keys keep a row alike in any batch
 
@@ -352,12 +353,13 @@ class GgmlPath(ForwardPath):
         self._lock = threading.RLock()  # a forward's finalizer may run on any thread
         self._closed = False
 
+    def weights(self) -> str:
+        """The GGUF file's weight type, which every forward here runs, e.g. "Q4_1" (never the torch model's dtype)."""
+        return self._model.weight_type
+
     def describe(self) -> str:
         """What runs, for a model line: the file's weight type and the kernels, e.g. "Q4_1 · llama.cpp kernels"."""
-        buf = ctypes.create_string_buffer(128)
-        self._lib.llama_model_desc(self._model.ptr, buf, len(buf))  # e.g. "llama ?B Q4_1"
-        kind = buf.value.decode(errors="replace").split()[-1] if buf.value else "GGUF"
-        return f"{kind} · llama.cpp kernels"
+        return f"{self.weights()} · llama.cpp kernels"
 
     def speed_identity(self) -> str:
         """The file's weight type and kernels, llama-cpp-python's release and the threads, e.g. "Q4_1 · llama.cpp

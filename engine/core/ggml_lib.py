@@ -7,6 +7,7 @@ Source: llama.cpp ``include/llama.h`` (``llama_backend_init``, ``llama_model_loa
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -61,15 +62,35 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+def amx_built(lib) -> bool:
+    """Whether this build of llama.cpp has its AMX kernels (``llama_print_system_info`` lists "AMX_INT8 = 1": built with
+    ``-march=native`` on a CPU with AMX).  There ``llama_model_load_from_file`` repacks the weights into an AMX
+    buffer (an "extra buffer type"), and on some Sapphire Rapids hosts the first decode on it segfaults (seen on a
+    2-core virtual Xeon with AMX here, with llama.cpp's own ``Llama.generate`` too; llama.cpp issue 20824,
+    ``ggml_backend_amx_mul_mat``), so ``LlamaModel`` keeps the weights in plain CPU buffers there.  ``.ci/run`` builds
+    without AMX (``-mno-amx-int8``) so that llama.cpp's own methods in the benchmark run as well."""
+    return b"AMX_INT8 = 1" in lib.llama_print_system_info()
+
+
 class LlamaModel:
-    """llama.cpp's model (the GGUF file's weights), freed when its last holder (path or context) is gone."""
+    """llama.cpp's model (the GGUF file's weights), freed when its last holder (path or context) is gone.
+
+    Attributes:
+        ptr: the ``llama_model *``; vocab: its ``llama_vocab *``; n_vocab: its vocabulary size (tokens).
+        weight_type: the file's weight type as llama.cpp names it, e.g. "Q4_1" (the last word of
+            ``llama_model_desc``, "llama ?B Q4_1"); "GGUF" where the description is empty.
+    """
 
     def __init__(self, lib, gguf: Path) -> None:
         params = lib.llama_model_default_params()
+        params.use_extra_bufts = not amx_built(lib)  # AMX's repacked weights: a segfault on some hosts (amx_built)
         ptr = lib.llama_model_load_from_file(str(gguf).encode(), params)
         if not ptr:
             raise ValueError(f"llama.cpp could not load {gguf} (see its log on stderr)")
         self.ptr = ptr
         self.vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        desc = ctypes.create_string_buffer(128)
+        lib.llama_model_desc(ptr, desc, len(desc))  # e.g. "llama ?B Q4_1"
+        self.weight_type = desc.value.decode(errors="replace").split()[-1] if desc.value else "GGUF"
         weakref.finalize(self, lib.llama_model_free, ptr)

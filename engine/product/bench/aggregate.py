@@ -76,7 +76,8 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
            "same_text_as_ar": sum(r["tokens"] == a["tokens"] for r, a in zip(runs, ar_runs)),
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
-           "divergences": [r["divergence"] for r in runs if "divergence" in r]}
+           "divergences": [r["divergence"] for r in runs if "divergence" in r],
+           "runs": runs[0].get("runs")}  # what ran its forwards: {"dtype", "forward_path", "weights"}
     return row
 
 

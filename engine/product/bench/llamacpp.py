@@ -40,6 +40,18 @@ def check_installed() -> None:
         raise LlamaCppMissing(INSTALL) from exc
 
 
+def weight_type(llm) -> str:
+    """The weight type of a ``llama_cpp.Llama``'s file as llama.cpp names it, e.g. "Q4_1" (the last word of
+    ``llama_model_desc``, "llama ?B Q4_1"); "GGUF" where the description is empty."""
+    import ctypes
+
+    import llama_cpp
+
+    desc = ctypes.create_string_buffer(128)
+    llama_cpp.llama_model_desc(llm.model, desc, len(desc))
+    return desc.value.decode(errors="replace").split()[-1] if desc.value else "GGUF"
+
+
 class LlamaCpp:
     """The two llama.cpp methods on one GGUF file.
 
@@ -60,6 +72,8 @@ class LlamaCpp:
         common = dict(model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, verbose=False)
         self.models = {"llamacpp-ar": Llama(**common),
                        "llamacpp-lookup": Llama(**common, draft_model=LlamaPromptLookupDecoding(**LOOKUP))}
+        self.weight_type = weight_type(self.models["llamacpp-ar"])  # e.g. "Q4_1": what the rows say ran
+
 
     def run(self, method: str, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> dict:
         """One greedy run: {"tokens": new token ids, "seconds": wall time (s), "prefill_s": time to the first new

@@ -13,7 +13,8 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     """``results.md``: the header, the speedup and τ table, the limits, head to head, the details, the stages."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    out = _md_header(meta) + _md_speedups(rows, datasets, methods) + _md_first_token(rows) + _md_limits(rows)
+    out = _md_header(meta) + _md_what_ran(rows, methods) + _md_speedups(rows, datasets, methods)
+    out += _md_first_token(rows) + _md_limits(rows)
     out += _md_head_to_head(rows, datasets) + _md_details(rows) + _md_stages(rows, methods)
     return "\n".join(out) + "\n"
 
@@ -32,6 +33,17 @@ def _md_header(meta: dict) -> list[str]:
             f"{meta['date']} · {meta['max_new_tokens']} new tokens · B = {meta['budget']} · c = {meta['gt_threshold']} "
             f"(cost curve {(meta.get('cost_curve') or {}).get('id', '–')}) · greedy · "
             f"torch {meta['torch']} · transformers {meta['transformers']} · commit {meta['git_commit']}", ""]
+
+
+def _md_what_ran(rows: list[dict], methods: list[str]) -> list[str]:
+    """Which weights and kernels ran each method's forwards (a row's ``runs``: ``what_runs.WhatRuns``)."""
+    ran = {r["method"]: r.get("runs") for r in rows}
+    out = ["## What ran", "", "| method | weights | forward path |", "|---|---|---|"]
+    for m in methods:
+        what = ran.get(m) or {}
+        weights = {"gguf": "the GGUF file's", "transformers": "the transformers model's"}.get(what.get("weights"), "")
+        out.append(f"| {m} | {weights} {what.get('dtype', '–')} | {what.get('forward_path', '–')} |")
+    return out + [""]
 
 
 def _md_speedups(rows: list[dict], datasets: list[str], methods: list[str]) -> list[str]:

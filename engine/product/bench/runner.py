@@ -37,9 +37,24 @@ class Runner:
         self.sessions = {}
 
     def __call__(self, method: str, prompt_ids: list[int]) -> dict:
+        return {**self.run(method, prompt_ids), "runs": self.what_runs(method)}
+
+    def run(self, method: str, prompt_ids: list[int]) -> dict:
         if method in LLAMACPP_METHODS:
             return self.peer.run(method, prompt_ids, self.args.max_new_tokens, self.lm.eos_token_ids)
         return self.hf(method, prompt_ids) if method in HF_METHODS else self.engine(method, prompt_ids)
+
+    def what_runs(self, method: str) -> dict:
+        """What ran ``method``'s forwards ({"dtype", "forward_path", "weights"}: ``what_runs.WhatRuns``): llama.cpp's
+        own methods its library on the GGUF file, transformers' methods the torch model in its precision, the fp32
+        copy's AR fp32, and every engine method the model's own path (``lm.runs``)."""
+        if method in LLAMACPP_METHODS:
+            return {"dtype": self.peer.weight_type, "forward_path": "llama-cpp-python", "weights": "gguf"}
+        if method in HF_METHODS:
+            return {"dtype": self.lm.precision, "forward_path": "transformers generate", "weights": "transformers"}
+        if method == FP32_AR:
+            return {"dtype": "fp32", "forward_path": "eager", "weights": "transformers"}
+        return self.lm.runs.to_dict()
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
         if method == FP32_AR:  # the exact mode's AR on its own fp32 copy: the "old default" tok/s reference
@@ -129,14 +144,18 @@ def fastest_runs(run: Runner, methods: list[str], ids: list[int], k: int) -> dic
 
 def check_lossless(lm, ids: list[int], runs: dict[str, list[dict]], dataset: str, k: int) -> None:
     """Mark prompt ``k``'s last run of every method whose tokens part from AR's with its divergence (loudly when
-    it is a bug); the engine's AR steps are replayed for their logits once, when a method parts from AR."""
+    it is a bug); the engine's AR steps are replayed for their logits once, on the path AR ran, when a method parts
+    from AR.  Only runs of the same weights on the same kernels as AR are held to it: llama.cpp's own methods, the
+    fp32 copy's AR, and transformers' methods where AR ran on the GGUF file's weights (``lm.runs``) are compared by
+    text alone (``same_text_as_ar``)."""
     reference = None
+    others = (FP32_AR, *LLAMACPP_METHODS, *(HF_METHODS if lm.runs.weights != "transformers" else ()))
     for m in runs:
-        if m in (FP32_AR, *LLAMACPP_METHODS) or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
-            continue  # llama.cpp's own kernels: its text is compared (same_text_as_ar), not held to ours
-        reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"])[1] if reference is None \
+        if m in others or runs[m][-1]["tokens"] == runs["ar"][-1]["tokens"]:
+            continue
+        reference = engine_ar_logits(lm.model, ids, runs["ar"][-1]["tokens"], lm.forward)[1] if reference is None \
             else reference
-        d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference)
+        d = attribute(lm.model, ids, runs["ar"][-1]["tokens"], runs[m][-1]["tokens"], reference, lm.forward)
         if d is not None:
             runs[m][-1]["divergence"] = {"prompt": k, **d.to_dict()}
             print(f"\n{'!!! LOSSLESS VIOLATION' if d.kind in ('bug', 'length') else d.kind}: {m} on "

@@ -19,6 +19,7 @@ from engine.sources import REGISTRY, tags
 SCHEMA = "goose-lens-trace"
 VERSION = 2  # 2 added the §4.3 confidence fields of a cycle (confidence, match_tokens, chain_tokens, budget),
 # the GT size choice (gt_nodes, gt_candidates, gt_expected, gt_cost_ms) and the run's prompt_format
+RUNS_KEYS = ("dtype", "forward_path", "weights")  # a header's optional "runs": what ran the forwards
 READABLE_VERSIONS = (1, 2)  # version 1 files read with those fields absent (None / 0)
 MAX_BYTES = 32 * 1024 * 1024  # refuse larger files: a 1024-token run at B = 128 is ~5 MB
 
@@ -60,6 +61,8 @@ class RunHeader:
             not measured).
         shown_curve: the spec of the cost curve the page's cost sentence read (``cost_curve``, or the device's
             cached curve where the run read none; optional, None: no sentence).
+        runs: what ran the run's forwards ({"dtype", "forward_path", "weights"}, strings:
+            ``engine.product.models.what_runs.WhatRuns.to_dict``; optional, None: not said, as in older files).
     """
 
     model: str
@@ -69,6 +72,7 @@ class RunHeader:
     cost_curve: str | None = None
     ar_timing: dict | None = None
     shown_curve: str | None = None
+    runs: dict | None = None
 
 
 def export_run(*, header: RunHeader, traces: list[CycleTrace], token_text: Callable[[int], str]) -> str:
@@ -84,7 +88,7 @@ def export_run(*, header: RunHeader, traces: list[CycleTrace], token_text: Calla
     h = header
     doc = {"schema": SCHEMA, "version": VERSION, "model": h.model, "prompt": h.prompt, "prompt_format": h.prompt_format,
            "config": h.config, "cost_curve": h.cost_curve, "ar_timing": h.ar_timing,
-           "shown_curve": h.shown_curve,
+           "shown_curve": h.shown_curve, "runs": h.runs,
            "token_text": {str(i): token_text(i) for i in sorted(ids)},
            "cycles": [trace_to_dict(t) for t in traces]}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
@@ -204,7 +208,7 @@ def load_run(data: bytes | str) -> dict:
 
     Returns:
         {"model", "prompt", "prompt_format" ("chat", "raw" or None), "config", "cost_curve" (a spec or None),
-        "ar_timing" (a dict or None), "shown_curve" (a spec or None),
+        "ar_timing" (a dict or None), "shown_curve" (a spec or None), "runs" (what ran: a dict or None),
         "token_text": {id: text}, "traces": [CycleTrace, ...]}.
 
     Raises:
@@ -239,9 +243,12 @@ def load_run(data: bytes | str) -> dict:
     _need(ar is None or (isinstance(ar, dict) and _finite(ar.get("tokens")) and _finite(ar.get("seconds"))
                          and (ar.get("rel_err") is None or _finite(ar.get("rel_err")))), "ar_timing",
           "expected AR's timing ({\"tokens\", \"seconds\", \"source\", \"rel_err\"}) or null")
+    runs = doc.get("runs")
+    _need(runs is None or (isinstance(runs, dict) and all(isinstance(runs.get(k), str) for k in RUNS_KEYS)), "runs",
+          f"expected what ran ({{{', '.join(repr(k) for k in RUNS_KEYS)}}}: strings) or null")
     return {"model": str(doc.get("model", "?")), "prompt": str(doc.get("prompt", "")),
             "prompt_format": prompt_format if prompt_format in ("chat", "raw") else None, "cost_curve": curve,
-            "ar_timing": ar, "shown_curve": shown,
+            "ar_timing": ar, "shown_curve": shown, "runs": {k: runs[k] for k in RUNS_KEYS} if runs else None,
             "config": doc.get("config", {}),
             "token_text": {int(k): v for k, v in texts.items() if k.lstrip("-").isdigit()},
             "traces": [_trace_from_dict(c, k) for k, c in enumerate(cycles)]}

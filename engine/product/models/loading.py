@@ -41,6 +41,7 @@ from engine.product.models.named import (
     load_gguf,
     source_gguf,
 )
+from engine.product.models.what_runs import WhatRuns, allows_file_paths
 
 #: Environment variable that overrides the default model (a name, hub id or local path), e.g. on a Space.
 MODEL_ENV = "GOOSE_LENS_MODEL"
@@ -79,6 +80,12 @@ class LoadedModel:
         return source_gguf(self.source.fetch, self.source.path) if self.source is not None else None
 
     curves = property(lambda self: CurveOwner(self.model, self.forward))  # the one owner of its cost curve
+
+    @property
+    def runs(self) -> WhatRuns:
+        """What runs this model's forwards: weight type, forward path, whose weights (``what_runs.WhatRuns``); the
+        record every entry point shows (on llama.cpp's path the file's type, e.g. "Q4_1", never the torch dtype)."""
+        return WhatRuns.of(self.precision, self.forward)
 
     @property
     def params(self) -> int:
@@ -332,10 +339,19 @@ def with_forward(lm: LoadedModel, want: str | None = None, engine: EngineThread 
 
 def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path | None]:
     """What ``forward_choice.choose`` is asked for ``lm``: the path ``want`` (None: ``$GOOSE_LENS_FORWARD``, else
-    "auto"), and the model's ``.gguf`` file where that may pick the llamacpp path (llama-cpp-python installed), else
-    None; the file is fetched only then."""
+    "auto"), and the model's ``.gguf`` file where that may pick a llamacpp path (llama-cpp-python installed, and the
+    precision chosen by "auto": ``what_runs.allows_file_paths``), else None; the file is fetched only then.
+
+    Raises:
+        ModelLoadError: a llamacpp path asked by name for a model whose precision was named ("fp32"): that path would
+            run the file's own weights, not the precision asked.
+    """
     want = want or os.environ.get(forward_choice.ENV) or "auto"
-    runs_file = want == "auto" or issubclass(REGISTRY.get(want, object), ggml.GgmlPath)
+    file_path = issubclass(REGISTRY.get(want, object), ggml.GgmlPath)
+    if file_path and not allows_file_paths(lm.auto_dtype):
+        raise ModelLoadError(f"the {want} forward path runs the model file's own weights on llama.cpp's kernels, "
+                             f"not {lm.precision} as the dtype asked: ask dtype auto with it, or another path")
+    runs_file = file_path or (want == "auto" and allows_file_paths(lm.auto_dtype))
     return want, lm.gguf() if runs_file and ggml.installed() else None
 
 

@@ -52,7 +52,10 @@ class Divergence:
         gap_ulps: (ar_logit − run_logit) in ulps of the dtype at the larger logit's magnitude; negative where
             the AR run whose logits are read itself ranks the run's token first (two AR paths rounding a tie
             differently): a tie either way while |gap| ≤ ``TIE_ULPS``.
-        dtype: the model's dtype name.
+        dtype: the name of the logits' dtype (the model's on torch's paths; fp32 on llama.cpp's).
+        exact: no difference is allowed at all: fp32 on torch's kernels (the exact mode), or a forward path whose
+            rows are bit-identical in any batch (``ForwardPath.ROWS_EXACT``, llama.cpp's), where a divergence from
+            AR on that path is always a bug.
     """
 
     position: int
@@ -63,6 +66,7 @@ class Divergence:
     run_logit: float | None = None
     gap_ulps: float | None = None
     dtype: str = ""
+    exact: bool = False
 
     @property
     def is_bug(self) -> bool:
@@ -117,26 +121,33 @@ def engine_ar_logits(model, prompt_ids: list[int], tokens: list[int],
 
 @torch.no_grad()
 def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
-              logits: torch.Tensor | None = None) -> Divergence | None:
+              logits: torch.Tensor | None = None, path: ForwardPath | None = None) -> Divergence | None:
     """Attribute the first difference of ``got`` (a run) from ``want`` (AR's greedy tokens); None when equal.
 
     Args:
         model: the transformers causal LM both ran on.
         prompt_ids: the prompt; want, got: the generated ids of AR and of the run.
         logits: (≥ position + 1, |V|) AR's own step logits over ``want`` (``ar_logits`` for ``generate``'s AR,
-            ``engine_ar_logits`` for the engine's); None: ``engine_ar_logits`` replays them.  Two AR paths may
-            round a tie differently, so a tie counts in either direction (``Divergence.gap_ulps``).
+            ``engine_ar_logits`` for the engine's); None: ``engine_ar_logits`` replays them on ``path``.  Two AR
+            paths may round a tie differently, so a tie counts in either direction (``Divergence.gap_ulps``).
+        path: the forward path both ran on (None: the eager path, the torch model's own weights).  On a path that
+            runs other weights (llama.cpp's on a GGUF file) ``want`` must be AR on that path
+            (``reference.lossless_reference``); on one whose rows are bit-identical in any batch
+            (``ROWS_EXACT``) every difference is a bug.
     """
     i = first_difference(want, got)
     if i is None:
         return None
-    name = dtype_name(model.dtype)
+    rows_exact = path is not None and path.ROWS_EXACT
     if i >= min(len(want), len(got)):
-        return Divergence(i, "length", dtype=name)
+        name = dtype_name(model.dtype) if path is None or path.weights() is None else "fp32"
+        return Divergence(i, "length", dtype=name, exact=rows_exact or name == "fp32")
     if logits is None:
-        _, logits = engine_ar_logits(model, prompt_ids, list(want[: i + 1]))
-    row = logits[i]  # (|V|,) AR's own one-token step at position i, the model's dtype
+        _, logits = engine_ar_logits(model, prompt_ids, list(want[: i + 1]), path)
+    row = logits[i]  # (|V|,) AR's own one-token step at position i: the model's dtype (llama.cpp's: fp32)
     a, b = float(row[want[i]]), float(row[got[i]])
-    gap = (a - b) / ulp(max(a, b), model.dtype)  # negative where this AR run itself rounds the other way
-    kind = "precision tie" if abs(gap) <= TIE_ULPS[model.dtype] else "bug"
-    return Divergence(i, kind, want[i], got[i], a, b, gap, name)
+    gap = (a - b) / ulp(max(a, b), row.dtype)  # negative where this AR run itself rounds the other way
+    tie = abs(gap) <= TIE_ULPS[row.dtype] and not rows_exact
+    name = dtype_name(row.dtype)
+    return Divergence(i, "precision tie" if tie else "bug", want[i], got[i], a, b, gap, name,
+                      rows_exact or row.dtype == torch.float32)

@@ -40,6 +40,8 @@ class Run:
             so that an imported run shows the speedup it showed; None: not measured.
         shown_curve: the spec of the cost curve the page's cost sentence read ("τ … at … AR steps per forward"):
             ``cost_curve``, or the device's cached curve where the run's GT rule read none; None: no sentence.
+        runs: what ran its forwards ({"dtype", "forward_path", "weights"}: ``LoadedModel.runs.to_dict()``); None:
+            not said (an older trace file).
     """
 
     model: str
@@ -53,6 +55,7 @@ class Run:
     cost_curve: str | None = None
     ar_timing: ArTiming | None = None
     shown_curve: str | None = None
+    runs: dict | None = None
 
     def record(self, trace: CycleTrace, segments: list[tuple[str, str]]) -> None:
         """Append one cycle and the (text, label) segments of the tokens it committed."""
@@ -81,7 +84,7 @@ class Run:
         """The run as a trace file's JSON text (``engine.product.io.traces.export_run``); ``token_text`` decodes its
         ids."""
         header = RunHeader(model=self.model, prompt=self.prompt, config=self.config, prompt_format=self.prompt_format,
-                           cost_curve=self.cost_curve, shown_curve=self.shown_curve,
+                           cost_curve=self.cost_curve, shown_curve=self.shown_curve, runs=self.runs,
                            ar_timing=self.ar_timing.to_dict() if self.ar_timing is not None else None)
         return export_run(header=header, traces=self.traces, token_text=token_text)
 
@@ -96,6 +99,7 @@ class Run:
         ar = doc["ar_timing"]
         run = cls(model=doc["model"], prompt=doc["prompt"], prompt_format=doc["prompt_format"], config=doc["config"],
                   token_text=doc["token_text"], cost_curve=doc["cost_curve"], shown_curve=doc["shown_curve"],
+                  runs=doc["runs"],
                   ar_timing=ArTiming.from_dict(ar) if ar is not None else None)
         for trace in doc["traces"]:
             run.record(trace, [])

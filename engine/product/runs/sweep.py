@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.core.forward import ForwardPath
 from engine.decoding.config import SOURCES, ConfigError, DecodeConfig, parse_gt_threshold
 from engine.decoding.cost import CostCurve
 from engine.decoding.trace import CycleTrace
@@ -387,10 +388,11 @@ class Attributions:
     """Each greedy run of a sweep that parted from AR, attributed as it arrives: where, and whether it is a
     precision tie or a bug (``lossless.attribute``, reading AR's own one-token steps, replayed once, at the first
     run that parts: ``len(ar_tokens)`` forwards; none while nothing parts).  The page calls ``of`` on every
-    snapshot, the command line once at the end (``diagnose``)."""
+    snapshot, the command line once at the end (``diagnose``).  ``path``: the forward path the sweep ran on (None:
+    the eager one), on which AR's steps are replayed."""
 
-    def __init__(self, model, prompt_ids: list[int]) -> None:
-        self.model, self.prompt_ids = model, list(prompt_ids)
+    def __init__(self, model, prompt_ids: list[int], path: ForwardPath | None = None) -> None:
+        self.model, self.prompt_ids, self.path = model, list(prompt_ids), path
         self.found: dict[int, Divergence] = {}  # by SweepRun.index
         self._seen: set[int] = set()
         self._logits = None  # AR's own logits at every step, once a run has parted
@@ -401,18 +403,19 @@ class Attributions:
             if r.first_difference is None or r.index in self._seen:
                 continue
             if self._logits is None:
-                _, self._logits = engine_ar_logits(self.model, self.prompt_ids, list(sweep.ar_tokens))
+                _, self._logits = engine_ar_logits(self.model, self.prompt_ids, list(sweep.ar_tokens), self.path)
             want = list(sweep.ar_tokens) if r.finished else list(sweep.ar_tokens[: len(r.tokens)])
-            found = attribute(self.model, self.prompt_ids, want, list(r.tokens), self._logits)
+            found = attribute(self.model, self.prompt_ids, want, list(r.tokens), self._logits, self.path)
             self._seen.add(r.index)
             if found is not None:
                 self.found[r.index] = found
         return dict(self.found)
 
 
-def diagnose(model, prompt_ids: list[int], sweep: Sweep) -> dict[int, Divergence]:
-    """Each greedy run that parted from AR, by ``SweepRun.index`` (``Attributions``); empty when nothing parted."""
-    return Attributions(model, prompt_ids).of(sweep)
+def diagnose(model, prompt_ids: list[int], sweep: Sweep, path: ForwardPath | None = None) -> dict[int, Divergence]:
+    """Each greedy run that parted from AR, by ``SweepRun.index`` (``Attributions`` on ``path``); empty when nothing
+    parted."""
+    return Attributions(model, prompt_ids, path).of(sweep)
 
 
 def same_text_cell(run: SweepRun, sampling: bool = False, divergences: dict[int, Divergence] | None = None) -> str:
