@@ -1,0 +1,89 @@
+"""The cycle's records: what each stage of the decoding loop hands the next (``decode.SpecDecoder``'s six stages),
+frozen, and the one operation on a plan that knows nothing of the loop (``fit_to_room``).
+
+Source: Goose paper, Algorithm 2 (the stages: draft, build, verify, accept, commit, learn).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core.tree import DraftTree
+from ..sources import Candidates, DraftSource
+from .gt import GtChoice
+from .trace import Mode
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """Output of stage 1: every active source's candidates for the anchor, and which source lays the spine."""
+
+    proposals: tuple[tuple[DraftSource, Candidates], ...]
+    spine: DraftSource | None = None  # the spine source offering the longest chain (ties: ``REGISTRY`` order)
+    chain: Candidates = Candidates()  # the spine's chain: the main path of the spine source's candidates
+    resting: tuple[DraftSource, ...] = ()  # sources sitting this cycle out (``GtConfig.rest_after``): unobserved
+
+    @property
+    def confidence(self) -> float:
+        """Goose §4.3 confidence of the spine's match in [0, 1] (0 without a spine)."""
+        return self.chain.confidence
+
+    def any(self) -> bool:
+        return any(len(c) for _, c in self.proposals)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one cycle verifies (output of stages 1-2)."""
+
+    mode: Mode  # bypass | tree | ar (``trace.Mode``)
+    tree: DraftTree  # the draft tree the walk verifies
+    ghosts: tuple
+    spine_ratio: float | None = None
+    grafted: DraftTree | None = None  # ``tree`` plus the rows sources ride along under its root: what the forward sees
+    budget: int | None = None  # node budget the tree was built with (None: bypass chain or AR step)
+    chain_tokens: int = 0  # spine chain offered to the tree: the match, extended on a confident cycle
+    gt: GtChoice | None = None  # the speedup-optimal size choice (gt_threshold "auto"), None otherwise
+    built: DraftTree | None = None  # the tree before the size choice, when its outcome calibrates the estimates
+    left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
+    trusted: GtChoice | None = None  # the choice a full trust in the calibrated estimates makes (its outcome teaches)
+    rows: int = 0  # rows the forward runs: ``grafted`` padded to a cheaper size (``CostCurve.verify_rows``)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Output of stage 4: the accepted path and the bonus token."""
+
+    accepted: tuple[int, ...]  # accepted node indices, root excluded, in path order
+    bonus: int  # the target's token after the last accepted node
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Output of stage 5: what the cycle appended to the output."""
+
+    tokens: tuple[int, ...]  # accepted tokens + bonus, cut at EOS and at max new tokens
+    finished: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Outputs of stages 4-5 together, for the cycle's record."""
+
+    walk: Walk
+    done: Committed
+
+
+
+def fit_to_room(plan: Plan, room: int | None) -> Plan:
+    """``plan`` without its nodes deeper than ``room`` (their positions would pass a limit of the model:
+    ``compat.PositionLimits``), ghosts re-indexed; an AR step when only the anchor is left.  Fewer drafts, same
+    greedy tokens: the output does not change."""
+    depths = plan.tree.depths
+    if room is None or max(depths) <= room:
+        return plan
+    keep = [i for i, d in enumerate(depths) if d <= room]
+    index = {old: new for new, old in enumerate(keep)}
+    ghosts = tuple(g.moved(index[g.parent]) for g in plan.ghosts if depths[g.parent] < room)
+    tree = plan.tree.subtree(keep)
+    return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
+
