@@ -2,6 +2,7 @@
 motion's pause, the visitor's own cost curve, and the command that reproduces a run."""
 from __future__ import annotations
 
+import shlex
 import time
 
 import gradio as gr
@@ -12,12 +13,14 @@ from engine.product.io.options import command_line
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.loading import LoadedModel
 from engine.product.models.registry import ModelRegistry
+from engine.product.runs.ledger import cycle_ledger, outputs_after
 from engine.product.runs.metrics import summarize
 from engine.product.runs.run import Run, Speedup, ar_steps_per_forward
 from page.contract import Drawing
 from page.settings import PageSettings, bring_inside
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
 from viz.frame_text import cycle_line, marked_output, run_colors, stats_line
+from viz.ledger import ledger_panel
 from viz.tree_figure import GhostMarks, ghost_marks, tree_figure
 
 INITIAL = PageSettings()  # the settings components' initial values
@@ -69,21 +72,46 @@ def named(measured) -> tuple[Speedup | None, str]:
 
 
 def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Drawing()) -> dict:
-    """What describes the cycle on screen: its tree, its line and sentence (``explain``) and the theory panel
-    (the run's measured rates beside the bound for this cycle's shape)."""
+    """What describes the cycle on screen: its tree, its line and sentence (``explain``, GT's ledger of the cycle
+    among them) and the theory panel (the run's measured rates beside the bound for this cycle's shape, then the
+    run's ledger: ``viz.ledger``)."""
     text = token_text(run, lm)
+    theory = theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
+                          int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)
+    ledger = ledger_panel(run.traces, run_curve(run), sampled(run))
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
             "explain": cycle_words(run, trace, text, ghost_marks(trace, bool(drawing.show_ghosts),
                                                                   bool(drawing.show_all))),
-            "theory": theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
-                                   int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)}
+            "theory": "\n\n".join(x for x in (theory, ledger) if x)}
 
 
 def cycle_words(run: Run, trace, text, marks: GhostMarks | None = None) -> str:
     """The line and sentence under the tree for cycle ``trace`` of ``run`` ("Cycle k of N": N the run's cycles so
-    far); ``text``: token id -> text; ``marks``: where the tree drawn has the cycle's ghosts."""
-    return f"{cycle_line(trace, run, marks)} — {explain_cycle(trace, text, marks)}"
+    far); ``text``: token id -> text; ``marks``: where the tree drawn has the cycle's ghosts.  The sentence reads
+    GT's ledger of the cycle on the curve the run read (``engine.product.runs.ledger``), with the output's verdict
+    on its pruned drafts once a greedy run is done."""
+    traces = run.traces
+    after = None
+    if traces and traces[-1].finished and not sampled(run) and 0 <= trace.index < len(traces):
+        after = outputs_after(traces)[trace.index]
+    books = cycle_ledger(trace, run_curve(run), after)
+    return f"{cycle_line(trace, run, marks)} — {explain_cycle(trace, text, marks, books)}"
+
+
+def run_curve(run: Run):
+    """The cost curve ``run``'s GT read (or the page's cost sentence did), parsed; None where it records none or
+    its spec does not parse here."""
+    spec = run.cost_curve or run.shown_curve
+    try:
+        return load_cost_curve(spec) if spec else None
+    except (CostCurveError, ValueError):
+        return None
+
+
+def sampled(run: Run) -> bool:
+    """Whether ``run`` sampled (temperature > 0): its output then judges no draft it did not verify."""
+    return float(run.config.get("temperature") or 0.0) > 0.0
 
 
 def session_curve(curve, lm: LoadedModel):
@@ -141,8 +169,21 @@ def run_command(run: Run) -> str:
     config here (a trace from another version)."""
     try:
         curve = load_cost_curve(run.cost_curve) if run.cost_curve else None
-        return command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto",
-                            cost_curve=curve, prompt=run.prompt)
+        command = command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto",
+                               cost_curve=curve, prompt=run.prompt)
     except (ConfigError, CostCurveError, TypeError, ValueError) as exc:
         return f"(the trace's settings do not make a valid config here: {exc})"
+    return with_what_ran(command, run)
+
+
+def with_what_ran(command: str, run: Run) -> str:
+    """``command`` with the precision and forward path that ran ``run`` after its ``--model`` (``Run.runs``): the
+    dtype asked ("auto" where the GGUF file's own weights ran on llama.cpp's kernels: only "auto" picks them) and the
+    path; ``command`` as it is for a run that does not say (an older trace)."""
+    if not run.runs:
+        return command
+    model = f"--model {shlex.quote(run.model)}"
+    dtype = "auto" if run.runs["weights"] == "gguf" else run.runs["dtype"]
+    return command.replace(model, f"{model} --dtype {shlex.quote(dtype)} --forward "
+                                  f"{shlex.quote(run.runs['forward_path'])}", 1)
 

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from engine.product.models.loading import LoadedModel
 
 _DEFAULT = DecodeConfig()
+#: On the page draft sources never rest (``GtConfig.rest_after`` 0): every cycle draws what they proposed and GT's
+#: ledger over it, even where GT keeps no tree (issue 73); the price is their drafting and read-back every cycle,
+#: which the cycle's line states (host ms).  The command line and the bench keep the engine's default.
+PAGE_REST_AFTER = 0
 #: The most a drafter setting may be raised to on the page (its node budget's maximum): a visitor on a shared server
 #: cannot grow a drafter's windows or depths past it, nor any memory bound past its default.
 DRAFTER_CEILING = 128
@@ -90,7 +94,8 @@ class PageSettings:
                                bypass=bool(self.bypass), sources=tuple(self.sources or ()),
                                temperature=float(self.temperature or 0.0), top_p=float(self.top_p or 1.0),
                                sample_top_k=int(self.sample_top_k or 0), seed=int(self.seed or 0),
-                               verifier=self.verifier or _DEFAULT.sampler.verifier)
+                               verifier=self.verifier or _DEFAULT.sampler.verifier,
+                               gt_rest_after=PAGE_REST_AFTER)
 
     def prepare(self, lm: LoadedModel) -> tuple[list[int], DecodeConfig]:
         """(prompt token ids, config) of a run on ``lm``.

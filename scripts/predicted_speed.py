@@ -13,6 +13,10 @@ comparison is of trees alone; in half precision a precision tie may send two met
 ``--curve`` is what the size choice reads (default: the truth).  τ-like numbers only: confirm a winner with
 ``python -m cli.bench``.
 
+``--trace FILE`` prices a recorded run instead (a trace file the page exported, or ``cli.generate``'s run): its
+candidate trees with GT's size choice redone on ``--truth``, each tree's outcome read off the output, no model
+call (``engine.product.runs.ledger.price_on``: what the page's Theory panel shows for other devices).
+
 ``--oracle`` prices each cycle as if the size choice had known its outcome: the cycle verifies exactly the path it
 accepted (T(a + 1) for a + 1 tokens), or takes a + 1 AR steps where those cost less.  Run on a wide tree with no
 pruning (``goose/c=0:budget=32``), it bounds what any size choice over those sources' trees can reach on that
@@ -31,9 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.methods import method_config  # noqa: E402
 from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
+from engine.product.io.traces import TraceFormatError, load_run  # noqa: E402
 from engine.product.models.cost_cache import CostCurve  # noqa: E402
 from engine.product.models.loading import load_model, with_forward  # noqa: E402
-from engine.product.runs.decoder import make_decoder
+from engine.product.runs.decoder import make_decoder  # noqa: E402
+from engine.product.runs.ledger import price_on  # noqa: E402
 
 #: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
 IN_RUN_BF16 = ("past=128;1:60,2:69,3:67.5,4:70.6,5:76.2,6:79.7,7:85.3,8:85.3,9:88.4,10:88.9,12:99,16:100,21:109,"
@@ -66,7 +72,11 @@ def main(argv=None) -> int:
     ap.add_argument("--forward", default="eager", help="forward path: eager (default), static, llamacpp, ...")
     ap.add_argument("--oracle", action="store_true",
                     help="price each cycle at its accepted path alone (the ceiling of any size choice)")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="price a recorded run's drafts on --truth (no model call) instead of running methods")
     args = ap.parse_args(argv)
+    if args.trace is not None:
+        return price_trace(args.trace, CostCurve.from_spec(args.truth))
     lm = with_forward(load_model(args.model, device="cpu", dtype=args.dtype), args.forward)
     truth = CostCurve.from_spec(args.truth)
     curve = CostCurve.from_spec(args.curve) if args.curve else truth
@@ -86,6 +96,22 @@ def main(argv=None) -> int:
             print(f"{dataset} {m}: predicted {table[m][dataset]:.2f}x, decode tau {statistics.fmean(taus):.2f}",
                   flush=True)
     print("average: " + ", ".join(f"{m} {statistics.fmean(table[m].values()):.3f}" for m in methods))
+    return 0
+
+
+def price_trace(path: Path, truth: CostCurve) -> int:
+    """Print a recorded run's drafts priced on ``truth`` (``ledger.price_on``); 2 when the file is no trace."""
+    try:
+        traces = load_run(path.read_bytes())["traces"]
+    except (OSError, TraceFormatError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    priced = price_on(traces, truth)
+    if priced is None:
+        print("error: the run has no decoding cycle to price", file=sys.stderr)
+        return 2
+    print(f"{path.name}: predicted tau {priced.tau:.2f}, rows per forward {priced.rows:.1f}, "
+          f"predicted speedup {priced.speedup:.2f}x over {priced.cycles} cycles")
     return 0
 
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.decoding.trace import CycleTrace
+from engine.product.runs.ledger import CycleLedger
 from engine.product.runs.run import SPEEDUP_PHASE
 from engine.sources import REGISTRY, info
 from viz.tree_figure import GhostMarks, chain_words, count_words
@@ -72,15 +73,20 @@ def gt_note(trace: CycleTrace, marks: GhostMarks | None = None) -> str | None:
             f"{1 + trace.gt_expected:.1f} tokens expected for {trace.gt_cost_ms:.1f} ms on the cost curve")
 
 
-def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: GhostMarks | None = None) -> str:
+def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: GhostMarks | None = None,
+                  ledger: CycleLedger | None = None) -> str:
     """E.g. "spine matched 6 tokens and broke at '1' (the target wanted '2'); TR branch '2' continued for
     2 more; bonus ')' → 9 tokens from one forward of 40 nodes"; ``marks``: where the drawing has the cycle's
-    ghosts (``gt_note``)."""
+    ghosts (``gt_note``); ``ledger``: GT's books for the cycle (``engine.product.runs.ledger``), which say in plain
+    words why an AR step is one and, once the output is known, what the pruned drafts would have won."""
     q = lambda t: _q(token_text, t)  # noqa: E731
     n_new, n_nodes = len(trace.new_tokens), len(trace.tree)
     if trace.mode == "prefill":
         return f"prefill: one forward over the prompt gives the first token {q(trace.bonus)}"
     if trace.mode == "ar":
+        if ledger is not None:
+            return (f"AR step: {ledger.sentence()}; the forward of the anchor alone gives the model's next token "
+                    f"{q(trace.bonus)}{hits_note(trace)}{rest_note(trace)}")
         why = gt_note(trace, marks) or "no draft source had a candidate"
         return f"{why}: plain AR step, token {q(trace.bonus)}{rest_note(trace)}"
     tree, accepted = trace.tree, trace.accepted
@@ -107,7 +113,21 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: Gh
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
     if gt_note(trace, marks):
         parts.append(gt_note(trace, marks))
-    return f"{trace.mode}: " + "; ".join(parts) + rest_note(trace)
+    won = ledger.pruned_won if ledger is not None and ledger.kept < ledger.drafts else None
+    if won is not None:
+        parts.append(f"the output shows the pruned drafts would have added {count_words(won, 'token')}" if won
+                     else "the output shows none of the pruned drafts would have been accepted")
+    return f"{trace.mode}: " + "; ".join(parts) + hits_note(trace) + rest_note(trace)
+
+
+def hits_note(trace: CycleTrace) -> str:
+    """"; the ringed ghost 'x' would have been accepted had GT kept it" for a cycle with ``ghost_hits``; ""
+    without."""
+    if not trace.ghost_hits:
+        return ""
+    one = len(trace.ghost_hits) == 1
+    return (f"; {'the ringed ghost' if one else f'{len(trace.ghost_hits)} ringed ghosts'} would have been accepted "
+            f"had GT kept {'it' if one else 'them'}")
 
 
 #: Output-token colours by the source that produced each token (the page's coloured output): each source's
@@ -168,7 +188,9 @@ def _bound_rows(traces: Sequence[CycleTrace], trace: CycleTrace | None, p_s: flo
         rows.append(f"| cycle {trace.index}: its tokens (accepted + bonus) / Eq. 1 bound for its shape (m = {m}, "
                     f"w = {shown}) | {len(trace.accepted) + 1} / {bound(trace):.2f} |")
     if not trees:
-        return rows, "No tree cycle yet: Eq. 1 bounds a tree's yield."
+        return rows, ("No tree cycle in this run so far, so Eq. 1, which bounds a tree's yield, has nothing to "
+                      "measure: GT verified the anchor alone in every cycle (GT's ledger below says why)."
+                      if len(traces) > 1 else "No tree cycle yet: Eq. 1 bounds a tree's yield.")
     measured = sum(len(t.accepted) + 1 for t in trees) / len(trees)
     expected = sum(bound(t) for t in trees) / len(trees)
     rows[:0] = [f"| measured τ over the {len(trees)} tree cycles (accepted + bonus per forward) | **{measured:.2f}** |",

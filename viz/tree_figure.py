@@ -98,7 +98,8 @@ def _outcome(trace: CycleTrace) -> str:
         return "the prefill's own next token"
     if trace.mode == "ar":  # drafts GT priced out are drawn as ghosts: the title says so instead of "no drafts"
         ghosts = len(trace.ghosts)
-        return (f"one AR step: GT kept none of {count_words(ghosts, 'draft')}" if ghosts
+        would = f", {len(trace.ghost_hits)} would have been accepted" if trace.ghost_hits else ""
+        return (f"one AR step: GT kept none of {count_words(ghosts, 'draft')}{would}" if ghosts
                 else "one AR step: no drafts")
     return "no draft accepted: the bonus token only"
 
@@ -195,7 +196,7 @@ def tree_figure(trace: CycleTrace, token_text: Callable[[int], str], show_ghosts
         _add_nodes(fig, drawn, lambda d, s=src: d.kind in ("node", "ghost", "run") and d.source is s, color, label)
     _add_nodes(fig, drawn, lambda d: d.kind == "group", GROUP_COLOR, FOLDED_LABEL)
     _add_nodes(fig, drawn, lambda d: d.kind == "bonus", BONUS_COLOR, "bonus token", symbol="star")
-    _add_legend_marks(fig, styles)
+    _add_legend_marks(fig, styles, any(d.would for _, d in g.nodes(data=NODE)))
     _lay_out(fig, title or default_title(trace), n_rows, span)
     return fig
 
@@ -307,9 +308,12 @@ def _add_edges(fig: go.Figure, drawn: _Drawn, label_ends: tuple[dict, dict], px_
 #: faded markers: a rejected node's opacity, a ghost's (the page's dark mode raises both in CSS, page/assets/page.css,
 #: so that they keep 3:1 contrast on a near-black page)
 REJECTED_OPACITY, GHOST_OPACITY = 0.45, 0.25
+#: a ghost greedy verification would have accepted: ringed like the accepted path, less faded than other ghosts
+WOULD_OPACITY = 0.6
+WOULD_LABEL = "ghost that would have been accepted"
 
 
-def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
+def _add_legend_marks(fig: go.Figure, styles: dict, would: bool = False) -> None:
     """Legend-only entries: each drawn source's colour at full strength (``styles``: source -> (colour, label); a node
     trace's own legend mark would take the mean of its nodes' opacities, so a source with many rejected nodes read as
     a faded dot), the folded nodes and the
@@ -325,7 +329,10 @@ def _add_legend_marks(fig: go.Figure, styles: dict) -> None:
             ("rejected (faded)", dict(color="#6b7280", size=MARKER_PX, opacity=REJECTED_OPACITY),
              dict(color=EDGE_COLOR, width=1.5)),
             ("ghost: pruned by GT, never verified", dict(color="#6b7280", size=MARKER_PX, opacity=GHOST_OPACITY),
-             dict(color=EDGE_COLOR, width=1.5, dash="dot"))):
+             dict(color=EDGE_COLOR, width=1.5, dash="dot")),
+            *([(WOULD_LABEL, dict(color="#6b7280", size=MARKER_PX, opacity=WOULD_OPACITY,
+                                  line=dict(color=ACCEPT_COLOR, width=3)),
+                dict(color=EDGE_COLOR, width=1.5, dash="dot"))] if would else [])):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=name, marker=marker, line=line,
                                  hoverinfo="skip", legendgroup=name))
 
@@ -341,8 +348,9 @@ def _add_nodes(fig: go.Figure, drawn: _Drawn, keep, color: str, label: str, symb
         ys.append(pos[v][1])
         texts.append(labels[v])
         hovers.append(_hover(d, token_text, walked))
-        opacity.append(1.0 if d.accepted or not walked else (GHOST_OPACITY if d.ghost else REJECTED_OPACITY))
-        lines.append(3 if walked and d.accepted and d.kind in ("node", "run") else 0)
+        opacity.append(1.0 if d.accepted or not walked else
+                       (WOULD_OPACITY if d.would else GHOST_OPACITY) if d.ghost else REJECTED_OPACITY)
+        lines.append(3 if walked and (d.accepted and d.kind in ("node", "run") or d.would) else 0)
         symbols.append("square" if d.kind in ("group", "run") else symbol)
     fig.add_trace(go.Scatter(
         x=xs or [None], y=ys or [None], mode="markers+text", name=label, legendgroup=label, showlegend=False,

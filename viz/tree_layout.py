@@ -65,6 +65,7 @@ class FigureNode:
     members: tuple[FigureNode, ...] = ()  # a fold: the verified nodes and ghosts in it
     sides: tuple[FigureNode, ...] = ()  # a run: the nodes of the side subtrees folded with it
     ghosts_only: bool = False  # a group: every node in it a ghost
+    would: bool = False  # a ghost greedy verification would have accepted (``CycleTrace.ghost_hits``)
 
     @property
     def ghost(self) -> bool:
@@ -100,7 +101,8 @@ def tree_graph(trace: CycleTrace) -> nx.DiGraph:
         _add(g, f"g{k}", FigureNode("ghost", token=ghost.token, source=ghost.source,
                                     depth=tree.depths[ghost.parent] + 1, score=ghost.score, est=ghost.est_accept,
                                     greedy=None, wanted=trace.greedy[ghost.parent], accepted=False,
-                                    rank=(9, 10_000 + k), spine=False, reached=False))
+                                    rank=(9, 10_000 + k), spine=False, reached=False,
+                                    would=k in trace.ghost_hits))
         g.add_edge(ghost.parent, f"g{k}")
     last = trace.accepted[-1] if trace.accepted else 0
     _add(g, "bonus", FigureNode("bonus", token=trace.bonus, source=None, depth=tree.depths[last] + 1, score=None,

@@ -23,7 +23,7 @@ from ..sources.base import extend_chain
 from .config import CANDIDATE_TREE_METHODS, Resolved
 from .cost import CostCurve
 from .gt import calibrated_choice
-from .records import Committed, Drafts, Outcome, Plan, Walk, fit_to_room
+from .records import Committed, Drafts, Outcome, Plan, Walk, fit_to_room, ghost_hits
 from .sampling import make_rows_warper, make_warper, new_generator
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 from .trace import CycleTrace
@@ -334,7 +334,8 @@ class SpecDecoder:
                                                           rate=self._rate(s), ghosts=plan.ghosts)
         built = plan.tree if calibration is not None or s.stats.counterfactual else None
         priced_out = {"mode": "ar", "spine_ratio": None} if len(tree) == 1 else {}  # AR when n* = 1
-        return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted, **priced_out)
+        return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted, candidates=plan.tree,
+                       **priced_out)
 
     def _rate(self, s: Generation) -> float | None:
         """λ for the size choice (``gt_rate`` "session"): tokens committed per ms of verification so far, the
@@ -423,4 +424,5 @@ class SpecDecoder:
             ptd_rows=len(plan.grafted) - len(plan.tree), pad_rows=plan.rows - len(plan.grafted),
             confidence=drafts.confidence, match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens,
             budget=plan.budget, resting=tuple(src.info.name for src in drafts.resting),
+            candidates=plan.candidates, ghost_hits=() if self.config.sampling else ghost_hits(plan, walk, back.greedy),
             **(plan.gt.trace_fields() if plan.gt else {}))

@@ -47,6 +47,7 @@ class Plan:
     left_out: tuple = ()  # sources whose ride-along rows would pass a position limit: out of this forward, unobserved
     trusted: GtChoice | None = None  # the choice a full trust in the calibrated estimates makes (its outcome teaches)
     rows: int = 0  # rows the forward runs: ``grafted`` padded to a cheaper size (``CostCurve.verify_rows``)
+    candidates: DraftTree | None = None  # the tree GT's size choice chose from (the trace's ``candidates``)
 
 
 @dataclass(frozen=True)
@@ -87,3 +88,12 @@ def fit_to_room(plan: Plan, room: int | None) -> Plan:
     tree = plan.tree.subtree(keep)
     return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
 
+
+
+def ghost_hits(plan: Plan, walk: Walk, greedy: list[int]) -> tuple[int, ...]:
+    """Indices into ``plan.ghosts`` of the ghosts greedy verification would have accepted had the size choice kept
+    them: under the anchor or an accepted node, carrying the model's greedy token there (``greedy[parent]``; siblings
+    carry distinct tokens, so at most one a parent).  Only the bonus token's place can hold one: an accepted node's
+    greedy token is its accepted child's.  Source: the greedy tree walk (SpecInfer §4.2) applied to the pruned nodes."""
+    on_path = {0, *walk.accepted}
+    return tuple(k for k, g in enumerate(plan.ghosts) if g.parent in on_path and g.token == greedy[g.parent])

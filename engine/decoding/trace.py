@@ -57,6 +57,13 @@ class CycleTrace:
         gt_cost_ms: T(n*) from the cost curve, the predicted verification time (ms).
         resting: names of the draft sources that sat this cycle out (``GtConfig.rest_after``: branch sources after a
             run of cycles the size choice priced down to the anchor); () when every source drafted.
+        candidates: the tree the sources proposed and the builder offered GT's size choice, before it chose
+            (``tree`` is its kept top: node 0 the same anchor); None where no size choice ran (a fixed threshold,
+            no candidate at all, an older trace).  What the pruned drafts would have won is judged against it
+            (``engine.product.runs.ledger``).
+        ghost_hits: indices into ``ghosts`` of those greedy verification would have accepted had GT kept them: a
+            ghost whose parent is the anchor or accepted and whose token is the model's greedy token there (a
+            greedy run's verdict, known at the cycle; () under sampling, where it is not).
     """
 
     index: int
@@ -84,6 +91,8 @@ class CycleTrace:
     gt_expected: float | None = None
     gt_cost_ms: float | None = None
     resting: tuple[str, ...] = ()
+    candidates: DraftTree | None = None
+    ghost_hits: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))

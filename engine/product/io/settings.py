@@ -68,6 +68,9 @@ SHOWN: dict[str, Shown] = {
     "gt_threshold": Shown("GT threshold c", page=(0.0, 0.5), sweep="threshold", symbol="c", parse=parse_gt_threshold,
                           help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), "
                                "'chord' (one c from the curve), or a number c (0 disables)"),
+    "gt_rest_after": Shown("GT rest after", parse=int,
+                           help="after this many cycles in a row GT priced down to the anchor, branch sources rest "
+                                "in all but every such cycle (0: never rest, as on the page)"),
     "temperature": Shown("temperature", help="0 = greedy (default); > 0 = sampling mode", page=(0.0, 2.0)),
     "top_p": Shown("top-p", help="nucleus mass when sampling (1 = off)", page=(0.05, 1.0)),
     "sample_top_k": Shown("top-k", help="keep the k most likely tokens when sampling (0 = off)", page=(0, 100),

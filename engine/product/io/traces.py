@@ -45,7 +45,8 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "chain_tokens": t.chain_tokens, "budget": t.budget,
             "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
             "gt_expected": None if t.gt_expected is None else round(t.gt_expected, 6),
-            "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6), "resting": list(t.resting)}
+            "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6), "resting": list(t.resting),
+            "candidates": None if t.candidates is None else _tree_dict(t.candidates), "ghost_hits": list(t.ghost_hits)}
 
 
 @dataclass(frozen=True)
@@ -146,13 +147,10 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
     _need(c["mode"] in MODES, where, f"unknown mode {c['mode']!r}")
     _need(c.get("spine_ratio") is None or isinstance(c["spine_ratio"], (int, float)), where,
           "spine_ratio is not a number")
-    t = c["tree"]
-    _need(isinstance(t, dict), f"{where}.tree", "expected an object")
-    tree = DraftTree(tuple(_ints(t.get("tokens"), f"{where}.tree.tokens")),
-                     tuple(_ints(t.get("parents"), f"{where}.tree.parents", allow_none_first=True)),
-                     tuple(_source(s, f"{where}.tree.sources") for s in t.get("sources") or []),
-                     tuple(_floats(t.get("scores"), f"{where}.tree.scores")),
-                     tuple(_floats(t.get("est_accept"), f"{where}.tree.est_accept")))
+    tree = _tree_from_dict(c["tree"], f"{where}.tree")
+    candidates = None if c.get("candidates") is None else _tree_from_dict(c["candidates"], f"{where}.candidates")
+    hits = _ints(c.get("ghost_hits", []), f"{where}.ghost_hits")
+    _need(all(0 <= h < len(c.get("ghosts", [])) for h in hits), f"{where}.ghost_hits", "ghost index out of range")
     n = len(tree)
     greedy, accepted = _ints(c["greedy"], f"{where}.greedy"), _ints(c["accepted"], f"{where}.accepted")
     _need(len(greedy) == n, f"{where}.greedy", f"expected {n} entries (one per node)")
@@ -185,7 +183,18 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
                       match_tokens=c.get("match_tokens") or 0, chain_tokens=c.get("chain_tokens") or 0,
                       budget=c.get("budget"), gt_nodes=c.get("gt_nodes"), gt_candidates=c.get("gt_candidates"),
                       gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"),
-                      resting=_names(c.get("resting", []), f"{where}.resting"))
+                      resting=_names(c.get("resting", []), f"{where}.resting"), candidates=candidates,
+                      ghost_hits=tuple(hits))
+
+
+def _tree_from_dict(t: Any, where: str) -> DraftTree:
+    """A draft tree written by ``_tree_dict``; raises ``TraceFormatError`` naming ``where`` on a malformed field."""
+    _need(isinstance(t, dict), where, "expected an object")
+    return DraftTree(tuple(_ints(t.get("tokens"), f"{where}.tokens")),
+                     tuple(_ints(t.get("parents"), f"{where}.parents", allow_none_first=True)),
+                     tuple(_source(s, f"{where}.sources") for s in t.get("sources") or []),
+                     tuple(_floats(t.get("scores"), f"{where}.scores")),
+                     tuple(_floats(t.get("est_accept"), f"{where}.est_accept")))
 
 
 def _names(x: Any, where: str) -> tuple[str, ...]:
