@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from engine.core.tree import DraftTree, Source
-from engine.sources.pld import PldSource
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
 from engine.product.io.traces import RunHeader, export_run
@@ -23,6 +22,7 @@ from engine.product.runs.ledger import (
     outputs_after,
     price_on,
 )
+from engine.sources.pld import PldSource
 from viz.ledger import ledger_panel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
