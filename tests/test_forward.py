@@ -247,14 +247,17 @@ def test_the_page_goes_up_eager_and_settle_makes_the_chosen_path_every_visitors(
 def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, monkeypatch, tmp_path):
     """The page's start-up choice is the CLI's (``forward_wanted``): a default model from a GGUF file, with
     llama-cpp-python installed, is offered llama.cpp's kernels on its own file (the page had run torch's eager path
-    while the bench ran the llamacpp one)."""
+    while the bench ran the llamacpp one), where its precision was chosen by "auto"; a precision named (fp32) is not.
+    """
     from engine.core import ggml
     from engine.product.models import forward_choice
     from engine.product.models.loading import LoadedModel
     from engine.product.models.registry import ModelRegistry
     from page import startup
 
-    models = ModelRegistry(demo_lm)
+    from dataclasses import replace
+
+    models = ModelRegistry(replace(demo_lm, auto_dtype=True))  # a precision chosen by "auto" may run the file
     gguf = tmp_path / "model.gguf"
     asked = []
     monkeypatch.delenv(forward_choice.ENV, raising=False)
@@ -270,6 +273,10 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
     monkeypatch.setattr(ggml, "installed", lambda: False)
     models.engine.call(startup.settle, models, "demo", "cpu", False)
     assert asked[-1] == ("auto", None)  # not installed: the file is not even fetched
+    monkeypatch.setattr(ggml, "installed", lambda: True)
+    models.make_default(demo_lm)  # fp32 asked by name: the exact mode never runs the file's weights (issue 70)
+    models.engine.call(startup.settle, models, "demo", "cpu", False)
+    assert asked[-1] == ("auto", None)
 
 
 def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
