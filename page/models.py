@@ -141,7 +141,12 @@ def llamacpp_hint(lm: LoadedModel) -> str:
 
 def dtype_words(lm: LoadedModel) -> str:
     """The model's precision and why, for people: its ``dtype_reason`` (e.g. "bf16: verifies 16 rows 1.1× faster
-    than fp32 here (an AR step 0.9×)", when "auto" measured it); "fp32: the exact mode" for a chosen fp32; else ""."""
+    than fp32 here (an AR step 0.9×)", when "auto" measured it); "fp32: the exact mode" for a chosen fp32; where
+    llama.cpp's kernels run the GGUF file's own weights, why that path (the torch precision then runs nothing, so
+    its reason is not said: ``LoadedModel.runs``); else ""."""
+    if lm.runs.weights == "gguf":
+        return f"auto: the file's own {lm.runs.dtype} weights on llama.cpp's kernels ({lm.forward_reason})" \
+            if lm.forward_reason else f"auto: the file's own {lm.runs.dtype} weights on llama.cpp's kernels"
     if lm.dtype_reason:
         return ("auto: " if lm.auto_dtype else "") + lm.dtype_reason
     return "fp32: the exact mode (token for token AR's output)" if lm.dtype == torch.float32 and not lm.auto_dtype \

@@ -65,7 +65,7 @@ SHOWN: dict[str, Shown] = {
     "max_depth": Shown("max depth D", help="max depth D", page=(1, 16), sweep="int", symbol="D", aliases=("--depth",)),
     "bypass": Shown("bypass", help="never verify PLD matches as a linear chain", negated=True),
     "walk_priority": Shown("walk priority", help="order the walk tries children's sources in", parse=parse_names),
-    "gt_threshold": Shown("GT threshold c", page=(0.0, 0.5), sweep="threshold", symbol="c", parse=parse_gt_threshold,
+    "gt_threshold": Shown("GT threshold c", page=(0.0, 0.99), sweep="threshold", symbol="c", parse=parse_gt_threshold,
                           help="GT rule: 'auto' (speedup-optimal tree size from the measured cost curve, default), "
                                "'chord' (one c from the curve), or a number c (0 disables)"),
     "gt_rest_after": Shown("GT rest after", parse=int,
