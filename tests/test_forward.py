@@ -249,13 +249,13 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
     llama-cpp-python installed, is offered llama.cpp's kernels on its own file (the page had run torch's eager path
     while the bench ran the llamacpp one), where its precision was chosen by "auto"; a precision named (fp32) is not.
     """
+    from dataclasses import replace
+
     from engine.core import ggml
     from engine.product.models import forward_choice
     from engine.product.models.loading import LoadedModel
     from engine.product.models.registry import ModelRegistry
     from page import startup
-
-    from dataclasses import replace
 
     models = ModelRegistry(replace(demo_lm, auto_dtype=True))  # a precision chosen by "auto" may run the file
     gguf = tmp_path / "model.gguf"

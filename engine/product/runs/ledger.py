@@ -56,8 +56,7 @@ def outputs_after(traces: Sequence[CycleTrace]) -> list[tuple[int, ...]]:
     """For each cycle, the tokens the run wrote after that cycle's anchor (its own new tokens and every later
     cycle's), capped at the deepest draft any cycle offered (a node deeper than that is never judged)."""
     output = [t for trace in traces for t in trace.new_tokens]
-    depth = max((max(t.candidates.depths) for t in traces if t.candidates is not None), default=0)
-    depth = max(depth, max((max(t.tree.depths) for t in traces), default=0)) + 1
+    depth = max((max(proposals(t).depths) for t in traces), default=0) + 1
     starts, at = [], 0
     for trace in traces:
         starts.append(at)
@@ -135,7 +134,7 @@ def cycle_ledger(trace: CycleTrace, curve: CostCurve | None, after: Sequence[int
     while unknown.  None for the prefill."""
     if trace.mode == "prefill":
         return None
-    cands = trace.candidates if trace.candidates is not None else trace.tree
+    cands = proposals(trace)
     drafts = len(cands) - 1
     cost = None
     if curve is not None and drafts:
@@ -143,6 +142,20 @@ def cycle_ledger(trace: CycleTrace, curve: CostCurve | None, after: Sequence[int
     expected = sum(_clamped(cands)[1:])
     would = None if after is None else matched(cands, after)
     return CycleLedger(drafts, len(trace.tree) - 1, expected, cost, len(trace.accepted), would)
+
+
+def proposals(trace: CycleTrace) -> DraftTree:
+    """What the sources proposed in ``trace``'s cycle, as one tree: the candidates GT's size choice chose from, else
+    (no size choice ran: the builder's floor had pruned every draft, or a fixed threshold) the verified tree with its
+    ghosts hung under their parents."""
+    if trace.candidates is not None:
+        return trace.candidates
+    tree, ghosts = trace.tree, trace.ghosts
+    if not ghosts:
+        return tree
+    return DraftTree(tree.tokens + tuple(g.token for g in ghosts), tree.parents + tuple(g.parent for g in ghosts),
+                     tree.sources + tuple(g.source for g in ghosts), tree.scores + tuple(g.score for g in ghosts),
+                     tree.est_accept + tuple(g.est_accept for g in ghosts))
 
 
 def _clamped(tree: DraftTree) -> list[float]:
@@ -179,7 +192,7 @@ def price_on(traces: Sequence[CycleTrace], curve: CostCurve) -> Pricing | None:
         return None
     tokens, ms, rows = 1, curve.latency(1), 0  # the prefill's token and λ's prior: one AR step
     for trace, after in cycles:
-        cands = trace.candidates if trace.candidates is not None else trace.tree
+        cands = proposals(trace)
         choice = size_choice(cands, curve, trace.ptd_rows, rate=tokens / ms)
         got = min(matched(cands, after, choice.kept) + 1, max(1, len(after)))  # a cut at the run's end stays
         tokens, ms, rows = tokens + got, ms + curve.latency(choice.nodes + trace.ptd_rows), rows + choice.nodes
