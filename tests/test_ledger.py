@@ -113,3 +113,19 @@ def test_the_ledger_sentence_reads_as_plain_words():
                                "anchor alone: the tokens they promised did not pay for their time, so a plain AR step; "
                                "the output shows the pruned ones would have added 2 tokens")
     assert "no draft source had a candidate" in CycleLedger(0, 0, 0.0, None, 0).sentence()
+
+
+def test_the_page_opens_with_the_preset_that_shows_the_mechanism_on_its_curve(demo_lm):
+    """A steep curve (GT keeps few trees): the chat preset whose drafts come in most early cycles; a flat one: the
+    raw code preset that copies from the first cycle; no curve yet: the first preset of the model's format."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from page.presets import OPENING, start_preset
+
+    chat = replace(demo_lm, tokenizer=SimpleNamespace(chat_template="{{ messages }}"))
+    assert start_preset(chat, STEEP)["label"] == OPENING["steep"]
+    assert start_preset(chat, FLAT)["label"] == OPENING["flat"]
+    assert start_preset(demo_lm, STEEP)["label"] == OPENING["flat"]  # no chat template: the raw code preset
+    assert start_preset(demo_lm, FLAT)["label"] == OPENING["flat"]
+    assert start_preset(demo_lm)["format"] == ("chat" if demo_lm.has_chat_template else "raw")
