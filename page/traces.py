@@ -24,12 +24,18 @@ IMPORT_OUT = (*GENERATE_OUT, "import_file", "prompt", "prompt_format", "header")
 
 
 def export_trace(run: Run | None, model_key=None, *, models: ModelRegistry) -> dict:
-    """Write the last run as a versioned JSON trace (docs/trace-schema.md) for download (``export_file``)."""
+    """Write the last run as a versioned JSON trace (docs/trace-schema.md) for download (``export_file``); a run
+    still streaming is written as far as it got, said in a toast and in the file's name ("-partial")."""
     if not run or not run.traces:
         gr.Warning("Nothing to export yet: generate (or import) a run first.")
         return {"export_file": None}
     doc = run.to_trace_file(token_text(run, models.get(model_key)))
-    path = Path(tempfile.mkdtemp(prefix="goose-lens-")) / f"goose-lens-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    partial = not run.traces[-1].finished  # exported while the run streams: say so, in the file's name too
+    if partial:
+        gr.Info(f"The run is still going: this trace holds its first {len(run.traces) - 1} cycles. Export again when "
+                f"it ends for the whole run.")
+    stamp = time.strftime('%Y%m%d-%H%M%S') + ("-partial" if partial else "")
+    path = Path(tempfile.mkdtemp(prefix="goose-lens-")) / f"goose-lens-trace-{stamp}.json"
     path.write_text(doc, encoding="utf-8")
     return {"export_file": str(path)}
 

@@ -473,3 +473,28 @@ def test_a_folded_tree_draws_the_same_in_every_process():
     drawn = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(drawn) == 1
+
+
+def test_a_cycle_cut_by_max_new_tokens_draws_the_cut(demo_lm):
+    """Issue 73: the accepted path is drawn up to the tokens the cycle committed; the nodes past the cut say so and
+    the bonus token, never committed, is not drawn."""
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.runs.decoder import make_decoder
+    from viz.tree_figure import tree_figure
+
+    flat = CostCurve.from_spec("past=128;1:3,2:3.1,4:3.2,8:3.4,16:3.8,32:4.5,64:6,128:9")
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n", chat=False)
+    cut = None
+    for n in range(2, 24):
+        last = list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=n), demo_lm.eos_token_ids,
+                                 cost_curve=flat).generate(ids))[-1]
+        if len(last.new_tokens) < len(last.accepted):
+            cut = last
+            break
+    assert cut is not None, "inconclusive: no cycle was cut inside its accepted path"
+    fig = tree_figure(cut, lambda i: demo_lm.tokenizer.decode([i]))
+    names = [t.name for t in fig.data if t.x and t.x[0] is not None]
+    assert "bonus token" not in names
+    hovers = [h for t in fig.data for h in (t.hovertext or [])]
+    assert sum("past the cut" in h for h in hovers) == len(cut.accepted) - len(cut.new_tokens)

@@ -389,6 +389,8 @@ def _hover(d: FigureNode, token_text, walked: bool = True) -> str:
         lines.append("status: not yet verified")
     elif d.accepted:
         lines.append("status: accepted")
+    elif d.cut:
+        lines.append("status: accepted, but past the cut: EOS or max new tokens ended the output before it")
     elif not d.reached:
         lines.append("status: not reached: its parent was rejected")
     else:

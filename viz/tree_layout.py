@@ -66,6 +66,7 @@ class FigureNode:
     sides: tuple[FigureNode, ...] = ()  # a run: the nodes of the side subtrees folded with it
     ghosts_only: bool = False  # a group: every node in it a ghost
     would: bool = False  # a ghost greedy verification would have accepted (``CycleTrace.ghost_hits``)
+    cut: bool = False  # accepted by the walk, but past the tokens the cycle committed (EOS or max new tokens cut it)
 
     @property
     def ghost(self) -> bool:
@@ -84,8 +85,11 @@ def _add(g: nx.DiGraph, v, data: FigureNode) -> None:
 
 def tree_graph(trace: CycleTrace) -> nx.DiGraph:
     """DiGraph of the cycle: verified nodes (int ids), ghosts ('g<i>') and the bonus node ('bonus'), each node's
-    data a ``FigureNode`` (``node(g, v)``)."""
-    tree, on_path = trace.tree, {0, *trace.accepted}
+    data a ``FigureNode`` (``node(g, v)``).  Where EOS or max new tokens cut the cycle, the accepted path is drawn up
+    to the cut: the nodes past it are ``cut`` (not accepted), and the bonus token, not committed, is left out."""
+    tree = trace.tree
+    committed = trace.accepted[: len(trace.new_tokens)]  # EOS or max new tokens may cut the accepted path short
+    on_path, cut = {0, *committed}, set(trace.accepted[len(committed):])
     spine = set(tree.spine)
     g = nx.DiGraph()
     for i in range(len(tree)):
@@ -94,7 +98,7 @@ def tree_graph(trace: CycleTrace) -> nx.DiGraph:
                               score=tree.scores[i], est=tree.est_accept[i], greedy=trace.greedy[i],
                               wanted=trace.greedy[parent] if i else None, accepted=i in on_path,
                               rank=(WALK_PRIORITY.index(tree.sources[i].value) if i else 0, i), spine=i in spine,
-                              reached=i == 0 or parent in on_path))
+                              reached=i == 0 or parent in on_path or i in cut, cut=i in cut))
         if i:
             g.add_edge(parent, i)
     for k, ghost in enumerate(trace.ghosts):
@@ -104,6 +108,8 @@ def tree_graph(trace: CycleTrace) -> nx.DiGraph:
                                     rank=(9, 10_000 + k), spine=False, reached=False,
                                     would=k in trace.ghost_hits))
         g.add_edge(ghost.parent, f"g{k}")
+    if len(trace.new_tokens) <= len(trace.accepted):  # the cut took the bonus token too: it is not drawn
+        return g
     last = trace.accepted[-1] if trace.accepted else 0
     _add(g, "bonus", FigureNode("bonus", token=trace.bonus, source=None, depth=tree.depths[last] + 1, score=None,
                                 est=None, greedy=None, wanted=None, accepted=True, rank=(-1, -1), spine=False,
