@@ -28,7 +28,8 @@ from engine.product.models.registry import ModelRegistry
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)
 PROVISIONAL = "fp32"  # the start model's precision until the measured one is loaded: the exact mode
 MEASURING = ("This machine is being measured once, right after a cold start (which precision and forward path "
-             "verify fastest, then the cost curve; about 25 s on 2 cores). Your run starts when that is done.")
+             "verify fastest, llama.cpp's kernels first where they can run the model's file, then the cost curve; "
+             "about 25-45 s on 2 cores). Your run starts when that is done.")
 COMPILING = ("This machine's forward is being compiled, one tree size at a time between runs (10-90 s each on 2 "
              "cores); runs take the eager path until every size is compiled, and yours starts when the size being "
              "compiled now is done.")
@@ -56,7 +57,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
     each with a line on the console."""
     models.busy = MEASURING
     try:
-        if measure_precision:
+        kernels_won = measure_precision and llama_first(models, forward)  # then torch's precisions run nothing
+        if measure_precision and not kernels_won:
             log.info("measuring this machine now; the page serves meanwhile and runs wait for it")
             try:
                 lm = load_model(name, device=device, dtype="auto")  # measures, and caches the choice
@@ -67,21 +69,49 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                     lm.warm_up()
                     models.make_default(lm)
                 log.info("every visitor's default is now %s", lm.describe())
-        default = models.get(None)
-        want, gguf = forward_wanted(default, forward)  # a model from a GGUF file may take llama.cpp's kernels
-        choice = forward_choice.choose(default.model, want, warm_now=False, gguf=gguf)  # cached, else measured
-        chosen = replace(default, forward_path=choice.path, forward_reason=choice.reason)
-        if forward_choice.cold_buckets(choice.path):
-            compile_between_runs(models, chosen)
-        elif chosen.forward.name != default.forward.name:
-            default = chosen
-            models.make_default(default)
-            log.info("every visitor's runs now take the %s", default.forward_reason)
-        default.curves.shared()
+        if not kernels_won:
+            settle_forward(models, forward)
+        models.get(None).curves.shared()
     except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:
         models.busy = None
+
+
+def settle_forward(models: ModelRegistry, forward: str | None) -> None:
+    """The default model's forward path (``forward``, the command line's, else auto: ``forward_choice.choose``, cached
+    or measured) made the default's, except a compiled path, which ``compile_between_runs`` compiles and switches to
+    while the page serves the eager one."""
+    default = models.get(None)
+    want, gguf = forward_wanted(default, forward)  # a model from a GGUF file may take llama.cpp's kernels
+    choice = forward_choice.choose(default.model, want, warm_now=False, gguf=gguf)  # cached, else measured
+    chosen = replace(default, forward_path=choice.path, forward_reason=choice.reason)
+    if forward_choice.cold_buckets(choice.path):
+        compile_between_runs(models, chosen)
+    elif chosen.forward.name != default.forward.name:
+        models.make_default(chosen)
+        log.info("every visitor's runs now take the %s", chosen.forward_reason)
+
+
+def llama_first(models: ModelRegistry, forward: str | None) -> bool:
+    """A cold start's "auto" on a model from a GGUF file with llama-cpp-python installed: llama.cpp's paths are
+    measured first (issue 70), beside torch's on the provisional fp32 model, which stands for "auto" here.  Where a
+    llamacpp path wins, it becomes every visitor's default and torch's precisions, which would then run no forward,
+    are never measured (about 15-35 s saved on 2 cores); returns whether it won.  Nothing is chosen (False) where
+    the model has no GGUF file, llama-cpp-python is missing, or ``forward`` names a torch path."""
+    default = replace(models.get(None), auto_dtype=True)
+    want, gguf = forward_wanted(default, forward)
+    if gguf is None:
+        return False
+    log.info("measuring this machine now, llama.cpp's kernels first; the page serves meanwhile and runs wait for it")
+    choice = forward_choice.choose(default.model, want, warm_now=False, gguf=gguf)  # cached, else measured
+    if choice.path.weights() is None:
+        return False
+    chosen = replace(default, forward_path=choice.path, forward_reason=choice.reason, dtype_reason="")
+    models.make_default(chosen)
+    log.info("every visitor's default is now %s: the %s; torch's precisions are not measured, since they would run "
+             "no forward", chosen.describe(), chosen.forward_reason)
+    return True
 
 
 def compile_between_runs(models: ModelRegistry, chosen: LoadedModel) -> threading.Thread:

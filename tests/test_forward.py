@@ -347,3 +347,45 @@ def test_the_decoder_runs_the_path_it_is_given(demo_lm):
     assert make_decoder(lm, DecodeConfig(method="ar")).path.name == "static"
     assert make_decoder(lm.model, DecodeConfig(method="ar")).path.name == "eager"
     assert make_decoder(lm, DecodeConfig(method="ar"), forward=EagerPath(lm.model)).path.name == "eager"
+
+
+@needs_gradio
+def test_a_cold_start_measures_llama_cpp_first_and_skips_torch_precisions(demo_lm, monkeypatch, tmp_path):
+    """Issue 70: a cold start's "auto" on a model from a GGUF file with llama-cpp-python installed asks the forward
+    choice first; where a path that runs the file's weights wins, torch's precisions (which would run no forward)
+    are never measured and the default runs the file; where a torch path wins, they are measured as before."""
+    from engine.core import ggml
+    from engine.product.models import forward_choice
+    from engine.product.models.cost_cache import CurveOwner
+    from engine.product.models.loading import LoadedModel
+    from engine.product.models.registry import ModelRegistry
+    from page import startup
+
+    class FilePath(EagerPath):  # stands for llama.cpp's path: the file's Q4_1 blocks
+        name = "llamacpp"
+
+        def weights(self) -> str:
+            return "Q4_1"
+
+    loads = []
+    monkeypatch.delenv(forward_choice.ENV, raising=False)
+    monkeypatch.setattr(LoadedModel, "gguf", lambda self: tmp_path / "model.gguf")
+    monkeypatch.setattr(ggml, "installed", lambda: True)
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner: None)
+    monkeypatch.setattr(startup, "load_model", lambda *a, **k: loads.append(k) or demo_lm)
+    for path, measured in ((FilePath(demo_lm.model), []), (EagerPath(demo_lm.model), [{"device": "cpu",
+                                                                                       "dtype": "auto"}])):
+        monkeypatch.setattr(forward_choice, "choose",
+                            lambda model, want=None, _p=path, **kw: forward_choice.PathChoice(_p, "measured faster"))
+        models, loads[:] = ModelRegistry(demo_lm), []
+        models.engine.call(startup.settle, models, "demo", "cpu", True)  # a cold start: precision not measured yet
+        assert loads == measured
+        default = models.get(None)
+        assert default.runs.dtype == ("Q4_1" if path.weights() else "fp32")
+    models = ModelRegistry(demo_lm)
+    monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **kw: forward_choice.PathChoice(
+        FilePath(model), "measured faster"))
+    models.engine.call(startup.settle, models, "demo", "cpu", True)
+    assert models.get(None).runs.weights == "gguf"
+    exact = models.load("demo", device="cpu", dtype="fp32")  # the exact mode is never the file's model
+    assert exact.runs.to_dict()["weights"] == "transformers" and exact is not models.get(None)

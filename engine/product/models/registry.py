@@ -44,7 +44,7 @@ class ModelRegistry:
 
     @staticmethod
     def key_of(lm: LoadedModel) -> tuple[str, str, str]:
-        return (lm.name, lm.device, lm.precision)
+        return (lm.name, lm.device, lm.runs.dtype)  # what runs: a GGUF file's Q4_1 is not the torch copy's fp32
 
     def put(self, lm: LoadedModel) -> tuple[str, str, str]:
         key = self.key_of(lm)
@@ -90,7 +90,8 @@ class ModelRegistry:
             want_device = resolve_device(device)
             want_dtype, _ = resolve_dtype(dtype, want_device)
             for lm in self._models.values():
-                same_dtype = lm.precision == want_dtype or (want_dtype is None and lm.auto_dtype)
+                same_dtype = lm.runs.dtype == want_dtype or (want_dtype is None and lm.auto_dtype)  # fp32 asked:
+                # never a model whose forwards run the file's own weights (issue 70)
                 if lm.name == want_name and lm.device == want_device and same_dtype:
                     return lm
             self._check_memory(want_name, want_device, want_dtype)
