@@ -59,11 +59,11 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         # per session: never shared between visitors)
         with gr.Row(elem_id="main-row"):  # on a phone: prompt, run views, settings, the rest (CSS)
             with gr.Column(scale=1, min_width=300, elem_id="left-column"):
-                known = first.curves.known()
-                preset = start_preset(first, known)
+                preset = start_preset(first)
                 with gr.Column(elem_id="prompt-block"):
                     _prompt_inputs(page, preset)
                 with gr.Column(elem_id="settings-block"):
+                    known = first.curves.known()
                     _lesson_and_presets(page, preset, known, first.precision)
                     _settings_inputs(page, options)
                     _model_and_trace_files(page, models, options)

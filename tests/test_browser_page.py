@@ -21,7 +21,6 @@ from test_browser import (  # noqa: F401 - browser: the module's fixture, shared
     no_error_badges,
     open_accordion,
     open_page,
-    pick_preset,
     serve,
     set_number,
     stats_has,
@@ -141,7 +140,6 @@ def test_model_switch_updates_header_and_prompt_format_and_b500_is_said_plainly(
     128" toast and the run then went ahead with 128 while the box showed 500."""
     page = open_page(browser, chat_page)
     expect(page.locator("#page-header")).to_contain_text("Demo chat copy")
-    pick_preset(page, "GSM8K")  # a chat preset (on this flat curve the page opens with a raw code one)
     expect(page.get_by_label("Chat template (one user turn)")).to_be_checked()
     open_accordion(page, "Model")
     page.get_by_label("Model: smollm2, demo, a hub id, a local folder or .gguf file").fill("demo")

@@ -109,23 +109,7 @@ def test_the_panel_prices_the_drafts_as_predicted_speed_does_on_a_recorded_run(d
 
 def test_the_ledger_sentence_reads_as_plain_words():
     book = CycleLedger(drafts=11, kept=0, expected=0.9, cost_steps=4.2, accepted=0, would_accept=2)
-    assert book.sentence() == ("11 drafts, 0.9 tokens expected, verifying them costs 4.2 AR steps here: GT kept the "
-                               "anchor alone: the tokens they promised did not pay for their time, so a plain AR step; "
-                               "the output shows the pruned ones would have added 2 tokens")
-    assert "no draft source had a candidate" in CycleLedger(0, 0, 0.0, None, 0).sentence()
-
-
-def test_the_page_opens_with_the_preset_that_shows_the_mechanism_on_its_curve(demo_lm):
-    """A steep curve (GT keeps few trees): the chat preset whose drafts come in most early cycles; a flat one: the
-    raw code preset that copies from the first cycle; no curve yet: the first preset of the model's format."""
-    from dataclasses import replace
-    from types import SimpleNamespace
-
-    from page.presets import OPENING, start_preset
-
-    chat = replace(demo_lm, tokenizer=SimpleNamespace(chat_template="{{ messages }}"))
-    assert start_preset(chat, STEEP)["label"] == OPENING["steep"]
-    assert start_preset(chat, FLAT)["label"] == OPENING["flat"]
-    assert start_preset(demo_lm, STEEP)["label"] == OPENING["flat"]  # no chat template: the raw code preset
-    assert start_preset(demo_lm, FLAT)["label"] == OPENING["flat"]
-    assert start_preset(demo_lm)["format"] == ("chat" if demo_lm.has_chat_template else "raw")
+    assert book.sentence() == ("11 drafts, 0.9 tokens expected; verifying them costs 4.2 AR steps here, more than they "
+                               "promise, so GT kept the anchor alone; the output: the pruned ones would have added 2 "
+                               "tokens")
+    assert CycleLedger(0, 0, 0.0, None, 0).sentence() == "no draft source had a candidate for this place"

@@ -78,15 +78,15 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: Gh
     """E.g. "spine matched 6 tokens and broke at '1' (the target wanted '2'); TR branch '2' continued for
     2 more; bonus ')' → 9 tokens from one forward of 40 nodes"; ``marks``: where the drawing has the cycle's
     ghosts (``gt_note``); ``ledger``: GT's books for the cycle (``engine.product.runs.ledger``), which say in plain
-    words why an AR step is one and, once the output is known, what the pruned drafts would have won."""
+    words why an AR step is one and, once the output is known, what its pruned drafts would have won (a tree cycle's
+    sentence keeps to its tree, three lines at most: the Theory panel totals the rest)."""
     q = lambda t: _q(token_text, t)  # noqa: E731
     n_new, n_nodes = len(trace.new_tokens), len(trace.tree)
     if trace.mode == "prefill":
         return f"prefill: one forward over the prompt gives the first token {q(trace.bonus)}"
     if trace.mode == "ar":
         if ledger is not None:
-            return (f"AR step: {ledger.sentence()}; the forward of the anchor alone gives the model's next token "
-                    f"{q(trace.bonus)}{hits_note(trace)}{rest_note(trace)}")
+            return f"AR step, token {q(trace.bonus)}: {ledger.sentence()}{hits_note(trace)}{rest_note(trace)}"
         why = gt_note(trace, marks) or "no draft source had a candidate"
         return f"{why}: plain AR step, token {q(trace.bonus)}{rest_note(trace)}"
     tree, accepted = trace.tree, trace.accepted
@@ -113,10 +113,6 @@ def explain_cycle(trace: CycleTrace, token_text: Callable[[int], str], marks: Gh
     parts.append(f"bonus {q(trace.bonus)} → {n_new} token{'s' * (n_new != 1)} from one forward of {n_nodes} nodes{cut}")
     if gt_note(trace, marks):
         parts.append(gt_note(trace, marks))
-    won = ledger.pruned_won if ledger is not None and ledger.kept < ledger.drafts else None
-    if won is not None:
-        parts.append(f"the output shows the pruned drafts would have added {count_words(won, 'token')}" if won
-                     else "the output shows none of the pruned drafts would have been accepted")
     return f"{trace.mode}: " + "; ".join(parts) + hits_note(trace) + rest_note(trace)
 
 

@@ -107,26 +107,22 @@ class CycleLedger:
         return None if self.would_accept is None else max(0, self.would_accept - self.accepted)
 
     def sentence(self) -> str:
-        """GT's decision in one plain sentence, e.g. "11 drafts, 0.9 tokens expected, verifying them costs 4.2 AR
-        steps here: GT kept the anchor alone (a plain AR step); the output shows 2 of them would have been
-        accepted"."""
+        """GT's decision in one plain sentence, e.g. "11 drafts, 0.9 tokens expected; verifying them costs 4.2 AR
+        steps here, more than they promise, so GT kept the anchor alone; the output: they would have added 2
+        tokens"."""
         if not self.drafts:
-            return "no draft source had a candidate for this place, so the cycle is a plain AR step"
-        cost = f", verifying them costs {self.cost_steps:.1f} AR steps here" if self.cost_steps is not None else ""
+            return "no draft source had a candidate for this place"
+        cost = f"; verifying them costs {self.cost_steps:.1f} AR steps here" if self.cost_steps is not None else ""
         head = f"{self.drafts} draft{'s' * (self.drafts != 1)}, {self.expected:.1f} tokens expected{cost}"
         if self.kept == 0:
-            verdict = ("GT kept the anchor alone: the tokens they promised did not pay for their time, so a plain "
-                       "AR step")
-        elif self.kept == self.drafts:
-            verdict = "GT kept them all"
+            head += ", more than they promise, so GT kept the anchor alone"
         else:
-            verdict = f"GT kept {self.kept} of them"
+            head += ": GT kept them all" if self.kept == self.drafts else f": GT kept {self.kept} of them"
         won = self.pruned_won
         if won is None or self.kept == self.drafts:
-            return f"{head}: {verdict}"
-        outcome = (f"the output shows the pruned ones would have added {won} token{'s' * (won != 1)}" if won
-                   else "the output shows none of the pruned ones would have been accepted")
-        return f"{head}: {verdict}; {outcome}"
+            return head
+        return head + (f"; the output: the pruned ones would have added {won} token{'s' * (won != 1)}" if won
+                       else "; the output: none of the pruned ones would have been accepted")
 
 
 def cycle_ledger(trace: CycleTrace, curve: CostCurve | None, after: Sequence[int] | None = None) -> CycleLedger | None:
