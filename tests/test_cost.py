@@ -208,6 +208,23 @@ def _sized(model, ms_of) -> CostCurve:
     return CostCurve(SIZES, tuple(round(ms_of(n), 3) for n in SIZES), 128, curve_key(model))
 
 
+def _given_timing(given: list):
+    """A stand-in for ``cost_cache.CurveTiming`` whose each ``curve`` call (the first rounds, then the pooled ones
+    after a check failed) returns the next of ``given``; it estimates nothing."""
+
+    class Given:
+        def __init__(self, model, path=None, *args) -> None:
+            pass
+
+        def curve(self, repeats: int):
+            return given.pop(0)
+
+        def estimate_s(self, repeats: int) -> float:
+            return 0.0
+
+    return Given
+
+
 def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
     """``cached_cost_curve``: a flagged measurement is measured again and never written; two flagged ones give the
     quieter for this process only, with one warning; a flagged curve on disk (cached before the check) is measured
@@ -219,7 +236,7 @@ def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
     busier = _sized(model, lambda n: 214.0 if n == 2 else 60.0 + n)
     clean = _sized(model, lambda n: 5.0 + 0.1 * n)
     given = []
-    monkeypatch.setattr(cost, "measure_cost_curve", lambda model, path=None: given.pop(0))
+    monkeypatch.setattr(cost, "CurveTiming", _given_timing(given))
     monkeypatch.setattr(cost, "RETRY_PAUSE_S", 0.0)
     monkeypatch.setattr(cost, "_loaded", {})
 
@@ -261,7 +278,7 @@ def test_a_curve_flagged_twice_alike_is_this_machines_own_and_cached(demo_lm, tm
     alike = _sized(model, lambda n: 210.0 if n == 7 else 102.0 + n)
     busier = _sized(model, lambda n: 216.0 if n == 7 else 160.0 + n)
     given = []
-    monkeypatch.setattr(cost, "measure_cost_curve", lambda model, path=None: given.pop(0))
+    monkeypatch.setattr(cost, "CurveTiming", _given_timing(given))
     monkeypatch.setattr(cost, "RETRY_PAUSE_S", 0.0)
     monkeypatch.setattr(cost, "_loaded", {})
     given[:] = [kernel, alike]
@@ -459,3 +476,17 @@ def test_the_latency_table_gives_what_the_fit_gives_at_every_size(spec):
     assert [curve.latency(n) for n in range(1, 301)] == fitted.tolist()
     assert curve.latencies(300) == fitted.tolist() and curve.latencies(7) == fitted[:7].tolist()
     assert curve.latency(2.5) == float(curve._at(np.array([2.5]))[0])  # a mean number of rows (the bench asks)
+
+
+def test_a_noisy_first_try_adds_rounds_instead_of_measuring_again(demo_lm):
+    """Issue 70: a curve that failed its check gets ``RETRY_ROUNDS`` more rounds, pooled with its first ones (a
+    noisy first try costs about half again its time, not twice it); the estimate the console states is of the same
+    rounds."""
+    from engine.product.models import cost_cache as cost
+
+    timing = cost.CurveTiming(demo_lm.model, None, sizes=(1, 2, 4), past=16)
+    first = timing.curve(3)
+    pooled = timing.curve(cost.RETRY_ROUNDS)
+    assert all(len(ms) == 3 + cost.RETRY_ROUNDS for ms in timing.times.values())
+    assert first.nodes == pooled.nodes == (1, 2, 4) and first.key == pooled.key
+    assert 0.0 < timing.estimate_s(cost.REPEATS) < 60.0
