@@ -1,11 +1,14 @@
 """A cold start: the page answers first, and measures this machine once it is up.
 
-On a CPU, dtype "auto" measures which precision verifies trees fastest (``engine.product.models.precision``, ~10 s on 2
-cores) and the cost curve the GT principle sizes trees by (``engine.product.models.cost_cache``, ~7 s); both are cached
-per machine and model.  On a machine that has neither yet (a fresh clone, a restarted Space), the start model loads
-in fp32, the exact mode (``provisional_dtype``), the page goes up, and ``settle`` then measures on the engine
-thread: the measured precision's model becomes every visitor's default (unless fp32 won), then its cost curve is
-measured.  Meanwhile a visitor's Generate waits for it and says why (``ModelRegistry.busy``); the header and the
+On a CPU, dtype "auto" measures which precision verifies trees fastest (``engine.product.models.precision``, 15-35 s
+on 2 cores), the forward path (``forward_choice``, seconds) and the cost curve the GT principle sizes trees by
+(``engine.product.models.cost_cache``, its time estimated and said on the console); all are cached per machine and
+model.  On a machine that has none yet (a fresh clone, a restarted Space), the start model loads in fp32, the exact
+mode (``provisional_dtype``), the page goes up, and ``settle`` then measures on the engine thread: for a model from a
+GGUF file with llama-cpp-python installed, llama.cpp's kernels first (``llama_first``: where they win, torch's
+precisions, which would run no forward, are never measured); else the measured precision's model becomes every
+visitor's default (unless fp32 won) and its forward path is chosen; then the default's cost curve is measured.
+Meanwhile a visitor's Generate waits for it and says why (``ModelRegistry.busy``); the header and the
 model line of a page opened afterwards name the new model (``page.models.on_visit``).
 """
 from __future__ import annotations
