@@ -136,7 +136,7 @@ def llamacpp_hint(lm: LoadedModel) -> str:
     if not from_gguf or lm.device != "cpu" or ggml.installed():
         return ""
     return (f" llama.cpp's kernels would run this model's GGUF file several times faster here: `{ggml.INSTALL}` "
-            "(built from source, about 10 minutes on 2 cores), then restart.")
+            "(built from source, 3-4 minutes on 2 cores), then restart.")
 
 
 def dtype_words(lm: LoadedModel) -> str:

@@ -14,7 +14,7 @@ import threading
 import weakref
 from pathlib import Path
 
-INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36'
+INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" pip install llama-cpp-python==0.3.36'  # the library alone
 
 _ready = threading.Lock()
 _initialised = False

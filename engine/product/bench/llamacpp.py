@@ -2,8 +2,8 @@
 
     python -m cli.bench --methods ar,goose,llamacpp-ar,llamacpp-lookup ...
 
-Two methods, run through ``llama-cpp-python`` (an optional extra: ``CMAKE_ARGS="-DGGML_NATIVE=ON" pip install
-llama-cpp-python==0.3.36``, built from its sdist, about 8 minutes on 2 cores):
+Two methods, run through ``llama-cpp-python`` (an optional extra: ``CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
+pip install llama-cpp-python==0.3.36``, built from its sdist, about 3 minutes on 2 cores):
 
 * ``llamacpp-ar``: greedy decoding (``Llama.generate`` with ``temp=0``: llama.cpp's greedy sampler).
 * ``llamacpp-lookup``: the same with llama-cpp-python's prompt lookup decoding as its draft model
@@ -24,8 +24,9 @@ from pathlib import Path
 
 METHODS = ("llamacpp-ar", "llamacpp-lookup")
 LOOKUP = {"max_ngram_size": 2, "num_pred_tokens": 2}  # LlamaPromptLookupDecoding's settings (its README: 2 on a CPU)
-INSTALL = ('llama.cpp methods need the optional package llama-cpp-python: CMAKE_ARGS="-DGGML_NATIVE=ON" pip install '
-           'llama-cpp-python==0.3.36 (built from source, about 8 minutes on 2 cores; docs/command-line.md)')
+INSTALL = ('llama.cpp methods need the optional package llama-cpp-python: CMAKE_ARGS="-DGGML_NATIVE=ON '
+           '-DLLAVA_BUILD=OFF" pip install llama-cpp-python==0.3.36 (built from source, about 3 minutes on 2 cores; '
+           'docs/command-line.md)')
 
 
 class LlamaCppMissing(RuntimeError):
