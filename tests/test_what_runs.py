@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,13 +68,20 @@ def test_what_runs_names_the_files_type_where_its_weights_run(demo_lm):
 
 
 def test_on_a_path_whose_rows_are_exact_any_divergence_is_a_bug(demo_lm):
-    """A gap of zero ulps is a precision tie on a torch path in half precision, and a bug where rows are exact."""
+    """A gap of zero ulps is a precision tie on a torch path (in fp32 one the exact mode allows none of), and a bug
+    where a path's rows are exact; a half-precision model's ties are judged in its own ulps even when its logits come
+    as fp32 copies (``generate``'s)."""
     ids = demo_lm.encode_prompt("def add(a, b):\n", chat=False)
-    logits = torch.zeros(4, demo_lm.model.config.vocab_size, dtype=torch.bfloat16)  # every token tied
+    logits = torch.zeros(4, demo_lm.model.config.vocab_size)  # every token tied
     eager = attribute(demo_lm.model, ids, [1, 2, 3], [1, 2, 4], logits)
     exact = attribute(demo_lm.model, ids, [1, 2, 3], [1, 2, 4], logits, FileWeightsPath(demo_lm.model))
-    assert (eager.kind, eager.exact) == ("precision tie", False)
+    assert (eager.kind, eager.exact, eager.dtype) == ("precision tie", True, "fp32")
     assert (exact.kind, exact.exact, exact.position) == ("bug", True, 2)
+    half = SimpleNamespace(dtype=torch.bfloat16)  # a bf16 model, its logits handed back in fp32
+    near = torch.zeros(4, 8)
+    near[2, 3], near[2, 4] = 20.0, 20.0 - 0.125 * 3  # 3 bf16 ulps apart at 20: a tie there, not 3e5 fp32 ulps
+    tie = attribute(half, ids, [1, 2, 3], [1, 2, 4], near)
+    assert (tie.kind, tie.exact, tie.dtype) == ("precision tie", False, "bf16") and tie.gap_ulps == pytest.approx(3.0)
 
 
 def test_the_cli_holds_a_run_on_other_weights_to_ar_on_the_same_path(demo_lm, monkeypatch, capsys):

@@ -139,15 +139,17 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
     if i is None:
         return None
     rows_exact = path is not None and path.ROWS_EXACT
+    # the precision the logits are judged in: the model's on torch's paths (``generate`` hands back fp32 copies of
+    # bf16 logits: their ulps are bf16's), llama.cpp's fp32 where a path runs the file's own weights
+    dtype = torch.float32 if path is not None and path.weights() is not None else model.dtype
+    name = dtype_name(dtype)
     if i >= min(len(want), len(got)):
-        name = dtype_name(model.dtype) if path is None or path.weights() is None else "fp32"
-        return Divergence(i, "length", dtype=name, exact=rows_exact or name == "fp32")
+        return Divergence(i, "length", dtype=name, exact=rows_exact or dtype == torch.float32)
     if logits is None:
         _, logits = engine_ar_logits(model, prompt_ids, list(want[: i + 1]), path)
-    row = logits[i]  # (|V|,) AR's own one-token step at position i: the model's dtype (llama.cpp's: fp32)
+    row = logits[i]  # (|V|,) AR's own one-token step at position i
     a, b = float(row[want[i]]), float(row[got[i]])
-    gap = (a - b) / ulp(max(a, b), row.dtype)  # negative where this AR run itself rounds the other way
-    tie = abs(gap) <= TIE_ULPS[row.dtype] and not rows_exact
-    name = dtype_name(row.dtype)
+    gap = (a - b) / ulp(max(a, b), dtype)  # negative where this AR run itself rounds the other way
+    tie = abs(gap) <= TIE_ULPS[dtype] and not rows_exact
     return Divergence(i, "precision tie" if tie else "bug", want[i], got[i], a, b, gap, name,
-                      rows_exact or row.dtype == torch.float32)
+                      rows_exact or dtype == torch.float32)
