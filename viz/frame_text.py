@@ -47,7 +47,7 @@ def gt_words(gt_threshold, trace, marks: GhostMarks | None = None) -> str:
 def stats_line(summary, run, cost: str = "") -> str:
     """The line above the tree: the run's totals so far (tokens/s end to end, prefill included, and over the decode
     phase, the figure a sweep's table and the speedup read; the time to the first new token, the prefill's; tokens
-    by source, from ``REGISTRY``; the median host ms a cycle spends outside its forward beside the forward's: issue 71),
+    by source, from ``REGISTRY``; the medians of a cycle's host ms outside its forward and of the forward's: issue 71),
     labelled as such, then ``cost`` (``viz.explain.cost_sentence``: τ tied to the
     cost curve) on a line of its own.  The cycle on screen is described under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
@@ -57,8 +57,8 @@ def stats_line(summary, run, cost: str = "") -> str:
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     tokens, seconds = decode_phase(run.traces)
     decode = f" ({tokens / seconds:.1f} in the decode phase)" if tokens and seconds > 0 else ""
-    host = (f"host {summary.median_overhead_ms:.2f} ms a cycle beside a {summary.median_forward_ms:.1f} ms forward "
-            f"(medians) · " if summary.cycles else "")
+    host = (f"a cycle: host {summary.median_overhead_ms:.2f} + forward {summary.median_forward_ms:.1f} ms · "
+            if summary.cycles else "")  # medians
     return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** end to end{decode} · "
             f"first token {1000 * summary.prefill_s:.0f} ms · {host}"
             f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "
