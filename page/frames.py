@@ -8,7 +8,7 @@ import time
 import gradio as gr
 
 from engine.decoding.config import ConfigError, DecodeConfig
-from engine.decoding.cost import CostCurveError, load_cost_curve
+from engine.decoding.cost import CostCurve, CostCurveError, load_cost_curve
 from engine.product.io.options import command_line
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.loading import LoadedModel
@@ -100,11 +100,11 @@ def cycle_words(run: Run, trace, text, marks: GhostMarks | None = None) -> str:
 
 
 def run_curve(run: Run):
-    """The cost curve ``run``'s GT read (or the page's cost sentence did), parsed; None where it records none or
-    its spec does not parse here."""
+    """The cost curve ``run``'s GT read (or the page's cost sentence did), parsed from its spec (never read as a file:
+    an imported trace's string names no path of this machine); None where it records none or it does not parse."""
     spec = run.cost_curve or run.shown_curve
     try:
-        return load_cost_curve(spec) if spec else None
+        return CostCurve.from_spec(spec) if spec else None
     except (CostCurveError, ValueError):
         return None
 

@@ -217,7 +217,8 @@ def _given_timing(given: list):
             pass
 
         def curve(self, repeats: int):
-            return given.pop(0)
+            self.latest = given.pop(0)  # the stand-in's rounds: each call's curve, also its own rounds' alone
+            return self.latest
 
         def estimate_s(self, repeats: int) -> float:
             return 0.0
@@ -488,5 +489,7 @@ def test_a_noisy_first_try_adds_rounds_instead_of_measuring_again(demo_lm):
     first = timing.curve(3)
     pooled = timing.curve(cost.RETRY_ROUNDS)
     assert all(len(ms) == 3 + cost.RETRY_ROUNDS for ms in timing.times.values())
-    assert first.nodes == pooled.nodes == (1, 2, 4) and first.key == pooled.key
+    assert first.nodes == pooled.nodes == timing.latest.nodes == (1, 2, 4) and first.key == pooled.key
+    assert timing.latest.ms == tuple(timing._curve(cost.Timings(
+        {pair: ms[3:] for pair, ms in timing.times.items()}, {})).ms)  # the added rounds alone
     assert 0.0 < timing.estimate_s(cost.REPEATS) < 60.0

@@ -62,6 +62,14 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+def weight_type(lib, model) -> str:
+    """The weight type of the ``llama_model *`` ``model`` as llama.cpp names it, e.g. "Q4_1": the last word of
+    ``llama_model_desc`` ("llama ?B Q4_1"); "GGUF" where the description is empty."""
+    desc = ctypes.create_string_buffer(128)
+    lib.llama_model_desc(model, desc, len(desc))
+    return desc.value.decode(errors="replace").split()[-1] if desc.value else "GGUF"
+
+
 def amx_built(lib) -> bool:
     """Whether this build of llama.cpp has its AMX kernels (``llama_print_system_info`` lists "AMX_INT8 = 1": built with
     ``-march=native`` on a CPU with AMX).  There ``llama_model_load_from_file`` repacks the weights into an AMX
@@ -77,8 +85,7 @@ class LlamaModel:
 
     Attributes:
         ptr: the ``llama_model *``; vocab: its ``llama_vocab *``; n_vocab: its vocabulary size (tokens).
-        weight_type: the file's weight type as llama.cpp names it, e.g. "Q4_1" (the last word of
-            ``llama_model_desc``, "llama ?B Q4_1"); "GGUF" where the description is empty.
+        weight_type: the file's weight type as llama.cpp names it, e.g. "Q4_1" (``weight_type``).
     """
 
     def __init__(self, lib, gguf: Path) -> None:
@@ -90,7 +97,5 @@ class LlamaModel:
         self.ptr = ptr
         self.vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        desc = ctypes.create_string_buffer(128)
-        lib.llama_model_desc(ptr, desc, len(desc))  # e.g. "llama ?B Q4_1"
-        self.weight_type = desc.value.decode(errors="replace").split()[-1] if desc.value else "GGUF"
+        self.weight_type = weight_type(lib, ptr)
         weakref.finalize(self, lib.llama_model_free, ptr)

@@ -74,7 +74,6 @@ class Outcome:
     done: Committed
 
 
-
 def fit_to_room(plan: Plan, room: int | None) -> Plan:
     """``plan`` without its nodes deeper than ``room`` (their positions would pass a limit of the model:
     ``compat.PositionLimits``), ghosts re-indexed; an AR step when only the anchor is left.  Fewer drafts, same
@@ -87,7 +86,6 @@ def fit_to_room(plan: Plan, room: int | None) -> Plan:
     ghosts = tuple(g.moved(index[g.parent]) for g in plan.ghosts if depths[g.parent] < room)
     tree = plan.tree.subtree(keep)
     return Plan("ar", tree, ghosts) if len(tree) == 1 else replace(plan, tree=tree, ghosts=ghosts)
-
 
 
 def ghost_hits(plan: Plan, walk: Walk, greedy: list[int]) -> tuple[int, ...]:

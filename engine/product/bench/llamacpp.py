@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from engine.core.ggml_lib import weight_type
+
 METHODS = ("llamacpp-ar", "llamacpp-lookup")
 LOOKUP = {"max_ngram_size": 2, "num_pred_tokens": 2}  # LlamaPromptLookupDecoding's settings (its README: 2 on a CPU)
 INSTALL = ('llama.cpp methods need the optional package llama-cpp-python: CMAKE_ARGS="-DGGML_NATIVE=ON '
@@ -41,18 +43,6 @@ def check_installed() -> None:
         raise LlamaCppMissing(INSTALL) from exc
 
 
-def weight_type(llm) -> str:
-    """The weight type of a ``llama_cpp.Llama``'s file as llama.cpp names it, e.g. "Q4_1" (the last word of
-    ``llama_model_desc``, "llama ?B Q4_1"); "GGUF" where the description is empty."""
-    import ctypes
-
-    import llama_cpp
-
-    desc = ctypes.create_string_buffer(128)
-    llama_cpp.llama_model_desc(llm.model, desc, len(desc))
-    return desc.value.decode(errors="replace").split()[-1] if desc.value else "GGUF"
-
-
 class LlamaCpp:
     """The two llama.cpp methods on one GGUF file.
 
@@ -67,13 +57,14 @@ class LlamaCpp:
 
     def __init__(self, gguf: Path, threads: int, n_ctx: int) -> None:
         check_installed()
+        import llama_cpp
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         common = dict(model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, verbose=False)
         self.models = {"llamacpp-ar": Llama(**common),
                        "llamacpp-lookup": Llama(**common, draft_model=LlamaPromptLookupDecoding(**LOOKUP))}
-        self.weight_type = weight_type(self.models["llamacpp-ar"])  # e.g. "Q4_1": what the rows say ran
+        self.weight_type = weight_type(llama_cpp, self.models["llamacpp-ar"].model)  # e.g. "Q4_1": what ran
 
 
     def run(self, method: str, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> dict:

@@ -90,6 +90,7 @@ class CurveTiming:
         gen = torch.Generator().manual_seed(0)
         self.forward.prefill(torch.randint(0, self.vocab, (past,), generator=gen).tolist())
         self.times: dict = {}  # (path name, rows) -> every timed round's ms so far
+        self.latest: CostCurve | None = None  # the curve of the last call's rounds alone
         self.seed = 0
 
     def curve(self, repeats: int) -> CostCurve:
@@ -100,10 +101,14 @@ class CurveTiming:
         self.seed += 1  # another round order and other chains next time
         for pair, ms in timed.times.items():
             self.times.setdefault(pair, []).extend(ms)
-        pooled = Timings(self.times, timed.first)
+        self.latest = self._curve(timed)  # these rounds alone: whether a flagged size reproduces (``_agree``)
+        return self._curve(Timings(self.times, timed.first))
+
+    def _curve(self, timed: Timings) -> CostCurve:
+        """The curve of ``timed``'s rounds: each size's median and spread."""
         name = self.path.name
-        return CostCurve(self.sizes, tuple(pooled.median(name, n) for n in self.sizes), self.past,
-                         curve_key(self.model, self.path), tuple(pooled.spread(name, n) for n in self.sizes))
+        return CostCurve(self.sizes, tuple(timed.median(name, n) for n in self.sizes), self.past,
+                         curve_key(self.model, self.path), tuple(timed.spread(name, n) for n in self.sizes))
 
     def estimate_s(self, repeats: int) -> float:
         """Seconds ``repeats`` rounds and the warm-up take here, from probe forwards of 1 and 16 rows (each twice, the
@@ -155,7 +160,8 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
         time.sleep(RETRY_PAUSE_S)
         again = timing.curve(RETRY_ROUNDS)  # every round so far: a burst of load outvoted, not the whole redone
         problem = again.problem()
-        if problem is not None and _agree(curve, again):  # reproduced: this machine's own curve, not its load
+        # reproduced: the added rounds alone agree with the first ones, so this machine's own curve, not its load
+        if problem is not None and _agree(curve, timing.latest):
             curve = _loaded[file] = _quieter(curve, again)
             log.info("cost curve: %s, and a second measurement agrees with the first within %.0f %% at every size: "
                      "a kernel slower at that size on this machine, not load; cached", problem, 100 * AGREE_REL)
