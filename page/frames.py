@@ -8,7 +8,7 @@ import time
 import gradio as gr
 
 from engine.decoding.config import ConfigError, DecodeConfig
-from engine.decoding.cost import CostCurve, CostCurveError, load_cost_curve
+from engine.decoding.cost import CostCurve, CostCurveError
 from engine.product.io.options import command_line
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.loading import LoadedModel
@@ -168,7 +168,7 @@ def run_command(run: Run) -> str:
     prompt itself (so it needs no other file) and the cost curve it read; or why its settings do not make a
     config here (a trace from another version)."""
     try:
-        curve = load_cost_curve(run.cost_curve) if run.cost_curve else None
+        curve = CostCurve.from_spec(run.cost_curve) if run.cost_curve else None  # a spec, never read as a file
         command = command_line(run.decode_config(), model=run.model, prompt_format=run.prompt_format or "auto",
                                cost_curve=curve, prompt=run.prompt)
     except (ConfigError, CostCurveError, TypeError, ValueError) as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from engine.decoding.cost import CostCurveError, load_cost_curve
+from engine.decoding.cost import CostCurve, CostCurveError
 from engine.product.io.traces import MAX_BYTES, TraceFormatError
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.run import Run, Speedup
@@ -80,6 +80,6 @@ def stored_curve(run: Run):
     its spec; None without one or when it does not load here."""
     spec = run.shown_curve or run.cost_curve
     try:
-        return load_cost_curve(spec) if spec else None
+        return CostCurve.from_spec(spec) if spec else None  # a spec, never read as a file
     except (CostCurveError, ValueError):
         return None
