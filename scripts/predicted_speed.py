@@ -37,7 +37,7 @@ from engine.product.bench.methods import method_config  # noqa: E402
 from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
 from engine.product.io.traces import TraceFormatError, load_run  # noqa: E402
 from engine.product.models.cost_cache import CostCurve  # noqa: E402
-from engine.product.models.loading import load_model, with_forward  # noqa: E402
+from engine.product.models.loading import dtype_beside, load_model, with_forward  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402
 from engine.product.runs.ledger import price_on  # noqa: E402
 
@@ -46,7 +46,7 @@ IN_RUN_BF16 = ("past=128;1:60,2:69,3:67.5,4:70.6,5:76.2,6:79.7,7:85.3,8:85.3,9:8
                "32:125,64:175,128:300")
 
 
-def add_prompt_options(ap: argparse.ArgumentParser, dtype: str, limit: int, max_new_tokens: int) -> None:
+def add_prompt_options(ap: argparse.ArgumentParser, dtype: str | None, limit: int, max_new_tokens: int) -> None:
     """The options this script and ``refine_curve.py`` share: the model, its dtype, and prompts off the bench's."""
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", default=dtype)
@@ -66,7 +66,7 @@ def held_out_prompts(lm, args: argparse.Namespace) -> dict[str, list[list[int]]]
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="goose,iso3,tr,pld")
-    add_prompt_options(ap, dtype="fp32", limit=3, max_new_tokens=96)
+    add_prompt_options(ap, dtype=None, limit=3, max_new_tokens=96)  # fp32, or auto beside a llamacpp --forward
     ap.add_argument("--truth", default=IN_RUN_BF16, help="cost curve spec every forward is priced on")
     ap.add_argument("--curve", default=None, help="cost curve spec the size choice reads (default: --truth)")
     ap.add_argument("--forward", default="eager", help="forward path: eager (default), static, llamacpp, ...")
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.trace is not None:
         return price_trace(args.trace, CostCurve.from_spec(args.truth))
-    lm = with_forward(load_model(args.model, device="cpu", dtype=args.dtype), args.forward)
+    dtype = args.dtype or dtype_beside(args.forward, "fp32")  # llama.cpp's paths run the file: "auto" alone may
+    lm = with_forward(load_model(args.model, device="cpu", dtype=dtype), args.forward)
     truth = CostCurve.from_spec(args.truth)
     curve = CostCurve.from_spec(args.curve) if args.curve else truth
     methods = args.methods.split(",")

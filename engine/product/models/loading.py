@@ -355,6 +355,13 @@ def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path 
     return want, lm.gguf() if runs_file and ggml.installed() else None
 
 
+def dtype_beside(forward: str | None, otherwise: str) -> str:
+    """The dtype a command asks by default beside the forward path it names: "auto" where ``forward`` is a path that
+    runs the model file's own weights (only "auto" may be served by one: ``what_runs.allows_file_paths``), else
+    ``otherwise`` (e.g. a script's "fp32", whose text every method shares)."""
+    return "auto" if issubclass(REGISTRY.get(forward or "", object), ggml.GgmlPath) else otherwise
+
+
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
                   multi_gpu: bool, progress: Progress | None) -> tuple:
     """``load_model``'s (model, tokenizer), fetched (a named model) and read from a folder or a ``.gguf`` file.
