@@ -48,16 +48,20 @@ def test_a_node_is_accepted_exactly_when_its_path_is_the_output():
     assert matched(tree, (1,)) == 1  # an output cut short judges no deeper node
 
 
-def test_on_the_curve_the_run_read_the_pricing_is_the_run(demo_lm):
-    """GT's choice redone on the run's own curve gives the run's own τ and speedup (path calibration off: the run's
-    size choice then reads the drafts' own estimates, as the pricing does)."""
-    traces = _run(demo_lm, FLAT, path_calibration=False)
+@pytest.mark.parametrize("curve", [FLAT, STEEP], ids=["flat", "steep"])
+@pytest.mark.parametrize("calibrate", [False, True], ids=["raw", "calibrated"])
+def test_on_the_curve_the_run_read_the_pricing_is_the_run(demo_lm, curve, calibrate):
+    """GT's choice redone on the run's own curve gives the run's own trees, τ and speedup: the candidates carry the
+    estimates GT read (calibrated by the session's outcomes and trust where path calibration is on), so the page's
+    "this device" row is the run it drew."""
+    traces = _run(demo_lm, curve, path_calibration=calibrate)
     decode = traces[1:]
     tokens = sum(len(t.new_tokens) for t in decode)
-    ms = sum(FLAT.latency(len(t.tree) + t.ptd_rows) for t in decode)
-    priced = price_on(traces, FLAT)
+    ms = sum(curve.latency(len(t.tree) + t.ptd_rows) for t in decode)
+    priced = price_on(traces, curve)
+    assert priced.rows == pytest.approx(sum(len(t.tree) for t in decode) / len(decode), rel=1e-12)
     assert priced.tau == pytest.approx(tokens / len(decode), rel=1e-12)
-    assert priced.speedup == pytest.approx(tokens / ms * FLAT.latency(1), rel=1e-12)
+    assert priced.speedup == pytest.approx(tokens / ms * curve.latency(1), rel=1e-12)
     assert any(len(t.accepted) for t in decode), "inconclusive: no draft accepted"
 
 

@@ -41,6 +41,9 @@ class GtChoice:
         expected: expected accepted draft tokens of the kept tree (Σ α̂ over its non-root nodes).
         cost_ms: T(n* + R), the curve's verification time of the kept tree (ms).
         kept: the kept nodes' indices in the built tree, root included, ascending.
+        read: the path estimate the choice read for each node of the built tree (root 1.0), clamped never to rise
+            from a parent to its child: ``est_accept``, or the calibrated estimates times the session's trust
+            (``calibrated_choice``); what GT believed, so a replay of the choice (``ledger.price_on``) reads it too.
     """
 
     nodes: int
@@ -48,6 +51,7 @@ class GtChoice:
     expected: float
     cost_ms: float
     kept: tuple[int, ...] = (0,)
+    read: tuple[float, ...] = ()
 
     def trace_fields(self) -> dict:
         """The choice's ``CycleTrace`` fields (``gt_*``)."""
@@ -114,7 +118,7 @@ def size_choice(tree: DraftTree, curve: CostCurve, extra_rows: int = 0, *,
         if v >= best_value:
             best_n, best_value, best_expected = size, v, expected
     keep = tuple(sorted([0, *order[: best_n - 1]]))
-    return GtChoice(best_n, n, best_expected, costs[best_n + extra_rows - 1], keep)
+    return GtChoice(best_n, n, best_expected, costs[best_n + extra_rows - 1], keep, tuple(est))
 
 
 def calibrated_choice(tree: DraftTree, curve: CostCurve, extra_rows: int, paths: PathCalibration | None, *,

@@ -59,8 +59,9 @@ class CycleTrace:
             run of cycles the size choice priced down to the anchor); () when every source drafted.
         candidates: the tree the sources proposed and the builder offered GT's size choice, before it chose
             (``tree`` is its kept top: node 0 the same anchor); None where no size choice ran (a fixed threshold,
-            no candidate at all, an older trace).  What the pruned drafts would have won is judged against it
-            (``engine.product.runs.ledger``).
+            no candidate at all, an older trace), its ``est_accept`` the path estimates GT read (``GtChoice.read``:
+            calibrated and trust-scaled where path calibration is on).  What the pruned drafts would have won is
+            judged against it, and the choice redone on other curves (``engine.product.runs.ledger``).
         ghost_hits: indices into ``ghosts`` of those greedy verification would have accepted had GT kept them: a
             ghost whose parent is the anchor or accepted and whose token is the model's greedy token there (a
             greedy run's verdict, known at the cycle; () under sampling, where it is not).

@@ -11,9 +11,10 @@ size choice over the same candidates on any cost curve with no model call:
   output is known, the tokens all of them would have accepted;
 * ``price_on``: GT's size choice (``engine.decoding.gt.size_choice``, the session rate λ as the loop tracks it)
   redone on another curve over each cycle's candidate tree, each kept tree's outcome read off the output: the
-  predicted τ and decode-phase speedup there.  The drafts' own path estimates are read (the run's calibration of
-  them, ``PathCalibration``, is not recorded), and each cycle is priced where the run's cycle stood: a rate over the
-  same drafts, not a replay of another run's text.
+  predicted τ and decode-phase speedup there.  The drafts are priced at the estimates GT read in the run (its
+  calibration by the session's outcomes and trust included: ``GtChoice.read``, kept in ``CycleTrace.candidates``),
+  so on the run's own curve the choice is the run's; each cycle is priced where the run's cycle stood: a rate over
+  the same drafts, not a replay of another run's text.
 
 Sources: GT principle paper §3.1 (the size choice, Eqs. 6-9); Goose Algorithm 2 (the cycle); SpecInfer §4.2 (the
 greedy tree walk).  Ours: the verdict on pruned drafts from the output, the pricing on another device.
