@@ -1,6 +1,6 @@
 """Which preset prompt shows speculative decoding soonest on this machine: for each preset, where the page's first
 run (every default, sources never resting) first verifies a draft tree, how many of its first 10 cycles do, how
-many show the sources' drafts, and τ.  Deterministic given the cost curve (the model's cached one), so it may run
+many show the sources' drafts (of the first 10 and of the whole run), and τ.  Deterministic given the cost curve (the model's cached one), so it may run
 beside anything.
 
     python scripts/speaker_default.py [--model smollm2|demo] [--max-new-tokens 64]
@@ -28,8 +28,8 @@ def main(argv=None) -> int:
     lm = with_forward(load_model(args.model))
     curve = lm.curves.shared()
     print(f"{lm.describe()}, curve {curve.spec()[:60]}…")
-    print("| preset | format | first tree cycle | trees in cycles 1-10 | drafts shown in 1-10 | τ |")
-    print("|---|---|---|---|---|---|")
+    print("| preset | format | first tree cycle | trees in cycles 1-10 | drafts shown in 1-10 | drafts shown, run | τ |")
+    print("|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         settings = PageSettings(prompt=preset["prompt"], prompt_format=preset["format"],
                                 max_new_tokens=args.max_new_tokens)
@@ -39,8 +39,9 @@ def main(argv=None) -> int:
         head = traces[:10]
         trees = sum(t.mode in ("tree", "bypass") for t in head)
         shown = sum(len(proposals(t)) > 1 for t in head)
+        whole = sum(len(proposals(t)) > 1 for t in traces)
         tau = sum(len(t.new_tokens) for t in traces) / len(traces)
-        print(f"| {preset['label']} | {preset['format']} | {first or '–'} | {trees} | {shown} | {tau:.2f} |")
+        print(f"| {preset['label']} | {preset['format']} | {first or '–'} | {trees} | {shown} | {whole} of {len(traces)} | {tau:.2f} |")
     return 0
 
 
