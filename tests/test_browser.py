@@ -224,6 +224,15 @@ def test_first_screen_first_click_scrub_and_replay(page_url, browser, tmp_path):
     assert tree_state(page)["title"].startswith("cycle 3 ")
     # the output marks the tokens of the cycle on screen
     expect(page.locator("#output")).to_contain_text("shown cycle")
+    # its tokens touch, so a word of several tokens reads as one word (issue 73: "Jan et", "b akes")
+    gaps = page.evaluate("""() => {
+      const boxes = [...document.querySelectorAll('#output .textfield .token')].map(t => t.getBoundingClientRect());
+      const gaps = [];
+      for (let i = 1; i < boxes.length; i++)
+        if (Math.abs(boxes[i].top - boxes[i - 1].top) < 2) gaps.push(boxes[i].left - boxes[i - 1].right);
+      return gaps;
+    }""")
+    assert gaps and max(gaps) <= 1, gaps
 
     # export the run, then import it in a fresh page: its own numbers, last cycle, prompt and settings
     saved = export_trace_file(page, tmp_path / "trace.json")
