@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Generator, Iterator, Sequence
 
 from engine.decoding.config import ConfigError
 from engine.product.models.loading import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute
-from engine.product.runs.race import Pacer, Race
+from engine.product.runs.race import Lane, Pacer, Race
 from engine.product.runs.run import SPEEDUP_WORDS, ArTiming, Speedup, disagreement
 from page.contract import Session
 from page.frames import ar_key, named, paused, problem
@@ -58,17 +59,21 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
     plan = _Plan(race_seconds, race_wall_s(race_seconds, ar_s, then[1].value if then is not None else None), ar_s)
     yield {"race_board": race_board(contest.lanes, config.max_new_tokens, None, plan.words())}
     try:
-        yield from _play(contest, Pacer(float(race_seconds or 0), ar_s), lm, config.max_new_tokens, plan, control)
+        on_screen = yield from _play(contest, Pacer(float(race_seconds or 0), ar_s), lm, config.max_new_tokens, plan,
+                                     control)
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why the race stopped
         yield problem(f"The race stopped: {exc}. Both outputs so far stay on screen.", "race_board")
+        return
+    if on_screen is not None:  # stopped while the screen played what the engines had done: that is kept
+        yield _race_frame(on_screen, False, lm, config.max_new_tokens, stopped=True)
         return
     base, other = contest.lanes
     late = race_overrun(time.perf_counter() - plan.started, plan.expected_s, base.elapsed_s + other.elapsed_s)
     note, clock = _kept(contest, session, key, then) if base.finished and not stop() else ("", None)
     if base.finished and other.finished and not stop() and base.tokens != other.tokens:
-        yield _race_frame(contest, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
+        yield _race_frame(contest.lanes, True, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
         note = " ".join(x for x in (note, race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)) if x)
-    final = _race_frame(contest, lm, config.max_new_tokens, stop(), note, late)
+    final = _race_frame(contest.lanes, contest.over, lm, config.max_new_tokens, stop(), note, late)
     yield {**final, "ar_clock": clock} if clock is not None else final
 
 
@@ -100,18 +105,47 @@ def _kept(contest: Race, session: Session, key, then) -> tuple[str, dict]:
 
 
 def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, plan: _Plan,
-          control: dict) -> Iterator[dict]:
+          control: dict) -> Generator[dict, None, list[Lane] | None]:
     """``race``'s frames while both lanes run, paced to about ``plan.race_seconds`` of wall time (``pacer``; 0 =
     real time), the estimate on the board: a frame at most every 0.05 s when paced, else every ``RACE_EVERY_S``;
-    none at the end."""
-    started, last_draw = time.perf_counter(), 0.0
+    none at the end.
+
+    The engines never pause for the pace: a forward that starts after an idle pause runs cold (its threads asleep,
+    its caches another lane's), and a race slowed to 20 s read each lane's tok/s at 0.7 of Generate's (SmolLM2 on
+    llama.cpp's kernels, 80 ms pauses: 62 vs 87 tok/s; on the page, beside the browser, 18 vs 30-55).  So the lanes
+    run ahead of the screen: each frame is made when the race's clock reaches its time and shown when its scaled
+    wall time comes (``Pacer.wait_s``); the frames the engines ran ahead of are shown after they end, at their
+    times.  Stop during that playback ends it at the frame on screen (the engines had already finished): returns
+    the lanes on screen then (None: the race played to its end, or the engines saw the stop themselves)."""
+    started = time.perf_counter()
+    every = 0.05 if plan.race_seconds else RACE_EVERY_S
+    ahead: deque[tuple[float, list[Lane]]] = deque()  # (wall time to show it, the lanes then): made before its time
+    next_frame, shown = 0.0, [x.snapshot() for x in contest.lanes]
     for lane in contest.steps():
         if lane is contest.lanes[0]:
             pacer.refine(lane, max_new_tokens)
-        paused(pacer.wait_s(contest.clock_s, time.perf_counter() - started), control)
-        if not contest.over and time.perf_counter() - last_draw >= (0.05 if plan.race_seconds else RACE_EVERY_S):
-            last_draw = time.perf_counter()
-            yield _race_frame(contest, lm, max_new_tokens, stopped=False, late=plan.words())
+        if contest.over:
+            break
+        now = time.perf_counter() - started
+        show_at = now + pacer.wait_s(contest.clock_s, now)
+        if show_at >= next_frame:
+            ahead.append((show_at, [x.snapshot() for x in contest.lanes]))
+            next_frame = show_at + every
+        due = None
+        while ahead and ahead[0][0] <= time.perf_counter() - started:
+            due = ahead.popleft()[1]  # only the latest frame due is drawn
+        if due is not None:
+            shown = due
+            yield _race_frame(due, False, lm, max_new_tokens, stopped=False, late=plan.words())
+    if not ahead:
+        return None
+    for show_at, lanes in ahead:  # the engines are done; the frames they ran ahead of, at their times
+        paused(show_at - (time.perf_counter() - started), control)
+        if control.get("stop"):
+            return shown
+        shown = lanes
+        yield _race_frame(lanes, False, lm, max_new_tokens, stopped=False, late=plan.words())
+    return None
 
 
 def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tokens: list[int],
@@ -131,20 +165,20 @@ def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tok
     return f"{words[:1].upper()}{words[1:]}."
 
 
-def _race_frame(contest: Race, lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "",
-                late: str = "") -> dict:
-    """Both texts and the board of ``race`` (``viz.explain.race_board``): the speedup measured as every speedup on
-    the page is (``Speedup.of``: decode phase, engine time, with its margin); ``late``: that the race ran past its
-    estimate, and why."""
+def _race_frame(lanes: Sequence[Lane], over: bool, lm: LoadedModel, max_new_tokens: int, stopped: bool,
+                verdict: str = "", late: str = "") -> dict:
+    """Both texts and the board of ``race`` (``viz.explain.race_board``) for ``lanes`` (AR's first; ``over``: both
+    done): the speedup measured as every speedup on the page is (``Speedup.of``: decode phase, engine time, with its
+    margin); ``late``: that the race ran past its estimate, and why."""
     status = ""
     if stopped:
         status = "■ stopped: both outputs as of the same engine time."
-    elif contest.over:
-        same = contest.lanes[0].tokens == contest.lanes[1].tokens
+    elif over:
+        same = lanes[0].tokens == lanes[1].tokens
         status = (f"Both done ✓ — the speedup is the method's tokens/s over AR's, {SPEEDUP_WORDS}, as Generate "
                   "measures it" + (", for the same tokens." if same else "; the outputs part: see below."))
-    ar, spec = contest.lanes
+    ar, spec = lanes
     measured = Speedup.of(spec.traces, ArTiming.of(ar.traces, "race")) if len(ar.traces) > 1 else None
     return {"race_ar": lm.tokenizer.decode(ar.tokens), "race_spec": lm.tokenizer.decode(spec.tokens),
-            "race_board": race_board(contest.lanes, max_new_tokens, measured, " ".join(x for x in (status, late) if x),
+            "race_board": race_board(lanes, max_new_tokens, measured, " ".join(x for x in (status, late) if x),
                                      verdict)}

@@ -704,6 +704,29 @@ def test_race_pacer_plays_the_race_over_the_target_time():
     assert lane.decode_tokens == 9 and pacer.predicted_s == pytest.approx(1.4 + 9.0)
 
 
+def test_a_paced_race_never_pauses_its_engines(demo_lm, monkeypatch):
+    """A race slowed for the screen runs both lanes unpaused and plays their frames after: a forward after an idle
+    pause runs cold, and a paced race read each lane's tok/s at 0.7-0.8 of Generate's (issue 73)."""
+    import page.race as race_module
+    from engine.product.runs.race import Race
+    from page.settings import PageSettings
+
+    calls = []
+    monkeypatch.setattr(race_module, "paused", lambda seconds, control: calls.append("pause"))
+
+    class Watched(Race):
+        def steps(self):
+            for lane in super().steps():
+                calls.append("step")
+                yield lane
+
+    monkeypatch.setattr(race_module, "Race", Watched)
+    frames = frames_of(race_module.race, PageSettings(prompt=CODE, max_new_tokens=24), race_seconds=5,
+                       models=ModelRegistry(demo_lm))
+    assert "pause" in calls and "step" not in calls[calls.index("pause"):], calls
+    assert frames[-1]["race_ar"] == frames[-1]["race_spec"] and frames[-1]["race_board"].count("24 / 24 tokens") == 2
+
+
 def test_wiring_names_each_events_inputs_and_a_renamed_parameter_fails_at_build():
     """Issue 20: ``wire`` filled a handler's inputs by reflection on its parameter names, so renaming one
     silently read another component; now each wiring names its inputs and a mismatch stops the page's build."""

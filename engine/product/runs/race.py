@@ -8,7 +8,7 @@ drawing or a slow-motion pause, is not counted).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.decoding.trace import CycleTrace
 from engine.product.runs.run import speedup_over_ar
@@ -60,6 +60,11 @@ class Lane:
     def decode_s(self) -> float:
         """Engine seconds after the prefill (s)."""
         return max(0.0, self.elapsed_s - self.prefill_s)
+
+    def snapshot(self) -> Lane:
+        """This lane as it is now, its lists copied: what a screen that plays the race behind its engines shows
+        later."""
+        return replace(self, tokens=list(self.tokens), traces=list(self.traces))
 
     def advance(self, trace: CycleTrace) -> None:
         """Take one cycle's record."""
