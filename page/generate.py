@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from engine.decoding.config import ConfigError
+from engine.decoding.cost import CostCurve
 from engine.product.models.loading import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
@@ -125,7 +126,7 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
-        yield from _prefill_note(len(ids))
+        yield from _prefill_note(len(ids), curve)
         beside = ArBeside(lm, ids, config, curve, stop) if ar_timing_due(config.method, known, False) else None
         traces = decoder.generate(ids, should_stop=stop)
         trace = yield from _stream(live, beside.paced(traces) if beside else traces, pace, control, known)
@@ -153,12 +154,21 @@ def _beside_last(session: Session, key, speedup: Speedup, clock) -> tuple[str, d
     return note, session.with_measured(key, "Generate", speedup, clock)
 
 
-def _prefill_note(prompt_tokens: int) -> Iterator[dict]:
-    """A long prompt's prefill is one forward of seconds on a CPU, before the first frame: the notice says so (the
-    first frame clears it)."""
-    if prompt_tokens >= LONG_PROMPT:
-        yield {"notice": f"Prefilling the prompt: {prompt_tokens:,} tokens in one forward; the first new token and "
-                        f"the tree follow it …"}
+def _prefill_note(prompt_tokens: int, curve: CostCurve | None) -> Iterator[dict]:
+    """A long prompt's prefill is one forward of seconds on a CPU, before the first frame: the notice says so and how
+    long it should take (the first frame clears it).  The estimate reads the cost curve: the prompt in chunks of its
+    largest measured size, each at T(that size); attention over a long context costs more, so it is a lower
+    bound ("at least")."""
+    if prompt_tokens < LONG_PROMPT:
+        return
+    wait = ""
+    if curve is not None:
+        rows = curve.nodes[-1]
+        seconds = -(-prompt_tokens // rows) * curve.latency(rows) / 1000
+        wait = f" (at least {seconds:.0f} s on this device: its cost curve prices {rows} rows at " \
+               f"{curve.latency(rows):.0f} ms)" if seconds >= 1 else ""
+    yield {"notice": f"Prefilling the prompt: {prompt_tokens:,} tokens in one forward{wait}; the first new token "
+                     "and the tree follow it …"}
 
 
 def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: ArTiming | None):

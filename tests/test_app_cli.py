@@ -754,3 +754,10 @@ def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     said = [f["notice"] for f in frames if "notice" in f]  # in the notice: the last run's totals stay until then
     assert said[0].startswith("Prefilling the prompt: ") and " tokens in one forward" in said[0], said[0]
     assert said[-1] == "" and "Run totals" in frames[-1]["stats"]
+    # how long: at least the prompt in chunks of the curve's largest size (issue 73: 143 s passed unannounced)
+    from engine.decoding.cost import CostCurve
+    from page.generate import _prefill_note
+
+    slow = CostCurve.from_spec("past=128;1:15,2:27,4:40,8:67,16:130,32:240,64:428,128:850")
+    note = next(_prefill_note(5_000, slow))["notice"]
+    assert "at least 34 s on this device: its cost curve prices 128 rows at 850 ms" in note, note  # 40 × 0.85 s

@@ -219,7 +219,9 @@ def big_numbers(summary, speedup=None) -> str:
     if summary is None or summary.cycles == 0:
         tau, speed = "–", "–"
     else:
-        tau, speed = f"{summary.tau:.2f}", f"{summary.tok_per_s:.0f}"
+        rate = summary.tok_per_s  # end to end: after a long prefill it is small at first ("0" read as broken)
+        digits = 0 if rate >= 10 else 1 if rate >= 0.1 else 2
+        tau, speed = f"{summary.tau:.2f}", f"{rate:.{digits}f}"
     if speedup is not None and speedup.none:  # τ ≈ 1: nothing to gain, whatever the clocks read
         shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
     elif speedup is not None and speedup.undecided:  # 1× inside the interval: words, not a number read as "slower"
