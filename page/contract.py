@@ -26,10 +26,12 @@ from page.settings import PageSettings
 
 @dataclass(frozen=True)
 class Drawing:
-    """How trees are drawn: GT-pruned candidates as ghosts; every node (no +N / ⋯N folding)."""
+    """How a run is shown: GT-pruned candidates as ghosts; every node (no +N / ⋯N folding); the visitor's own cost
+    curve (a spec, e.g. "past=128;1:3.8,2:4.1,…"; "" none) on which the Theory panel prices the run's drafts too."""
 
     show_ghosts: bool = True
     show_all: bool = False
+    price_curve: str = ""
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def wire_cycles(page: Page, models: ModelRegistry) -> None:
     """The scrubber, its buttons, the drawing toggles, token clicks, step-through and trace files."""
     bound = {"models": models}
     for trigger, step in ((page.scrubber.input, 0), (page.back_btn.click, -1), (page.fwd_btn.click, 1),
-                          (page.show_ghosts.input, 0), (page.show_all.input, 0)):
+                          (page.show_ghosts.input, 0), (page.show_all.input, 0), (page.price_curve.submit, 0)):
         wire(trigger, Endpoint(show_cycle, ("run", "scrubber", "drawing", "model_key"), CYCLE_OUT,
                                fixed={"step": step, "models": models}), page,
              api_visibility="private", trigger_mode="always_last", preprocess=False)

@@ -78,7 +78,7 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
     text = token_text(run, lm)
     theory = theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
                           int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)
-    ledger = ledger_panel(run.traces, run_curve(run), sampled(run))
+    ledger = ledger_panel(run.traces, run_curve(run), sampled(run), drawing.price_curve)
     return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
                                      show_all=bool(drawing.show_all)),
             "explain": cycle_words(run, trace, text, ghost_marks(trace, bool(drawing.show_ghosts),

@@ -204,6 +204,10 @@ def _run_views(page: Page) -> None:
     # floated over the first one on a phone
     with gr.Accordion("Theory: Proposition 1's expected yield vs the measured τ", open=False):
         page.theory = gr.Markdown(theory_panel(None, None, INITIAL.budget, INITIAL.max_depth), elem_id="theory")
+        page.price_curve = gr.Textbox(
+            value=Drawing.price_curve, label="Price the run's drafts on your own device too: its cost curve (Enter)",
+            placeholder="past=128;1:3.8,2:4.1,4:4.3,8:4.4  (T(n) in ms; a run's copied command carries its curve)",
+            max_lines=1, elem_id="price-curve")
 
 
 #: Said before a race: why its lanes may part, and the mode in which they cannot.

@@ -59,5 +59,9 @@ def test_the_ledger_shows_every_cycles_drafts_and_their_worth_elsewhere(steep_ur
     assert proposed >= 0.6 * cycles, text
     assert "The output's verdict" in text and "an H200 (CUDA graphs, bf16)" in text, text
     assert "No tree cycle yet" not in text
+    # the visitor's own device: a curve pasted under the panel prices the same drafts (Enter)
+    page.locator("#price-curve textarea, #price-curve input").first.fill("past=128;1:3,2:3.4,4:4,8:5,16:7,32:11")
+    page.locator("#price-curve textarea, #price-curve input").first.press("Enter")
+    expect(theory).to_contain_text("your curve", timeout=30_000)
     command = page.locator("#settings textarea").first.input_value()
     assert "--dtype fp32 --forward eager" in command and "--gt-rest-after 0" in command, command

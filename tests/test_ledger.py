@@ -111,6 +111,18 @@ def test_the_panel_prices_the_drafts_as_predicted_speed_does_on_a_recorded_run(d
     assert flat.rows > steep.rows  # the same drafts: a flat curve keeps wider trees
 
 
+def test_a_visitors_own_curve_prices_the_drafts_too(demo_lm):
+    """The Theory panel prices the run's drafts on a curve the visitor pasted (a spec) as on the shipped ones; a spec
+    that does not parse is one sentence, never a traceback."""
+    traces = _run(demo_lm, STEEP)
+    priced = price_on(traces, FLAT)
+    panel = ledger_panel(traces, STEEP, sampling=False, own=FLAT.spec())
+    assert f"| your curve | {priced.tau:.2f} | {priced.rows:.1f} | {priced.speedup:.2f}× |" in panel
+    bad = ledger_panel(traces, STEEP, sampling=False, own="my gpu is fast")
+    assert "Your curve was not read: not a cost-curve spec" in bad and "| your curve |" not in bad
+    assert "| an H200 (CUDA graphs, bf16) |" in bad
+
+
 def test_the_ledger_sentence_reads_as_plain_words():
     book = CycleLedger(drafts=11, kept=0, expected=0.9, cost_steps=4.2, accepted=0, would_accept=2)
     assert book.sentence() == ("11 drafts, 0.9 tokens expected; verifying them costs 4.2 AR steps here, more than they "
