@@ -1,4 +1,5 @@
-"""Parameter sweep: one prompt decoded once per value of one tree parameter, each run against AR timed once.
+"""Parameter sweep: one prompt decoded once per value of one tree parameter, each run against AR (timed before
+and after the runs: the faster).
 
     python -m cli.sweep --param budget --values 4,8,16,32,64,128 [--model M]
         [--prompt TEXT | --dataset humaneval --index 0] [--prompt-format auto|chat|raw] [--max-new-tokens 128]
@@ -7,8 +8,8 @@
 
 A researcher debugging draft-tree shapes picks one parameter (``PARAMETERS``: node budget B, spine ratio r,
 max depth D, GT threshold c, method, draft sources) and a list of values.  Each value's run reports τ (tokens
-per verification forward), decode-phase tokens/s, the speedup over AR (AR timed once for the whole sweep)
-and whether its text equals AR's token for token (greedy; in sampling mode texts differ by design).
+per verification forward), decode-phase tokens/s, the speedup over AR (AR timed before and after the runs, the
+faster timing) and whether its text equals AR's token for token (greedy; in sampling mode texts differ by design).
 
 Values are one comma-separated string: ``4,8,16,32`` (B, D), ``0.3,0.5,auto`` (r; auto = adaptive),
 ``0,0.1,auto,chord`` (c), ``goose,pld,tr`` (method), ``pld+tr,pld+tr+ptd`` (a source set: names joined by

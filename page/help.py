@@ -31,6 +31,7 @@ HOW_TO_READ = f"""
   and the Sweep say, for every run that parts, whether it is a tie or a bug.  **Sampling** output has exactly
   the distribution of plain AR sampling.
 * **Sweep** runs the prompt once per value of one parameter (B, r, D, c, method or sources) and plots τ,
-  tokens/s and the speedup over AR (AR timed once) against the value; it says whether every run produced AR's
-  text; click a point to open its run in the tree viewer (`python -m cli.sweep` sweeps from a shell).
+  tokens/s and the speedup over AR (AR timed before and after the runs: the faster) against the value; it says
+  whether every run produced AR's text; click a point to open its run in the tree viewer (`python -m cli.sweep`
+  sweeps from a shell).
 """

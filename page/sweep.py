@@ -34,7 +34,7 @@ class SweepOnPage:
 
 def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = Session(), *,
           models: ModelRegistry) -> Iterator[dict]:
-    """Sweep: the prompt once per value of one parameter (``cli.sweep.run_sweep``: AR timed once, every run
+    """Sweep: the prompt once per value of one parameter (``cli.sweep.run_sweep``: AR timed before and after, every run
     on one cost curve and a fresh source memory), the other settings as on the page.  Streams the figure (τ,
     tokens/s and speedup over AR against the value), a progress bar with the sentence on the texts and the table,
     and the runs to open in the tree viewer (``SWEEP_OUT``).  Stop ends it after the current cycle and keeps the

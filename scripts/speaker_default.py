@@ -1,7 +1,7 @@
 """Which preset prompt shows speculative decoding soonest on this machine: for each preset, where the page's first
 run (every default, sources never resting) first verifies a draft tree, how many of its first 10 cycles do, how
-many show the sources' drafts (of the first 10 and of the whole run), and τ.  Deterministic given the cost curve (the model's cached one), so it may run
-beside anything.
+many show the sources' drafts (of the first 10 and of the whole run), and τ.  Deterministic given the cost curve
+(the model's cached one), so it may run beside anything.
 
     python scripts/speaker_default.py [--model smollm2|demo] [--max-new-tokens 64]
 """
@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     lm = with_forward(load_model(args.model))
     curve = lm.curves.shared()
     print(f"{lm.describe()}, curve {curve.spec()[:60]}…")
-    print("| preset | format | first tree cycle | trees in cycles 1-10 | drafts shown in 1-10 | drafts shown, run | τ |")
+    print("| preset | format | first tree cycle | trees in cycles 1-10 | drafts shown in 1-10 | drafts shown, run "
+          "| τ |")
     print("|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         settings = PageSettings(prompt=preset["prompt"], prompt_format=preset["format"],
@@ -41,7 +42,8 @@ def main(argv=None) -> int:
         shown = sum(len(proposals(t)) > 1 for t in head)
         whole = sum(len(proposals(t)) > 1 for t in traces)
         tau = sum(len(t.new_tokens) for t in traces) / len(traces)
-        print(f"| {preset['label']} | {preset['format']} | {first or '–'} | {trees} | {shown} | {whole} of {len(traces)} | {tau:.2f} |")
+        print(f"| {preset['label']} | {preset['format']} | {first or '–'} | {trees} | {shown} | "
+              f"{whole} of {len(traces)} | {tau:.2f} |")
     return 0
 
 

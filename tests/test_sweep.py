@@ -126,6 +126,20 @@ def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monke
     assert all(c is curve and memory is None for _, _, c, memory in seen) and last.cost_curve is curve
 
 
+def test_ar_is_timed_again_after_the_runs_and_the_faster_timing_is_the_reference(demo_lm, prompt_ids, monkeypatch):
+    """Issue 73: the Sweep's AR reference read 51.6 tok/s beside AR-step runs at 67.7-70.9: its one timing was the
+    sweep's first decode.  AR is timed again after the runs; the faster timing is the reference, every speedup
+    over it."""
+    timings = iter([ArTiming(tokens=10, seconds=1.0, source="ar"), ArTiming(tokens=10, seconds=0.5, source="ar")])
+    monkeypatch.setattr(sweep_runs.ArTiming, "of", classmethod(lambda cls, traces, source: next(timings)))
+    spec = SweepSpec.parse("budget", "4,16")
+    snapshots = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec, CURVE))
+    first, last = snapshots[0], snapshots[-1]
+    assert first.ar.seconds == 1.0 and last.ar.seconds == 0.5 and last.complete and len(snapshots) == 3
+    for run in last.runs:
+        assert run.speedup == pytest.approx(sweep_runs.Speedup.of(list(run.traces), last.ar).value)
+
+
 def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     spec = SweepSpec.parse("budget", BUDGETS)
     control = {"stop": False}
