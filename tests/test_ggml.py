@@ -230,6 +230,42 @@ def test_a_run_on_the_file_says_q4_1_and_is_held_to_its_own_ar_exactly(path, smo
     assert (found.kind, found.exact, found.position, found.dtype) == ("bug", True, 5, "fp32")
 
 
+@pytest.mark.full  # two generations per prompt and replays on llama.cpp, one prompt past 512 cells: seconds
+def test_the_noflash_path_is_held_to_its_ar_with_every_divergence_a_tie(gguf, smollm2_lm):
+    """Issue 70 item 3: llama.cpp's AR kernel for long contexts (no flash attention) rounds a tree row unlike its AR
+    step, so Goose there may part from its AR: each such place is attributed, a tie within ``TIE_LOGITS`` and never
+    a bug; ``--forward auto`` never picks the path (its rows are not exact)."""
+    from dataclasses import replace
+
+    from engine.core.ggml import GgmlNoFlashPath
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.models import forward_choice
+    from engine.product.models.cost_cache import curve_key
+    from engine.product.runs import reference
+    from engine.product.runs.decoder import make_decoder
+    from engine.product.runs.lossless import attribute
+
+    path = GgmlNoFlashPath(smollm2_lm.model, gguf, threads=2)
+    assert not path.ROWS_EXACT and path.TIE_LOGITS and "llamacpp-noflash" in forward_choice.CHOICES
+    lm = replace(smollm2_lm, forward_path=path, auto_dtype=True)
+    assert lm.runs.to_dict() == {"dtype": "Q4_1", "forward_path": "llamacpp-noflash", "weights": "gguf"}
+    curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(lm.model, path))
+    code = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
+    long = "\n".join(json.loads(line)["prompt"] for line in code[:5])  # past 512 cells
+    accepted = 0
+    for text in (CODE, long):
+        ids = lm.encode_prompt(text, chat=False)
+        want = reference.lossless_reference(lm, ids, MAX_NEW)
+        traces = list(make_decoder(lm, DecodeConfig.of(max_new_tokens=MAX_NEW), lm.eos_token_ids,
+                                   cost_curve=curve).generate(ids))
+        accepted += sum(len(t.accepted) for t in traces)
+        found = attribute(lm.model, ids, want, [t for tr in traces for t in tr.new_tokens], path=path)
+        assert found is None or found.kind == "precision tie", found.sentence()
+    assert accepted > 0, "inconclusive: no draft token accepted"
+    path.close()
+
+
 @pytest.mark.full  # loads the GGUF file in llama.cpp
 def test_the_paths_cost_curve_is_keyed_by_what_runs_it(path, smollm2_lm):
     """The llamacpp path's cost curve is keyed by the file's weight type, llama-cpp-python's release and the threads,

@@ -121,6 +121,11 @@ class ForwardPath(ABC):
     #: path): then no divergence from AR on this path is a precision tie (``engine.product.runs.lossless``).
     #: False on torch's paths: a batched forward rounds unlike a one-row step.
     ROWS_EXACT = False
+    #: Where rows are not exact and the logits are not the model dtype's rounding alone (llama.cpp's 8-bit
+    #: activations after a kernel that differs by batch): how far apart, in logits, the two tokens of a divergence
+    #: may read in AR's step and still be a precision tie.  None: ties are judged in ulps of the dtype
+    #: (``engine.product.runs.lossless.TIE_ULPS``).
+    TIE_LOGITS: float | None = None
 
     def __init__(self, model) -> None:
         self.model = model

@@ -36,7 +36,9 @@ tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make 
 V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
 row are bit-identical at any length (tests/test_ggml.py).  The value type that costs less depends on the CPU (Q8_0
 values: an AR step 1.03-1.13x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "The KV
-cache's types"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward choice times both.  The
+cache's types"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward choice times both.  Over a
+long context attention without flash attention costs less on a 2-core CPU, but rounds a batch's rows unlike one
+row: ``llamacpp-noflash``, asked for by name, its divergences attributed as ties within ``TIE_LOGITS``.  The
 price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where f16 would round
 otherwise.
 
@@ -62,7 +64,8 @@ from .forward import ForwardPath, TreeForward, register
 from .ggml_lib import INSTALL, GgmlUnavailable, LlamaModel, installed, library, physical_cores
 from .tree import DraftTree
 
-__all__ = ["INSTALL", "GgmlForward", "GgmlPath", "GgmlQ8CachePath", "GgmlUnavailable", "installed", "physical_cores"]
+__all__ = ["INSTALL", "GgmlNoFlashPath", "GgmlForward", "GgmlPath", "GgmlQ8CachePath", "GgmlUnavailable", "installed",
+           "physical_cores"]
 
 #: Rows per ``llama_decode`` at least (the prompt is decoded in chunks of ``n_batch`` rows); also ``n_ubatch``.
 PREFILL_CHUNK = 256
@@ -96,7 +99,8 @@ class _Context:
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seq
         params.n_threads = params.n_threads_batch = path.threads
         params.kv_unified = True  # one cell pool: a cell holds several seq ids, seq_cp copies metadata only
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED  # cells in cache order, masked ones skipped
+        params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if path.FLASH_ATTN  # cells in cache order,
+                                  else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # masked ones skipped
         params.no_perf = True
         params.type_k, params.type_v = (getattr(lib, f"GGML_TYPE_{t}") for t in path.CACHE)  # the module docstring
         ctx = lib.llama_init_from_model(model.ptr, params)
@@ -335,6 +339,7 @@ class GgmlPath(ForwardPath):
     ROWS_EXACT = True  # Q8_0 keys: a tree row is bit-identical to its AR step (the module docstring), so no tie
     SPARES = 2
     CACHE = ("Q8_0", "F16")  # the KV cache's (key, value) ggml types: Q8_0 keys keep a row alike in any batch
+    FLASH_ATTN = True  # ggml's flash attention: a row's cells visited in cache order, each row alone (Q8_0 keys)
 
     def __init__(self, model, gguf: Path, threads: int | None = None) -> None:
         super().__init__(model)
@@ -443,3 +448,22 @@ class GgmlQ8CachePath(GgmlPath):
 
     name = "llamacpp-q8cache"
     CACHE = ("Q8_0", "Q8_0")
+
+
+@register
+class GgmlNoFlashPath(GgmlPath):
+    """The llamacpp path with attention as matrix products, no flash attention ("llamacpp-noflash"), Q8_0 keys and f16
+    values; attention as llama.cpp's own AR runs it (llama-cpp-python's default: no flash attention).  Over a long
+    context its AR step costs less than the flash-attention paths' (one 2-core machine: 16.7 ms at 2,000 cells against
+    19.3-20.6 for ``llamacpp-q8cache`` and 16.8-17.8 for llama.cpp's AR; docs/results.md, "Long contexts: the KV cache
+    and the attention kernel").  The price: the attention's matrix products take another kernel for a batch than for one
+    row, and the 8-bit activations after them carry that to the logits, so a tree row may read up to ~2.2 apart from its
+    AR step and move a gap between two tokens by up to 2.8 (measured, ``TIE_LOGITS``).  Where this path's output parts
+    from its AR, the two tokens' logits in AR's step within ``TIE_LOGITS`` are a precision tie; wider is a bug.
+    ``--forward auto`` never picks it (a forward path whose rows are exact comes first); ask for it by name for long
+    prompts."""
+
+    name = "llamacpp-noflash"
+    FLASH_ATTN = False
+    ROWS_EXACT = False
+    TIE_LOGITS = 4.0  # the next power of two above the largest move of a top-2 gap from its AR step: 2.79, 29 prompts

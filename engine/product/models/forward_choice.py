@@ -215,7 +215,8 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
     llama-cpp-python is installed, and, with ``compiled``, the compiled one where it compiles), decide, and cache the
     result; returns it ({"path", "reason", "ms"})."""
     paths = {"eager": eager, "static": make_path(model, "static")}
-    ggml = (name for name, cls in REGISTRY.items() if issubclass(cls, GgmlPath))  # each KV cache's llama.cpp path
+    ggml = (name for name, cls in REGISTRY.items()  # each KV cache's llama.cpp path whose rows are exact (a path
+            if issubclass(cls, GgmlPath) and cls.ROWS_EXACT)  # that rounds a tree row otherwise is asked for by name
     for name in ("graphed", *ggml):  # CUDA graphs: captures cost milliseconds; llama.cpp: loads in a second
         if REGISTRY[name].problem(model, gguf) is None:
             paths[name] = make_path(model, name, gguf)

@@ -56,6 +56,8 @@ class Divergence:
         exact: no difference is allowed at all: fp32 on torch's kernels (the exact mode), or a forward path whose
             rows are bit-identical in any batch (``ForwardPath.ROWS_EXACT``, llama.cpp's), where a divergence from
             AR on that path is always a bug.
+        tie_logits: the path's tie bound in logits (``ForwardPath.TIE_LOGITS``), where ties are judged in logits
+            rather than ulps; None otherwise.
     """
 
     position: int
@@ -67,6 +69,7 @@ class Divergence:
     gap_ulps: float | None = None
     dtype: str = ""
     exact: bool = False
+    tie_logits: float | None = None
 
     @property
     def is_bug(self) -> bool:
@@ -81,9 +84,13 @@ class Divergence:
             return f"the outputs agree up to token {self.position}, where one of them stops"
         show = (lambda t: repr(decode([t]))) if decode else str
         verdict = "a precision tie" if self.kind == "precision tie" else "NOT a tie (a bug)"
+        apart = f"{self.gap_ulps:.1f} ulp of {self.dtype} apart"
+        if self.tie_logits is not None:  # a path whose rows part by more than rounding: judged in logits
+            apart = (f"{abs(self.ar_logit - self.run_logit):.3g} apart (this path's rows part by up to "
+                     f"{self.tie_logits:g})")
         return (f"the outputs part at token {self.position}: AR wrote {show(self.ar_token)} "
                 f"(logit {self.ar_logit:.4g}), this run {show(self.run_token)} (logit {self.run_logit:.4g}), "
-                f"{self.gap_ulps:.1f} ulp of {self.dtype} apart: {verdict}")
+                f"{apart}: {verdict}")
 
 
 def first_difference(want: list[int], got: list[int]) -> int | None:
@@ -133,23 +140,26 @@ def attribute(model, prompt_ids: list[int], want: list[int], got: list[int],
         path: the forward path both ran on (None: the eager path, the torch model's own weights).  On a path that
             runs other weights (llama.cpp's on a GGUF file) ``want`` must be AR on that path
             (``reference.lossless_reference``); on one whose rows are bit-identical in any batch
-            (``ROWS_EXACT``) every difference is a bug.
+            (``ROWS_EXACT``) every difference is a bug; on one with ``TIE_LOGITS`` a tie is two logits at most that
+            far apart.
     """
     i = first_difference(want, got)
     if i is None:
         return None
     rows_exact = path is not None and path.ROWS_EXACT
+    bound = path.TIE_LOGITS if path is not None else None  # a path whose rows part by more than rounding
     # the precision the logits are judged in: the model's on torch's paths (``generate`` hands back fp32 copies of
     # bf16 logits: their ulps are bf16's), llama.cpp's fp32 where a path runs the file's own weights
     dtype = torch.float32 if path is not None and path.weights() is not None else model.dtype
     name = dtype_name(dtype)
     if i >= min(len(want), len(got)):
-        return Divergence(i, "length", dtype=name, exact=rows_exact or dtype == torch.float32)
+        return Divergence(i, "length", dtype=name, exact=rows_exact or (dtype == torch.float32 and bound is None),
+                          tie_logits=bound)
     if logits is None:
         _, logits = engine_ar_logits(model, prompt_ids, list(want[: i + 1]), path)
     row = logits[i]  # (|V|,) AR's own one-token step at position i
     a, b = float(row[want[i]]), float(row[got[i]])
     gap = (a - b) / ulp(max(a, b), dtype)  # negative where this AR run itself rounds the other way
-    tie = abs(gap) <= TIE_ULPS[dtype] and not rows_exact
+    tie = (abs(a - b) <= bound if bound is not None else abs(gap) <= TIE_ULPS[dtype]) and not rows_exact
     return Divergence(i, "precision tie" if tie else "bug", want[i], got[i], a, b, gap, name,
-                      rows_exact or dtype == torch.float32)
+                      rows_exact or (dtype == torch.float32 and bound is None), bound)
