@@ -65,15 +65,15 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
         yield problem(f"The race stopped: {exc}. Both outputs so far stay on screen.", "race_board")
         return
     if on_screen is not None:  # stopped while the screen played what the engines had done: that is kept
-        yield _race_frame(on_screen, False, lm, config.max_new_tokens, stopped=True)
+        yield _race_frame(on_screen, lm, config.max_new_tokens, stopped=True)
         return
     base, other = contest.lanes
     late = race_overrun(time.perf_counter() - plan.started, plan.expected_s, base.elapsed_s + other.elapsed_s)
     note, clock = _kept(contest, session, key, then) if base.finished and not stop() else ("", None)
     if base.finished and other.finished and not stop() and base.tokens != other.tokens:
-        yield _race_frame(contest.lanes, True, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
+        yield _race_frame(contest.lanes, lm, config.max_new_tokens, False, "The outputs differ: finding where …")
         note = " ".join(x for x in (note, race_verdict(lm, ids, base.tokens, other.tokens, config.sampling)) if x)
-    final = _race_frame(contest.lanes, contest.over, lm, config.max_new_tokens, stop(), note, late)
+    final = _race_frame(contest.lanes, lm, config.max_new_tokens, stop(), note, late)
     yield {**final, "ar_clock": clock} if clock is not None else final
 
 
@@ -136,7 +136,7 @@ def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, pla
             due = ahead.popleft()[1]  # only the latest frame due is drawn
         if due is not None:
             shown = due
-            yield _race_frame(due, False, lm, max_new_tokens, stopped=False, late=plan.words())
+            yield _race_frame(due, lm, max_new_tokens, stopped=False, late=plan.words())
     if not ahead:
         return None
     for show_at, lanes in ahead:  # the engines are done; the frames they ran ahead of, at their times
@@ -144,7 +144,7 @@ def _play(contest: Race, pacer: Pacer, lm: LoadedModel, max_new_tokens: int, pla
         if control.get("stop"):
             return shown
         shown = lanes
-        yield _race_frame(lanes, False, lm, max_new_tokens, stopped=False, late=plan.words())
+        yield _race_frame(lanes, lm, max_new_tokens, stopped=False, late=plan.words())
     return None
 
 
@@ -165,15 +165,15 @@ def race_verdict(lm: LoadedModel, ids: list[int], ar_tokens: list[int], spec_tok
     return f"{words[:1].upper()}{words[1:]}."
 
 
-def _race_frame(lanes: Sequence[Lane], over: bool, lm: LoadedModel, max_new_tokens: int, stopped: bool,
-                verdict: str = "", late: str = "") -> dict:
-    """Both texts and the board of ``race`` (``viz.explain.race_board``) for ``lanes`` (AR's first; ``over``: both
-    done): the speedup measured as every speedup on the page is (``Speedup.of``: decode phase, engine time, with its
-    margin); ``late``: that the race ran past its estimate, and why."""
+def _race_frame(lanes: Sequence[Lane], lm: LoadedModel, max_new_tokens: int, stopped: bool, verdict: str = "",
+                late: str = "") -> dict:
+    """Both texts and the board of ``race`` (``viz.explain.race_board``) for ``lanes`` (AR's first): the speedup
+    measured as every speedup on the page is (``Speedup.of``: decode phase, engine time, with its margin); ``late``:
+    that the race ran past its estimate, and why."""
     status = ""
     if stopped:
         status = "■ stopped: both outputs as of the same engine time."
-    elif over:
+    elif all(lane.done for lane in lanes):
         same = lanes[0].tokens == lanes[1].tokens
         status = (f"Both done ✓ — the speedup is the method's tokens/s over AR's, {SPEEDUP_WORDS}, as Generate "
                   "measures it" + (", for the same tokens." if same else "; the outputs part: see below."))

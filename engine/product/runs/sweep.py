@@ -297,13 +297,10 @@ def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepS
     ar_decoder = make_decoder(lm, base_config.with_(method="ar"), lm.eos_token_ids, cost_curve=cost_curve)
     curve = cost_curve or ar_decoder.cost_curve
     ar_traces = list(ar_decoder.generate(prompt_ids, should_stop=should_stop))
-    if not ar_traces or not ar_traces[-1].finished:  # stopped while AR was timed: nothing to compare with
-        yield Sweep(spec, base_config, stopped=True, seconds=time.perf_counter() - started, cost_curve=curve)
-        return
-    ar_tokens = tuple(t for tr in ar_traces for t in tr.new_tokens)
-    sweep = Sweep(spec, base_config, ArTiming.of(ar_traces, "ar"), ar_tokens, cost_curve=curve,
-                  seconds=time.perf_counter() - started)
+    sweep = _after_ar(spec, base_config, ar_traces, curve, time.perf_counter() - started)
     yield sweep
+    if sweep.stopped:
+        return
     for index, (value, config) in enumerate(zip(spec.values, configs)):
         decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve)  # memory=None: a fresh one
         curve = curve or decoder.cost_curve
@@ -316,6 +313,16 @@ def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepS
         if sweep.stopped:
             return
     yield _ar_again(sweep, ar_decoder, prompt_ids, should_stop, started)
+
+
+def _after_ar(spec: SweepSpec, base: DecodeConfig, traces: list[CycleTrace], curve: CostCurve | None,
+              seconds: float) -> Sweep:
+    """The sweep once AR was timed (``traces``, its run): stopped, with nothing to compare with, where a stop came
+    before AR finished."""
+    if not traces or not traces[-1].finished:
+        return Sweep(spec, base, stopped=True, seconds=seconds, cost_curve=curve)
+    tokens = tuple(t for tr in traces for t in tr.new_tokens)
+    return Sweep(spec, base, ArTiming.of(traces, "ar"), tokens, cost_curve=curve, seconds=seconds)
 
 
 def _ar_again(sweep: Sweep, ar_decoder, prompt_ids: list[int], should_stop, started: float) -> Sweep:
