@@ -165,7 +165,8 @@ def test_model_switch_updates_header_and_prompt_format_and_b500_is_said_plainly(
 
 
 def test_waiting_in_line_is_readable(chat_page, browser):
-    """The "Waiting in line" words were washed out and covered by Gradio's queue overlay."""
+    """The "Waiting in line" words were washed out and covered by Gradio's queue overlay, whose timer promised
+    "1.2/68.0s" for a ~10 s wait."""
     first, second = open_page(browser, chat_page), open_page(browser, chat_page)
     open_accordion(first, "Run and display")
     set_number(first, "Slow motion (s pause per cycle)", 0.5)
@@ -180,6 +181,8 @@ def test_waiting_in_line_is_readable(chat_page, browser):
     faded = second.evaluate("""() => { let e = document.querySelector('#notice'), o = 1;
         while (e) { o *= parseFloat(getComputedStyle(e).opacity); e = e.parentElement; } return o; }""")
     assert faded > 0.95, faded
+    timer = second.locator("#draft-tree .progress-text")  # gradio's queue timer, whose estimate read 68 s for 10
+    assert timer.count() == 0 or not timer.first.is_visible()
     first.get_by_role("button", name="Stop", exact=True).dispatch_event("click")
     first.close()
     second.close()
@@ -208,6 +211,11 @@ def test_on_a_phone_the_tree_follows_generate(chat_page, browser):
     bar = page.locator("#draft-tree .modebar").first.bounding_box()
     assert title and (bar is None or title["y"] + title["height"] <= bar["y"] or
                       title["x"] + title["width"] <= bar["x"]), (title, bar)
+    # issue 73: the title, subtitle and legend of the 880 px tree are read whole in the first view of its box
+    seen = page.evaluate("""() => { const box = document.getElementById('draft-tree'), r = box.getBoundingClientRect();
+        return Array.from(box.querySelectorAll('.infolayer > g')).map(g => g.getBoundingClientRect())
+            .filter(b => b.width > 0).map(b => [b.left - r.left, b.right - r.left, box.clientWidth]); }""")
+    assert len(seen) >= 2 and all(-1 <= a and b <= width + 1 for a, b, width in seen), seen
     page.close()
 
 

@@ -166,3 +166,28 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     # issue 56: the curve changed since the page was built (a refinement): a fresh visit shows the one in use
     assert set(on_visit(None, 8, models=models, built=(models.key_of(measured), "another-id"))) == {
         "header", "lesson", "cost_plot"}
+
+
+def test_a_queued_visitor_reads_how_long_runs_take_here(demo_lm):
+    """Gradio's queue timer promised "1.2/68.0s" for a ~10 s wait (its mean counted a cold start's measurement);
+    the waiting words give the run in progress and the median of the last runs instead (the timer is hidden)."""
+    from engine.product.models.registry import ModelRegistry
+    from page.events import RunBoard
+
+    now = [100.0]
+    board = RunBoard(ModelRegistry(demo_lm), clock=lambda: now[0])
+
+    def run(seconds):
+        yield "frame"
+        now[0] += seconds
+
+    for seconds in (70.0, 9.0, 11.0):  # a cold start's long first run, then two ordinary ones
+        list(board.wrap(run)(seconds))
+    assert board.waiting_words() == "Starting …"
+    held = board.wrap(run)(10.0)
+    next(held)  # a run holds the model
+    now[0] += 4.0
+    words = board.waiting_words()
+    assert "Waiting in line" in words and ", running 4 s; the last 3 runs took 11 s each (median)" in words
+    list(held)
+    assert board.running == 0
