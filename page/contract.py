@@ -27,11 +27,14 @@ from page.settings import PageSettings
 @dataclass(frozen=True)
 class Drawing:
     """How a run is shown: GT-pruned candidates as ghosts; every node (no +N / ⋯N folding); the visitor's own cost
-    curve (a spec, e.g. "past=128;1:3.8,2:4.1,…"; "" none) on which the Theory panel prices the run's drafts too."""
+    curve (a spec, e.g. "past=128;1:3.8,2:4.1,…"; "" none) on which the Theory panel prices the run's drafts too; the
+    window's width, for which the tree is laid out."""
 
     show_ghosts: bool = True
     show_all: bool = False
     price_curve: str = ""
+    screen_px: float = 0  # the visitor's window width (CSS px, read once the page loads; 0 unknown): on a phone the
+    # tree's title and legend are laid out for its narrow box (``viz.tree_figure.fit_to_screen``)
 
 
 @dataclass(frozen=True)

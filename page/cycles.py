@@ -9,7 +9,7 @@ from page.contract import Drawing, Session
 from page.frames import cycle_views, paused, token_text
 from viz.frame_text import marked_output
 from viz.lesson import stage_sentence, stages_of
-from viz.tree_figure import tree_figure
+from viz.tree_figure import fit_to_screen, tree_figure
 
 STEP_PAUSE_S = 2.5  # step-through: seconds each stage of a cycle stays on screen
 CYCLE_OUT = ("scrubber", "tree_plot", "explain", "theory", "output")
@@ -66,8 +66,9 @@ def step_through(run: Run | None, scrubber, drawing: Drawing = Drawing(), sessio
         if control.get("stop"):
             return
         frame = {"scrubber": k, "explain": stage_sentence(trace, stage, text),
-                 "tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts), stage=stage,
-                                          show_all=bool(drawing.show_all))}
+                 "tree_plot": fit_to_screen(tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
+                                                        stage=stage, show_all=bool(drawing.show_all)),
+                                            float(drawing.screen_px or 0))}
         if stage == "bonus":
             yield {**frame, "output": marked_output(run, k)}
             return

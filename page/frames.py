@@ -21,7 +21,7 @@ from page.settings import PageSettings, bring_inside
 from viz.explain import big_numbers, cost_sentence, explain_cycle, theory_panel
 from viz.frame_text import cycle_line, marked_output, run_colors, stats_line
 from viz.ledger import ledger_panel
-from viz.tree_figure import GhostMarks, ghost_marks, tree_figure
+from viz.tree_figure import GhostMarks, fit_to_screen, ghost_marks, tree_figure
 
 INITIAL = PageSettings()  # the settings components' initial values
 
@@ -79,8 +79,8 @@ def cycle_views(run: Run, trace, lm: LoadedModel | None, drawing: Drawing = Draw
     theory = theory_panel(summarize(run.traces), trace, int(run.config.get("budget", INITIAL.budget)),
                           int(run.config.get("max_depth", INITIAL.max_depth)), run.traces)
     ledger = ledger_panel(run.traces, run_curve(run), sampled(run), drawing.price_curve)
-    return {"tree_plot": tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts),
-                                     show_all=bool(drawing.show_all)),
+    figure = tree_figure(trace, text, show_ghosts=bool(drawing.show_ghosts), show_all=bool(drawing.show_all))
+    return {"tree_plot": fit_to_screen(figure, float(drawing.screen_px or 0)),
             "explain": cycle_words(run, trace, text, ghost_marks(trace, bool(drawing.show_ghosts),
                                                                   bool(drawing.show_all))),
             "theory": "\n\n".join(x for x in (theory, ledger) if x)}

@@ -24,7 +24,7 @@ from page.sweep import SWEEP_CHOICES
 from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
 from viz.frame_text import COLOR_MAP, METHOD_LABELS, OUTPUT_LABEL
-from viz.lesson import what_is_it
+from viz.lesson import lesson
 
 METHOD_CHOICES = [(METHOD_LABELS.get(m, m), m) for m in METHODS]
 DTYPE_CHOICES = [("auto (measured: the fastest of fp32, bf16 and q4 on a CPU; half precision on a GPU)", "auto"),
@@ -76,6 +76,7 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         demo.load(None, js=SWEEP_POINT_CLICKS)  # a click on a sweep point opens its run
         demo.load(None, js=SCRUBBER_KEYS)  # Enter in the Cycle box ends the typing
         demo.load(None, js=TREE_SCROLL)  # a phone's tree keeps its title and legend in view as it scrolls
+        demo.load(None, None, page.screen_px, js="() => window.innerWidth")  # and is laid out for its width
         known = first.curves.known()
         built = (models.key_of(first), known.id if known is not None else None)  # the page as built, below
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
@@ -103,14 +104,16 @@ def _prompt_inputs(page: Page, preset: dict) -> None:
 
 def _lesson_and_presets(page: Page, preset: dict, lesson_curve=None, precision: str | None = None) -> None:
     """The preset picker (the prompt box starts with ``preset``), the prompt format and the first lesson (its promise
-    true of the model's ``precision``, with the one click to the exact mode)."""
+    true of the model's ``precision``, with one click each to the demo model and the exact mode)."""
     page.preset = gr.Dropdown([p["label"] for p in PRESETS], label="Preset prompt", value=preset["label"])
     page.prompt_format = gr.Radio(PROMPT_FORMATS, value=preset["format"], elem_id="prompt-format",
                                   label="Prompt format (code presets are raw completions; chat presets go through "
                                         "the chat template)")
     with gr.Accordion("What is speculative decoding?", open=True, elem_id="lesson"):
-        page.lesson = gr.Markdown(what_is_it(lesson_curve, precision))
-        page.lesson_exact_btn = gr.Button("Exact mode (fp32)", size="sm", elem_id="lesson-exact")
+        page.lesson = gr.Markdown(lesson(lesson_curve, precision))
+        with gr.Row():  # the lesson's two ways to see trees, one click each
+            page.demo_btn = gr.Button("Demo model (tiny: many trees)", size="sm", elem_id="lesson-demo")
+            page.lesson_exact_btn = gr.Button("Exact mode (fp32)", size="sm", elem_id="lesson-exact")
 
 
 def _settings_inputs(page: Page, options: PageOptions) -> None:
@@ -208,6 +211,7 @@ def _run_views(page: Page) -> None:
             value=Drawing.price_curve, label="Price the run's drafts on your own device too: its cost curve (Enter)",
             placeholder="past=128;1:3.8,2:4.1,4:4.3,8:4.4  (T(n) in ms; a run's copied command carries its curve)",
             max_lines=1, elem_id="price-curve")
+    page.screen_px = gr.Number(value=Drawing.screen_px, visible=False)  # the window's width, set once it loads
 
 
 #: Said before a race: why its lanes may part, and the mode in which they cannot.

@@ -498,3 +498,26 @@ def test_a_cycle_cut_by_max_new_tokens_draws_the_cut(demo_lm):
     assert "bonus token" not in names
     hovers = [h for t in fig.data for h in (t.hovertext or [])]
     assert sum("past the cut" in h for h in hovers) == len(cut.accepted) - len(cut.new_tokens)
+
+
+def test_on_a_phone_the_title_and_legend_fit_the_first_view():
+    """Issue 73: on a 390 px phone the tree (880 px wide, scrolling sideways in a ~326 px box) had its one-line
+    title and horizontal legend cut in the first view; ``fit_to_screen`` wraps them to the box and grows the
+    figure by the lines it gained.  A wide (or unknown) window's figure is left as it was."""
+    from viz.tree_figure import SUBTITLE_CHAR_PX, TITLE_CHAR_PX, fit_to_screen
+
+    trace = replace(make_trace(), confidence=0.9, match_tokens=2, chain_tokens=34, budget=84)
+    wide = tree_figure(trace, TEXT.get)
+    assert fit_to_screen(tree_figure(trace, TEXT.get), 1280).to_dict() == wide.to_dict()
+    assert fit_to_screen(tree_figure(trace, TEXT.get), 0).to_dict() == wide.to_dict()
+    phone = fit_to_screen(tree_figure(trace, TEXT.get), 390)
+    title, box = phone.layout.title, 390 - 64
+    lines = title.text.split("<br>")
+    assert len(lines) > 1 and all(len(line) * TITLE_CHAR_PX <= box for line in lines), lines
+    assert " ".join(lines) == wide.layout.title.text  # the same words
+    assert all(len(line) * SUBTITLE_CHAR_PX <= box for line in title.subtitle.text.split("<br>"))
+    assert phone.layout.legend.orientation == "v"
+    entries = sum(t.showlegend is not False for t in phone.data)
+    assert phone.layout.margin.b >= 22 * entries and phone.layout.height - wide.layout.height == (
+        phone.layout.margin.t - wide.layout.margin.t) + (phone.layout.margin.b - wide.layout.margin.b)
+    assert phone.data == wide.data  # the tree itself untouched

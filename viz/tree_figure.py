@@ -15,6 +15,7 @@ boxes this geometry gives, for tests.
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -266,6 +267,41 @@ def _lay_out(fig: go.Figure, title: str, n_rows: int, span: float) -> None:
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",  # the page's theme shows through
         hoverlabel=dict(font=dict(size=15)),
     )
+
+
+#: below this window width (CSS px) the page lays its columns out one under another and the tree scrolls sideways
+#: in a box about ``SCREEN_SIDES_PX`` narrower than the window (page.css's ``max-width: 820px``)
+NARROW_SCREEN_PX, SCREEN_SIDES_PX = 820, 64
+TITLE_CHAR_PX, SUBTITLE_CHAR_PX = 10.4, 7.6  # widest mean character of the title's 18 px / the subtitle's 13 px font
+TITLE_LINE_PX, SUBTITLE_LINE_PX, LEGEND_ROW_PX = 24, 17, 22  # one more line of each, and one legend entry, in px
+
+
+def fit_to_screen(fig: go.Figure, screen_px: float) -> go.Figure:
+    """``fig`` (a ``tree_figure``) with its title and legend laid out to be read whole in the first view of a
+    window ``screen_px`` wide (CSS px; 0 = unknown): on a phone the tree keeps its width and scrolls sideways in a
+    box ~326 px wide (390 px window), where a one-line title and a horizontal legend of 880 px were cut.  There the
+    title and subtitle wrap at the box's width and the legend runs down, one entry a row; the figure grows by the
+    lines it gained, so the tree keeps its rows.  A wide or unknown window gets ``fig`` unchanged."""
+    if not 0 < screen_px < NARROW_SCREEN_PX:
+        return fig
+    box = max(200.0, screen_px - SCREEN_SIDES_PX)
+    title = fig.layout.title
+    head = _wrapped(title.text or "", int(box / TITLE_CHAR_PX))
+    sub = _wrapped(title.subtitle.text or "", int(box / SUBTITLE_CHAR_PX))
+    entries = sum(t.showlegend is not False and t.name is not None for t in fig.data)
+    more_top = TITLE_LINE_PX * (head.count("<br>")) + SUBTITLE_LINE_PX * sub.count("<br>")
+    more_bottom = max(0, LEGEND_ROW_PX * entries + 8 - MARGIN["b"])
+    fig.update_layout(title=dict(text=head, subtitle=dict(text=sub) if sub else None),
+                      legend=dict(orientation="v"),
+                      margin=dict(t=MARGIN["t"] + more_top, b=MARGIN["b"] + more_bottom),
+                      height=fig.layout.height + more_top + more_bottom)
+    return fig
+
+
+def _wrapped(text: str, chars: int) -> str:
+    """``text`` broken into lines of at most ``chars`` characters (at spaces; plotly's ``<br>``), each line kept
+    whole where it is longer."""
+    return "<br>".join(textwrap.wrap(text, max(12, chars), break_long_words=False, break_on_hyphens=False))
 
 
 def _stage_nodes(g: nx.DiGraph, stage: str | None) -> set:
