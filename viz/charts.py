@@ -85,7 +85,7 @@ def cost_figure_pending() -> go.Figure:
     """The cost-curve panel before this machine's curve is measured (a cold start measures it once the page is
     up): says so, in the panel's size."""
     fig = go.Figure()
-    fig.add_annotation(text="The cost curve is being measured on this machine (once, ~10 s).<br>"
+    fig.add_annotation(text="The cost curve is being measured on this machine (once; up to a minute on 2 cores).<br>"
                             "Open the page again, or press Re-measure, to see it.",
                        showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(height=300, margin=dict(l=40, r=40, t=40, b=30), title="Verification cost curve",

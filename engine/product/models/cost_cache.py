@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -134,12 +135,13 @@ _loaded: dict[Path, CostCurve] = {}  # curves already read in this process (a me
 
 
 def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None = None,
-                      path: ForwardPath | None = None) -> CostCurve:
+                      path: ForwardPath | None = None, say: Callable[[str], None] | None = None) -> CostCurve:
     """The model's shared cost curve: read from the disk cache, or measured and stored when absent,
     unreadable, of another format or ``refresh`` (an operator's re-measure: every user of the cache
     sees the new curve; a page visitor's re-measure must use ``measure_cost_curve`` instead), or measured at
     sizes other than ``SIZES`` or by an older ``MEASUREMENT``, or when the cached curve fails its check.  ``path``:
-    the forward path whose curve it is (default: the eager one).
+    the forward path whose curve it is (default: the eager one); ``say``: told each step of a measurement in words
+    with its estimated seconds, as the console is (e.g. the page's status line, while a visitor waits for it).
 
     A fresh curve that fails its check (``CostCurve.problem``) is not written: it is measured once more after
     ``RETRY_PAUSE_S`` s; a second failure keeps the quieter of the two (``_quieter``) for this process only (in
@@ -149,14 +151,14 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
     if known is not None:
         return known
     timing = CurveTiming(model, path)
-    log.info("cost curve: timing verification forwards of 1-128 rows (once per machine and model, about %.0f s here)",
-             timing.estimate_s(REPEATS))
+    _said(say, "timing verification forwards of 1-128 rows (once per machine and model, about %.0f s here)",
+          timing.estimate_s(REPEATS))
     start = time.perf_counter()
     curve = timing.curve(REPEATS)
     problem = curve.problem()
     if problem is not None:
-        log.info("cost curve: %s; timing %d more rounds (about %.0f s) and pooling them with the first %d", problem,
-                 RETRY_ROUNDS, timing.estimate_s(RETRY_ROUNDS), REPEATS)
+        _said(say, "%s; timing %d more rounds (about %.0f s) and pooling them with the first %d", problem,
+              RETRY_ROUNDS, timing.estimate_s(RETRY_ROUNDS), REPEATS)
         time.sleep(RETRY_PAUSE_S)
         again = timing.curve(RETRY_ROUNDS)  # every round so far: a burst of load outvoted, not the whole redone
         problem = again.problem()
@@ -179,6 +181,13 @@ def cached_cost_curve(model, refresh: bool = False, cache_dir: str | Path | None
              curve.ms[curve.nodes.index(16)] if 16 in curve.nodes else curve.ms[-1], time.perf_counter() - start)
     write_cost_curve(curve, file)
     return curve
+
+
+def _said(say: Callable[[str], None] | None, words: str, *args) -> None:
+    """A measurement's step (``words % args``) on the console, and to ``say`` when given."""
+    log.info("cost curve: " + words, *args)
+    if say is not None:
+        say(words % args)
 
 
 AGREE_REL = 0.10  # two flagged measurements whose medians agree this closely at every size show the machine's own
@@ -293,9 +302,10 @@ class CurveOwner:
         """The shared curve when measured already, else None: never measures (``known_cost_curve``)."""
         return known_cost_curve(self.model, path=self.path)
 
-    def shared(self) -> CostCurve:
-        """The shared curve, measured and cached the first time (``cached_cost_curve``)."""
-        return cached_cost_curve(self.model, path=self.path)
+    def shared(self, say: Callable[[str], None] | None = None) -> CostCurve:
+        """The shared curve, measured and cached the first time (``cached_cost_curve``; ``say``: told the
+        measurement's steps in words)."""
+        return cached_cost_curve(self.model, path=self.path, say=say)
 
     def fresh(self) -> CostCurve:
         """A new measurement that writes nothing: one visitor's own curve (``measure_cost_curve``)."""
