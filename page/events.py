@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
+from dataclasses import fields
 from functools import wraps
 
 import gradio as gr
@@ -12,7 +15,7 @@ from page.cycles import CYCLE_OUT, jump_to_token, request_stop, show_cycle, step
 from page.drafter import method_fields, serve_fields
 from page.frames import VIEW_RANGES, keep_in_range, or_skip
 from page.generate import GENERATE_OUT, generate
-from page.models import PageOptions, cost_plot_for, exact_mode, load_other_model, remeasure_curve
+from page.models import PageOptions, cost_plot_for, demo_mode, exact_mode, load_other_model, remeasure_curve
 from page.presets import preset_fields
 from page.production import PRODUCTION_OUT, compare_production, import_production
 from page.race import RACE_OUT, race
@@ -26,10 +29,16 @@ from page.zerogpu import REMEASURE_S, ZERO_GPU, generate_gpu_seconds, gpu_handle
 class RunBoard:
     """Server-wide count of runs holding the model (no user data): lets a waiting visitor read, in words,
     why their Generate has not started (``models.busy``: a cold start's measurement; ``models.compiling``: the
-    forward compiled between runs)."""
+    forward compiled between runs) and, behind another run, how long that has run and how long runs here take
+    (the median of the last ``KEPT`` runs, s): gradio's own estimate is the mean of every run, a cold start's
+    minute-long measurement included, so it promised 68 s for a 10 s wait (its timer is hidden on the page)."""
 
-    def __init__(self, models: ModelRegistry) -> None:
-        self._lock, self.running, self.models = threading.Lock(), 0, models
+    KEPT = 9  # enough runs for a median a cold start or one long Sweep cannot move
+
+    def __init__(self, models: ModelRegistry, clock=time.monotonic) -> None:
+        self._lock, self.running, self.models, self._clock = threading.Lock(), 0, models, clock
+        self._started: float | None = None  # when the run now holding the model started (clock s)
+        self._took: deque[float] = deque(maxlen=self.KEPT)  # how long the last runs took (s)
 
     def wrap(self, fn):
         """``fn`` (a generator function) counted as running while it runs (its signature kept for the API)."""
@@ -37,11 +46,14 @@ class RunBoard:
         def counted(*args, **kwargs):
             with self._lock:
                 self.running += 1
+                self._started = self._clock()
+            started = self._started
             try:
                 yield from fn(*args, **kwargs)
             finally:
                 with self._lock:
                     self.running -= 1
+                    self._took.append(self._clock() - started)
         return counted
 
     def waiting_words(self) -> str:
@@ -52,8 +64,18 @@ class RunBoard:
             return self.models.compiling
         if not self.running:
             return "Starting …"
-        return ("Waiting in line: another run (another visitor's, or your own earlier one) is using the model. "
-                "Yours starts as soon as it ends; runs are capped, so this is a short wait.")
+        return ("Waiting in line: another run (another visitor's, or your own earlier one) is using the model"
+                f"{self._how_long()}. Yours starts as soon as it ends; runs are capped, so this is a short wait.")
+
+    def _how_long(self) -> str:
+        """", running 4 s; the last 5 runs took 9 s each (median)": the wait in numbers, what is known of it."""
+        with self._lock:
+            took, started = sorted(self._took), self._started
+        now = "" if started is None else f", running {self._clock() - started:.0f} s"
+        if not took:
+            return now
+        runs = "the last run took" if len(took) == 1 else f"the last {len(took)} runs took"
+        return f"{now}; {runs} {took[len(took) // 2]:.0f} s" + (" each (median)" if len(took) > 1 else "")
 
 
 def wire_runs(page: Page, models: ModelRegistry) -> None:
@@ -94,10 +116,13 @@ def wire_cycles(page: Page, models: ModelRegistry) -> None:
         # typed values and arrow keys fire input too; the output sets the slider without firing it again.
         # preprocess=False: gradio's bounds check would fail a typed 999 and blank the tree; show_cycle clamps it
 
-    def token_clicked(run, show_ghosts, show_all, model_key, evt: gr.SelectData):  # gradio injects evt by type
-        return page.keyed(jump_to_token(run, evt.index, Drawing(show_ghosts, show_all), model_key, models=models))
+    drawn_by = [page[f.name] for f in fields(Drawing)]
 
-    page.output.select(token_clicked, [page.run, page.show_ghosts, page.show_all, page.model_key],
+    def token_clicked(values: dict, evt: gr.SelectData):  # values: a set of inputs comes as {component: value};
+        drawing = Drawing(*(values[c] for c in drawn_by))  # gradio injects evt by its type
+        return page.keyed(jump_to_token(values[page.run], evt.index, drawing, values[page.model_key], models=models))
+
+    page.output.select(token_clicked, {page.run, page.model_key, *drawn_by},
                        [page[n] for n in CYCLE_OUT], api_visibility="private")
     wire(page.step_btn.click, Endpoint(step_through, ("run", "scrubber", "drawing", "session"),
                                        ("scrubber", "tree_plot", "explain", "output"), bound), page,
@@ -132,9 +157,10 @@ def wire_settings_and_models(page: Page, models: ModelRegistry, options: PageOpt
          api_name="load_model", concurrency_id="load", concurrency_limit=1)
     # (its own queue and thread: a slow fetch never delays another visitor's Generate; only the load's timed steps
     # run on the engine thread, between runs)
-    for button in (page.exact_btn, page.lesson_exact_btn):  # the race's, and the lesson's one click to exact
-        wire(button.click, Endpoint(exact_mode, ("model_key",), ("model_status", "model_key", "header", "prompt_format",
-                                                               "race_board", "lesson"),
+    for button, mode in ((page.exact_btn, exact_mode), (page.lesson_exact_btn, exact_mode),
+                         (page.demo_btn, demo_mode)):  # the race's and the lesson's one click each
+        wire(button.click, Endpoint(mode, ("model_key",), ("model_status", "model_key", "header", "prompt_format",
+                                                          "race_board", "lesson"),
                                     {"models": models, "options": options}),
              page, api_visibility="private", concurrency_id="load", concurrency_limit=1)
     wire(page.remeasure.click, Endpoint(gpu_handler(remeasure_curve, models, REMEASURE_S), ("budget", "model_key"),

@@ -13,7 +13,9 @@ from engine.decoding.config import ConfigError
 from engine.decoding.cost import CostCurve
 from engine.product.models.loading import LoadedModel
 from engine.product.models.registry import ModelRegistry
+from engine.product.models.speeds import RunSpeed
 from engine.product.runs.decoder import make_decoder
+from engine.product.runs.metrics import summarize
 from engine.product.runs.run import MEASURING, ArTiming, Run, Speedup, disagreement
 from page.contract import Drawing, Session
 from page.frames import (
@@ -34,7 +36,7 @@ from page.settings import PageSettings
 from page.setup import set_up
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
-from viz.lesson import what_is_it
+from viz.lesson import lesson
 from viz.tree_figure import ghost_marks
 
 GENERATE_OUT = ("output", "tree_plot", "speed_plot", "stats", "run", "scrubber", "explain", "big", "theory", "command",
@@ -105,8 +107,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
     After the run, the speedup beside τ: the run's decode-phase tokens/s over AR's on the same prompt, model,
     dtype and max new tokens (``session.ar_clock``: from an earlier AR timing or race of this visitor), else over
     AR timed step for step beside the run, under the same load (``page.policy.ArBeside``; not part of the
-    run's engine time), kept in ``ar_clock``.  The stats line ties τ to the cost curve the run read; the lesson's
-    cost sentence reads it too."""
+    run's engine time), kept in ``ar_clock``.  The stats line ties τ to the cost curve the run read, and so does the
+    lesson, whose table the run's speed joins (``_lesson_after``)."""
     try:
         setup = set_up(settings, session, models)
     except ConfigError as exc:
@@ -140,9 +142,19 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         clock = session.with_ar_timing(key, known) if known is not None else session.ar_clock
         note, clock = _beside_last(session, key, speedup, clock) if config.method != "ar" else ("", clock)
         yield {**numbers(run, curve, speedup, note), "run": run, "command": live.command, "ar_clock": clock,
-               "lesson": what_is_it(curve, lm.precision)}
+               "lesson": _lesson_after(live, speedup, models, stop())}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
+
+
+def _lesson_after(live: LiveRun, speedup: Speedup, models: ModelRegistry, stopped: bool) -> str:
+    """The lesson after ``live``'s run: a finished run's tokens/s (end to end, as the big number), τ and ``speedup``
+    kept as its model's newest (``models.speeds``), every model's set side by side (``viz.lesson.lesson``)."""
+    if not stopped:
+        summary = summarize(live.run.traces)
+        models.speeds.add(models.key_of(live.lm), live.lm.describe(),
+                          RunSpeed(summary.tok_per_s, summary.tau, speedup.value))
+    return lesson(live.curve, live.lm.precision, models.speeds.typical())
 
 
 def _beside_last(session: Session, key, speedup: Speedup, clock) -> tuple[str, dict]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 import torch
@@ -19,7 +20,7 @@ from page.frames import session_curve
 from page.settings import RANGES
 from page.zerogpu import ZERO_GPU, zero_gpu_refusal
 from viz.charts import cost_figure, cost_figure_pending
-from viz.lesson import what_is_it
+from viz.lesson import lesson
 
 #: The model line of a page built while a cold start measures (``page.startup``): the header names the model in use
 PROVISIONAL_WORDS = ("For now: this machine's fastest precision is being measured (once, right after a cold start); "
@@ -82,44 +83,112 @@ def load_other_model(model_name, device, dtype, model_key, *, models: ModelRegis
         return
     waiting = f"the current model {current.describe()} stays in use meanwhile"
     yield {"model_status": f"Loading `{name}` on {device} ({dtype}) … {waiting}."}
-    t0, step, result = time.perf_counter(), [0.0, "starting"], {}
+    t0 = time.perf_counter()
 
-    def report(fraction: float, message: str) -> None:  # called from the loading thread
-        step[:] = [fraction, message]
+    def step_line(step, seconds):  # step: the load's last (fraction, words)
+        return {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."} \
+            if step and step[0] > 0 else None
 
-    def work() -> None:  # a thread of its own: a slow fetch holds no run; the load's timed steps go to the engine
-        try:
-            result["lm"] = models.load(name, device=device, dtype=dtype, progress=report)
-        except ModelLoadError as exc:
-            result["error"] = exc
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    shown = None
-    while worker.is_alive():
-        worker.join(0.5)
-        if worker.is_alive() and step[0] > 0 and tuple(step) != shown:
-            shown = tuple(step)
-            yield {"model_status": f"Loading `{name}`: {step[1]} ({step[0]:.0%}) … {waiting}."}
-    if "error" in result:
-        gr.Warning(str(result["error"]))
-        yield {"model_status": f"⚠ {sentence(str(result['error']))} Still using {current.describe()}."}
+    try:  # a slow fetch holds no run; the load's timed steps go to the engine thread (``ModelRegistry.load``)
+        lm = yield from relay(background(lambda report: models.load(
+            name, device=device, dtype=dtype, progress=lambda fraction, words: report((fraction, words)))), step_line)
+    except ModelLoadError as exc:
+        gr.Warning(str(exc))
+        yield {"model_status": f"⚠ {sentence(str(exc))} Still using {current.describe()}."}
         return
-    lm = result["lm"]
     yield {"model_status": f"✓ {using_words(lm)[:-1]}, loaded in {time.perf_counter() - t0:.1f} s.",
            "model_key": list(models.key_of(lm)), "header": header_text(lm, options.notice),
-           "lesson": what_is_it(lm.curves.known(), lm.precision),
+           "lesson": lesson(lm.curves.known(), lm.precision, models.speeds.typical()),
            **({} if lm.has_chat_template else {"prompt_format": "raw"})}
 
 
 def exact_mode(model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> Iterator[dict]:
     """The race's and the lesson's "exact mode" button: the visitor's model again in fp32 (``load_other_model``),
     whose greedy output is AR's token for token, so both lanes write the same text; its lines show on the race board
-    too, and the lesson's promise becomes fp32's."""
+    too, and the lesson's promise becomes fp32's.  Then fp32's cost curve, where this machine has none yet, is
+    measured at once, saying what is timed and for about how long (``measure_curve``): the first run in the
+    exact mode waited 90 s for it, with a promise of ~10 s and nothing said."""
     lm = models.get(model_key)
     device = "auto" if lm.device.startswith("auto") else lm.device
+    loaded = None
     for frame in load_other_model(lm.name, device, "fp32", model_key, models=models, options=options):
-        yield {**frame, "race_board": frame["model_status"]} if "model_status" in frame else frame
+        loaded = frame.get("model_key", loaded)
+        yield on_race_board(frame)
+    if loaded is not None and not options.zero_gpu:  # (on ZeroGPU the GPU's worker measures it, in the run)
+        yield from map(on_race_board, measure_curve(models.get(loaded), models))
+
+
+def demo_mode(model_key, *, models: ModelRegistry, options: PageOptions = PageOptions()) -> Iterator[dict]:
+    """The lesson's "demo model" button: the embedded tiny model (``load_other_model``), where a forward costs so
+    little that trees pay almost every cycle: trees at work on any device, one click from the default."""
+    device = models.get(model_key).device
+    yield from load_other_model(DEMO_MODEL, "auto" if device.startswith("auto") else device, "auto", model_key,
+                                models=models, options=options)
+
+
+def on_race_board(frame: dict) -> dict:
+    """``frame`` with its status line shown on the race board too."""
+    return {**frame, "race_board": frame["model_status"]} if "model_status" in frame else frame
+
+
+def measure_curve(lm: LoadedModel, models: ModelRegistry) -> Iterator[dict]:
+    """``lm``'s shared cost curve measured now, on the engine thread (between runs), when this machine has none:
+    the status line says what is timed, its estimate and the seconds so far (``cached_cost_curve``'s steps), then
+    what it measured and in how long; the lesson then reads the curve."""
+    if lm.curves.known() is not None:
+        return
+    what = f"Measuring the cost curve of {lm.describe()} on this machine (once; Generate waits for it)"
+
+    def line(words, seconds):
+        return {"model_status": f"{what}: {words or 'waiting for the engine'} … {seconds:.0f} s so far."}
+
+    t0 = time.perf_counter()
+    curve = yield from relay(background(lambda report: models.engine.call(lm.curves.shared, report)), line)
+    yield {"model_status": f"✓ {using_words(lm)[:-1]}; its cost curve measured in {time.perf_counter() - t0:.0f} s "
+                           f"(T(1) {curve.latency(1):.1f} ms, T(16) {curve.latency(16):.1f} ms).",
+           "lesson": lesson(curve, lm.precision, models.speeds.typical())}
+
+
+def background(work: Callable[[Callable[[Any], None]], Any], every_s: float = 0.5) -> Iterator[tuple[Any, float]]:
+    """``work(report)`` on a thread of its own (a slow step holds no handler of another visitor's): yields (the
+    last value ``work`` passed to ``report``, None before any; seconds so far) every ``every_s`` s while it runs and
+    returns its result (``yield from``'s value).
+
+    Raises:
+        whatever ``work`` raised, here.
+    """
+    said, result = [None], {}
+
+    def run() -> None:
+        try:
+            result["value"] = work(lambda value: said.__setitem__(0, value))
+        except BaseException as exc:  # re-raised on the caller's thread
+            result["error"] = exc
+
+    t0, worker = time.perf_counter(), threading.Thread(target=run, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(every_s)
+        if worker.is_alive():
+            yield said[0], time.perf_counter() - t0
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def relay(progress: Iterator[tuple[Any, float]], frame_of: Callable[[Any, float], dict | None]) -> Iterator[dict]:
+    """``frame_of(value, seconds)`` for each of ``background``'s reports, a frame equal to the last one (or None)
+    skipped; returns ``progress``'s result."""
+    last = None
+    while True:
+        try:
+            value, seconds = next(progress)
+        except StopIteration as done:
+            return done.value
+        frame = frame_of(value, seconds)
+        if frame is not None and frame != last:
+            last = frame
+            yield frame
 
 
 def using_words(lm: LoadedModel) -> str:
@@ -167,7 +236,7 @@ def remeasure_curve(budget, model_key, *, models: ModelRegistry) -> dict:
     lm = models.get(model_key)
     fresh = lm.curves.fresh()
     return {"curve": fresh, "cost_plot": cost_figure(fresh, int(budget)),
-            "lesson": what_is_it(fresh, models.get(model_key).precision)}
+            "lesson": lesson(fresh, models.get(model_key).precision, models.speeds.typical())}
 
 
 def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
@@ -191,7 +260,7 @@ def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions =
     there was lost; that line says instead that the header names the model (``PROVISIONAL_WORDS``)."""
     lm = models.get(model_key)
     curve = lm.curves.known()
-    if (models.key_of(lm), curve.id if curve is not None else None) == tuple(built):
+    if (models.key_of(lm), curve.id if curve is not None else None) == tuple(built) and not models.speeds.typical():
         return {}
-    return {"header": header_text(lm, options.notice), "lesson": what_is_it(curve, lm.precision),
+    return {"header": header_text(lm, options.notice), "lesson": lesson(curve, lm.precision, models.speeds.typical()),
             **cost_plot_for(budget, model_key, None, models=models)}

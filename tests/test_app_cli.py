@@ -320,6 +320,34 @@ def test_a_runs_first_frame_clears_the_last_runs_views(demo_lm):
     assert first["tree_plot"] is not None and first["speed_plot"] is None  # one point: no chart yet
 
 
+def test_the_lesson_sets_each_models_speed_beside_the_others(demo_lm):
+    """Issue 73: the exact mode's "2.01× ± 0.99" at 14.1 tokens/s stood alone; the lesson's table sets each model's
+    Generate figures (tokens/s, τ, speedup: medians of its last runs on this server) beside the others', under its
+    two one-click ways to see trees."""
+    from engine.product.models.speeds import RecentSpeeds, RunSpeed
+    from page.generate import generate
+    from page.settings import PageSettings
+    from viz.lesson import ways_to_see_trees
+
+    assert "No run yet" in ways_to_see_trees([])
+    speeds = RecentSpeeds()
+    for tok_s, tau, speedup in ((30.0, 1.1, 1.05), (41.0, 1.2, None), (25.0, 1.0, 1.0)):
+        speeds.add(("m", "cpu", "q4"), "SmolLM2 (Q4_1)", RunSpeed(tok_s, tau, speedup))
+    speeds.add(("m", "cpu", "fp32"), "SmolLM2 (fp32)", RunSpeed(14.1, 2.6, 2.01))
+    table = ways_to_see_trees(speeds.typical())
+    assert "| SmolLM2 (Q4_1) | 30.0 | 1.10 | 1.02× | 3 |" in table  # medians; the speedup's over the two measured
+    assert "| SmolLM2 (fp32) | 14.1 | 2.60 | 2.01× | 1 |" in table
+    for _ in range(RecentSpeeds.KEPT + 2):
+        speeds.add(("m", "cpu", "fp32"), "SmolLM2 (fp32)", RunSpeed(10.0, 2.0, 1.5))
+    assert speeds.typical()[1][2] == RecentSpeeds.KEPT  # the last runs only
+
+    models = ModelRegistry(demo_lm)
+    last = frames_of(generate, PageSettings(prompt=CODE, max_new_tokens=16), models=models)[-1]
+    (name, speed, runs), = models.speeds.typical()
+    assert name == demo_lm.describe() and runs == 1 and speed.tau >= 1.0 and speed.tok_per_s > 0
+    assert f"| {name} | {speed.tok_per_s:.1f} |" in last["lesson"] and "Two ways to see trees" in last["lesson"]
+
+
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)
 def test_scrubber_steps_through_recorded_cycles(demo_lm):
     """The scrubber shows the chosen cycle (tree, sentence, marked tokens), clamped; a token click finds its cycle."""
@@ -761,3 +789,38 @@ def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     slow = CostCurve.from_spec("past=128;1:15,2:27,4:40,8:67,16:130,32:240,64:428,128:850")
     note = next(_prefill_note(5_000, slow))["notice"]
     assert "at least 34 s on this device: its cost curve prices 128 rows at 850 ms" in note, note  # 40 × 0.85 s
+
+
+def test_exact_mode_measures_its_curve_saying_what_and_how_long(demo_lm, monkeypatch):
+    """Issue 73: the exact mode's first run waited 90.6 s for fp32's cost curve, with "~10 s" promised and nothing
+    said; now the button measures it at once, its status line saying what is timed, the estimate and the seconds
+    so far, then what it measured."""
+    import time
+
+    from engine.decoding.cost import CostCurve
+    from engine.product.models.registry import ModelRegistry
+    from page.models import measure_curve
+
+    curve = CostCurve((1, 16), (10.0, 15.0), key="demo|cpu|torch.float32|torch 2")
+
+    class Owner:  # a curve this machine has not measured; its measurement takes 1.2 s
+        measured = None
+
+        def known(self):
+            return self.measured
+
+        def shared(self, say=None):
+            say("timing verification forwards of 1-128 rows (once per machine and model, about 1 s here)")
+            time.sleep(1.2)
+            self.measured = curve
+            return curve
+
+    owner = Owner()
+    monkeypatch.setattr(type(demo_lm), "curves", property(lambda self: owner))
+    lm = demo_lm
+    frames = list(measure_curve(lm, ModelRegistry(demo_lm)))
+    said = [f["model_status"] for f in frames]
+    assert any("about 1 s here" in s and "s so far" in s and "Generate waits for it" in s for s in said), said
+    assert said[-1].startswith("✓") and "cost curve measured in 1 s (T(1) 10.0 ms, T(16) 15.0 ms)" in said[-1]
+    assert "lesson" in frames[-1]
+    assert list(measure_curve(lm, ModelRegistry(demo_lm))) == []  # measured: nothing to do

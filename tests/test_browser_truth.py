@@ -147,6 +147,29 @@ def test_1_the_lesson_promises_what_the_models_precision_does(half_page, browser
     page.close()
 
 
+def test_1b_two_ways_to_see_trees_one_click_each_their_speeds_side_by_side(half_page, browser):
+    """Issue 73: the exact mode's "2.01× ± 0.99" at 14.1 tokens/s stood alone, beside nothing.  The lesson offers
+    the demo model and the exact mode one click each, and its table sets the models' Generate figures (tokens/s,
+    τ, speedup) side by side."""
+    page = open_page(browser, half_page)
+    open_accordion(page, "Run and display")
+    set_number(page, "Max new tokens", 32)
+    run_to_end(page)
+    lesson = page.locator("#lesson")
+    expect(lesson).to_contain_text("tokens/s", timeout=20_000)
+    page.locator("#lesson-exact").click()
+    expect(lesson).to_contain_text("this model runs in fp32", timeout=60_000)
+    run_to_end(page)
+    rows = lesson.locator("table tbody tr")
+    expect(rows).to_have_count(2, timeout=20_000)
+    texts = rows.all_inner_texts()
+    assert any("bf16" in r for r in texts) and any("fp32" in r for r in texts), texts
+    assert all(re.search(r"\d+\.\d\s+\d\.\d\d\s", r) for r in texts), texts  # tokens/s and τ in each row
+    page.locator("#lesson-demo").click()
+    expect(page.locator("#model-status")).to_contain_text("✓", timeout=60_000)
+    page.close()
+
+
 def test_2_the_cycle_sentence_counts_the_tree_drawn(truth_page, browser):
     """Finding 2: cycle 1's sentence read "GT kept 3 of 3 nodes" over a tree drawing eight ghosts.  Now, cycle by
     cycle, the nodes the sentence says GT kept are the title's, and the candidates it says were pruned are the

@@ -65,6 +65,31 @@ def what_is_it(curve=None, precision: str | None = None) -> str:
 
 WHAT_IS_IT = what_is_it()  # the lesson with no curve (generic cost sentence)
 
+_WAYS = """
+**Two ways to see trees, one click each** (below): the **demo model**, tiny and fast, where trees pay almost every
+cycle, and **Exact mode (fp32)**, this model unquantized, whose output is plain decoding's token for token.  Where a
+forward over many tokens costs many one-token passes (a fast CPU forward), GT keeps few trees for the default model
+and draws the drafts it priced out as ghosts.  What Generate measured on this server, model beside model:
+"""
+
+
+def lesson(curve=None, precision: str | None = None, speeds=()) -> str:
+    """The whole lesson (Markdown): ``what_is_it`` on ``curve`` and ``precision``, then ``ways_to_see_trees``."""
+    return what_is_it(curve, precision) + ways_to_see_trees(speeds)
+
+
+def ways_to_see_trees(speeds) -> str:
+    """The lesson's second part (Markdown): the two one-click ways to see trees, then ``speeds`` side by side
+    (``engine.product.models.speeds.RecentSpeeds.typical``: each model's name, median run and run count; tokens/s
+    end to end as the big number shows it, τ, the speedup over AR), so an exact mode's large speedup stands beside its
+    small tokens/s and the default's."""
+    if not speeds:
+        return _WAYS + "\n*No run yet: each model's tokens/s, τ and speedup show here after its first Generate.*"
+    rows = [f"| {name} | {s.tok_per_s:.1f} | {s.tau:.2f} | "
+            f"{'–' if s.speedup is None else f'{s.speedup:.2f}×'} | {n} |" for name, s, n in speeds]
+    return (_WAYS + "\n| model | tokens/s | τ | speedup over AR | runs (median) |\n|---|---|---|---|---|\n"
+            + "\n".join(rows))
+
 
 #: The source stages: each source's drafts, in ``REGISTRY`` order.
 SOURCE_STAGES = {i.name: i for i in REGISTRY}

@@ -22,6 +22,7 @@ from engine.product.models.loading import (
 )
 from engine.product.models.machine import free_memory
 from engine.product.models.named import Progress
+from engine.product.models.speeds import RecentSpeeds
 
 
 class ModelRegistry:
@@ -37,6 +38,7 @@ class ModelRegistry:
         self.engine = engine or EngineThread()  # where the page runs these models' forwards (engine_thread.py)
         self.busy: str | None = None  # what the engine thread measures before any run (a cold start), for people
         self.compiling: str | None = None  # what the engine thread compiles between runs (page.startup), for people
+        self.speeds = RecentSpeeds()  # what each model's last runs measured (numbers only), set side by side
         self._models: OrderedDict[tuple[str, str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self.default_key = self.key_of(first)
