@@ -389,3 +389,28 @@ def test_a_cold_start_measures_llama_cpp_first_and_skips_torch_precisions(demo_l
     assert models.get(None).runs.weights == "gguf"
     exact = models.load("demo", device="cpu", dtype="fp32")  # the exact mode is never the file's model
     assert exact.runs.to_dict()["weights"] == "transformers" and exact is not models.get(None)
+
+
+def test_a_long_generation_runs_on_the_long_path_where_it_was_measured_cheaper(demo_lm):
+    """Issue 70 item 3: over a long context llama.cpp's attention without flash attention costs less than the
+    exact path's; the forward choice times both over 128 and 1,024 cells and runs generations from the cells where
+    they cross on it (``long_rule``), and a run's model (``LoadedModel.for_context``) names the path that ran."""
+    from dataclasses import replace
+
+    from engine.core.forward import EagerPath, Longer
+    from engine.product.models.forward_choice import LONG_PATH, long_rule
+
+    # the probe's figures (docs/results.md, "Long contexts"): 10.0 / 14.8 ms against 11.0 / 14.0 ms
+    rule = long_rule("llamacpp-q8cache", {"llamacpp-q8cache": [10.0, 14.8], LONG_PATH: [11.0, 14.0]})
+    assert rule["from"] == 768 and "5% cheaper (14.0 vs 14.8 ms)" in rule["reason"]  # they cross at 626 cells
+    assert long_rule("llamacpp-q8cache", {"llamacpp-q8cache": [10.0, 14.8], LONG_PATH: [11.0, 14.5]})["from"] is None
+    assert long_rule("x", {"x": [12.0, 20.0], LONG_PATH: [11.0, 14.0]})["from"] == 256  # cheaper from the start
+
+    exact, long = EagerPath(demo_lm.model), EagerPath(demo_lm.model)
+    exact.longer = Longer(768, long, rule["reason"])
+    lm = replace(demo_lm, forward_path=exact)
+    assert lm.for_context(767) is lm and exact.at(767) is exact
+    here = lm.for_context(768)
+    assert here.forward is long and here.forward.at(10_000) is long  # the long path has no rule of its own
+    assert here.forward_reason.startswith("eager for this run's 768 cells (from 768 cells on")
+    assert demo_lm.for_context(10_000) is demo_lm  # no rule: the same model

@@ -33,6 +33,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from transformers import StaticCache
@@ -108,6 +109,15 @@ class TreeForward(ABC):
         as the next ``len(keep)`` committed positions; drop every other row of that tree."""
 
 
+class Longer(NamedTuple):
+    """A forward path's rule for long generations (``ForwardPath.at``): from ``from_cells`` cells on (prompt + max
+    new tokens), ``path`` runs them, ``reason`` saying why in one sentence (measured by the forward choice)."""
+
+    from_cells: int
+    path: ForwardPath
+    reason: str
+
+
 class ForwardPath(ABC):
     """A model's way of running trees, shared by all its generations; ``open`` gives one generation its cache.
 
@@ -129,6 +139,14 @@ class ForwardPath(ABC):
 
     def __init__(self, model) -> None:
         self.model = model
+        self.longer: Longer | None = None  # another path for long generations (``at``), set by the forward choice
+
+    def at(self, cells: int) -> ForwardPath:
+        """The path a generation of ``cells`` cells (prompt + max new tokens) runs on: ``longer``'s path from its
+        threshold on (e.g. llama.cpp's attention without flash attention over a long context), else this one.  A run,
+        its AR reference and the attribution of a divergence all take the path this returns, so each is held to AR on
+        the same kernels."""
+        return self.longer.path if self.longer is not None and cells >= self.longer.from_cells else self
 
     @classmethod
     def for_model(cls, model, gguf=None) -> ForwardPath:

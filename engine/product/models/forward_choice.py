@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, static_problem
-from engine.core.ggml import GgmlPath
+from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, Longer, static_problem
+from engine.core.ggml import GgmlNoFlashPath, GgmlPath
 from engine.core.paths import make_path, path_names
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
@@ -37,11 +37,16 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 log = logging.getLogger(__name__)
 
 ENV = "GOOSE_LENS_FORWARD"  # auto | a registered path's name: the path every command and the page use
-FORMAT = 4  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
-# steps, charged the step after it: ``timing.time_forwards``; 4: llama.cpp's paths with either KV cache)
+FORMAT = 5  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
+# steps, charged the step after it: ``timing.time_forwards``; 4: llama.cpp's paths with either KV cache; 5: the
+# path for long generations, ``Longer``)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
 CHOICES = ("auto", *path_names())  # the registry's paths (engine.core.forward.REGISTRY)
+LONG_PATH = GgmlNoFlashPath.name  # over a long context llama.cpp's attention without flash attention costs less
+LONG_CELLS = 1024  # the cached tokens an AR step is timed over beside 128, for the long path's threshold (a long
+# prompt's 1-2k tokens; its prefill costs ~2 s a path on 2 cores)
+LONG_GAIN = 0.03  # the long path is kept where its AR step over ``LONG_CELLS`` costs at least this much less
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,11 @@ def choose(model, want: str | None = None, compiled: bool = False,
         known = _measure(model, eager, compiled, cache_dir, gguf)
     if known["path"] == "compiled":
         return _warmed(model, known["reason"], known["ms"], cache_dir, warm_now)
-    return PathChoice(eager if known["path"] == "eager" else make_path(model, known["path"], gguf), known["reason"],
+    path = eager if known["path"] == "eager" else make_path(model, known["path"], gguf)
+    longer = known.get("longer")
+    if longer and longer.get("from"):  # long generations on the long path (``ForwardPath.at``)
+        path.longer = Longer(longer["from"], make_path(model, longer["path"], gguf), longer["reason"])
+    return PathChoice(path, known["reason"] + (f"; {longer['reason']}" if longer and longer.get("from") else ""),
                       known["ms"])
 
 
@@ -241,11 +250,46 @@ def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | No
         paths.pop("graphed-compiled", None)
         ms = measure(model, paths)
     name, reason = decide(ms)
-    log.info("forward path: %s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
-             time.perf_counter() - start, TREE_ROWS, ms)
-    data = {"format": FORMAT, "key": _key(model, gguf), "path": name, "reason": reason + note, "ms": ms}
+    longer = _longer(model, name, paths[name], gguf)
+    log.info("forward path: %s%s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
+             f"; {longer['reason']}" if longer and longer["from"] else "", time.perf_counter() - start, TREE_ROWS, ms)
+    data = {"format": FORMAT, "key": _key(model, gguf), "path": name, "reason": reason + note, "ms": ms,
+            "longer": longer}
     write_cache(_cache_file(model, cache_dir, gguf), data)  # a read-only cache only costs a re-measurement next time
     return data
+
+
+def _longer(model, name: str, chosen: ForwardPath, gguf=None) -> dict | None:
+    """Where the long path (``LONG_PATH``) should run long generations beside the path just chosen (``name``, one of
+    llama.cpp's): an AR step of each timed over 128 and over ``LONG_CELLS`` cached tokens (``measure``), the rule
+    read off them (``long_rule``); None where no long path applies (another path chosen, or llama.cpp's attention
+    without flash attention unavailable)."""
+    if not isinstance(chosen, GgmlPath) or REGISTRY[LONG_PATH].problem(model, gguf) is not None:
+        return None
+    pair = {name: chosen, LONG_PATH: make_path(model, LONG_PATH, gguf)}
+    short, long = measure(model, pair, sizes=(1,), past=128), measure(model, pair, sizes=(1,), past=LONG_CELLS)
+    return long_rule(name, {n: [short[n][0], long[n][0]] for n in pair})
+
+
+def long_rule(name: str, ms: dict[str, list[float]]) -> dict:
+    """The long path's rule from AR steps ``ms`` ({path: [T(1) over 128 cells, over ``LONG_CELLS``]}, ms) of the
+    chosen path ``name`` and ``LONG_PATH``, each taken as linear in the cells between the two: where the long path's
+    step costs ``LONG_GAIN`` less over ``LONG_CELLS``, it runs every generation from the cells where the two cross
+    (rounded up to 256; at least 256), else none.  Returns {"path", "from" (cells; None: never), "reason", "ms"}."""
+    (a0, a1), (b0, b1) = ms[name], ms[LONG_PATH]
+    gain = 1 - b1 / a1
+    if gain < LONG_GAIN:
+        return {"path": LONG_PATH, "from": None, "ms": ms,
+                "reason": f"{LONG_PATH} never: over {LONG_CELLS:,} cells its AR step is not cheaper ({b1:.1f} vs "
+                          f"{a1:.1f} ms)"}
+    slope_a, slope_b = ((y1 - y0) / (LONG_CELLS - 128) for y0, y1 in ((a0, a1), (b0, b1)))
+    cross = 128.0 if b0 <= a0 else 128 + (b0 - a0) / (slope_a - slope_b)  # (a0 < b0 and a1 > b1: slope_a > slope_b)
+    from_cells = max(256, -(-int(cross) // 256) * 256)
+    return {"path": LONG_PATH, "from": from_cells, "ms": ms,
+            "reason": f"from {from_cells:,} cells on (prompt + max new tokens) {LONG_PATH}: an AR step over "
+                      f"{LONG_CELLS:,} cells {gain:.0%} cheaper ({b1:.1f} vs {a1:.1f} ms); its tree rows round unlike "
+                      f"its AR step, so its divergences are attributed as ties within "
+                      f"{GgmlNoFlashPath.TIE_LOGITS:g} logits"}
 
 
 def _warmed(model, reason: str, ms: dict, cache_dir: str | Path | None, warm_now: bool = True) -> PathChoice:

@@ -75,6 +75,19 @@ class LoadedModel:
         """The model's forward path, shared by its generations (``forward_choice.choose``; eager by default)."""
         return self.forward_path if self.forward_path is not None else EagerPath(self.model)
 
+    def for_context(self, cells: int) -> LoadedModel:
+        """This model as a generation of ``cells`` cells (prompt + max new tokens) runs it: on the path its forward
+        path gives that length (``ForwardPath.at``: e.g. llama.cpp's attention without flash attention over a long
+        context, where the forward choice measured it cheaper), its reason said; ``self`` where the path is the same.
+        A run's record, its cost curve and its AR reference all read the model this returns (every entry point
+        calls it once the prompt's length is known)."""
+        here = self.forward
+        path = here.at(cells)
+        if path is here:
+            return self
+        return replace(self, forward_path=path, forward_reason=f"{path.name} for this run's {cells:,} cells "
+                                                                 f"({here.longer.reason})")
+
     def gguf(self) -> Path | None:
         """The ``.gguf`` file the model came from (the llamacpp path runs it), or None (``named.source_gguf``)."""
         return source_gguf(self.source.fetch, self.source.path) if self.source is not None else None
