@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ConfigError, ModelLoadError) as exc:  # CostCurveError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"model: {lm.summary()}", file=sys.stderr)
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
+    lm = lm.for_context(len(prompt_ids) + config.max_new_tokens)  # the path a generation this long runs on
+    print(f"model: {lm.summary()}", file=sys.stderr)
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -82,20 +83,27 @@ def main(argv: list[str] | None = None) -> int:
               "serve": serving_dict(config),
               **summarize(traces).to_dict(), "text": lm.tokenizer.decode(tokens), "token_ids": tokens}
     if args.check_lossless:
-        ref = lossless_reference(lm, prompt_ids, args.max_new_tokens)  # the same weights on the same kernels
-        found = attribute(lm.model, prompt_ids, ref, tokens, path=lm.forward)  # None when the ids are identical
-        # fp32 and llama.cpp's rows are exact (no tolerance at all); in half precision a precision tie may part
-        result["lossless"] = found is None or (found.kind == "precision tie" and not found.exact)
-        result["divergence"] = found.to_dict() if found is not None else None
-        if found is not None:
-            verdict = "" if result["lossless"] else "LOSSLESS VIOLATION: "
-            if found.exact:
-                verdict += f"({lm.runs.label} allows no difference) "
-            print(verdict + found.sentence(lm.tokenizer.decode), file=sys.stderr)
+        result |= check_lossless(lm, prompt_ids, tokens, args.max_new_tokens)
     if not args.json:
         print(result["text"])
     print(json.dumps(result, indent=None if args.json else 2))
     return 1 if result.get("lossless") is False else 0
+
+
+def check_lossless(lm, prompt_ids: list[int], tokens: list[int], max_new_tokens: int) -> dict:
+    """``--check-lossless``: the run's ``tokens`` against the greedy output of the same weights on the same kernels
+    (``lossless_reference``), the first difference attributed (a tie or a bug, said on stderr); returns the result's
+    {"lossless", "divergence"}."""
+    ref = lossless_reference(lm, prompt_ids, max_new_tokens)
+    found = attribute(lm.model, prompt_ids, ref, tokens, path=lm.forward)  # None when the ids are identical
+    # fp32 and llama.cpp's rows are exact (no tolerance at all); in half precision a precision tie may part
+    lossless = found is None or (found.kind == "precision tie" and not found.exact)
+    if found is not None:
+        verdict = "" if lossless else "LOSSLESS VIOLATION: "
+        if found.exact:
+            verdict += f"({lm.runs.label} allows no difference) "
+        print(verdict + found.sentence(lm.tokenizer.decode), file=sys.stderr)
+    return {"lossless": lossless, "divergence": found.to_dict() if found is not None else None}
 
 
 if __name__ == "__main__":

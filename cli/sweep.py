@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt_ids = _prompt_ids(lm, args, prompt, base.max_new_tokens)
+    lm = lm.for_context(len(prompt_ids) + base.max_new_tokens)  # the path a generation this long runs on
     problem = lm.context_problem(len(prompt_ids), base.max_new_tokens)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

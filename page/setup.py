@@ -33,8 +33,9 @@ class RunSetup:
 
 
 def set_up(settings: PageSettings, session: Session, models: ModelRegistry) -> RunSetup:
-    """The visitor's run, ready to start: ``session``'s Stop request cleared, its model, ``settings`` checked and
-    turned into prompt ids and a config.
+    """The visitor's run, ready to start: ``session``'s Stop request cleared, its model (on the forward path a
+    generation of this length runs on: ``LoadedModel.for_context``), ``settings`` checked and turned into prompt ids
+    and a config.
 
     Raises:
         ConfigError: a setting out of range or a prompt the model cannot take (the handler shows its one sentence).
@@ -42,4 +43,5 @@ def set_up(settings: PageSettings, session: Session, models: ModelRegistry) -> R
     control = session.start()
     lm = models.get(session.model_key)
     ids, config = settings.prepare(lm)
+    lm = lm.for_context(len(ids) + config.max_new_tokens)  # the path a generation this long runs on
     return RunSetup(control, lm, ids, config, session_curve(session.curve, lm))

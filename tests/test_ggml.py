@@ -234,7 +234,8 @@ def test_a_run_on_the_file_says_q4_1_and_is_held_to_its_own_ar_exactly(path, smo
 def test_the_noflash_path_is_held_to_its_ar_with_every_divergence_a_tie(gguf, smollm2_lm):
     """Issue 70 item 3: llama.cpp's AR kernel for long contexts (no flash attention) rounds a tree row unlike its AR
     step, so Goose there may part from its AR: each such place is attributed, a tie within ``TIE_LOGITS`` and never
-    a bug; ``--forward auto`` never picks the path (its rows are not exact)."""
+    a bug; ``--forward auto`` never picks it as the model's path (its rows are not exact), only for long generations
+    where it was measured cheaper (``ForwardPath.at``)."""
     from dataclasses import replace
 
     from engine.core.ggml import GgmlNoFlashPath
@@ -264,6 +265,43 @@ def test_the_noflash_path_is_held_to_its_ar_with_every_divergence_a_tie(gguf, sm
         assert found is None or found.kind == "precision tie", found.sentence()
     assert accepted > 0, "inconclusive: no draft token accepted"
     path.close()
+
+
+@pytest.mark.full  # runs on llama.cpp over a prompt past 512 cells, and a short one: seconds
+def test_auto_runs_a_long_prompt_on_the_long_path_and_its_rows_name_it(gguf, smollm2_lm):
+    """Issue 70 item 3: where the forward choice measured llama.cpp's attention without flash attention cheaper over
+    long contexts (``forward_choice.long_rule``), a long prompt's runs take it and a short prompt's the exact path;
+    the bench's rows name the path each ran on, and each is held to AR on its own path (no bug; a tie only where
+    the path's rows are not exact)."""
+    from argparse import Namespace
+    from dataclasses import replace
+
+    from engine.core.forward import Longer
+    from engine.core.ggml import GgmlNoFlashPath, GgmlQ8CachePath
+    from engine.decoding.config import DecodeConfig
+    from engine.decoding.cost import CostCurve
+    from engine.product.bench.runner import Runner, check_lossless
+
+    exact = GgmlQ8CachePath(smollm2_lm.model, gguf, threads=2)
+    exact.longer = Longer(512, GgmlNoFlashPath(smollm2_lm.model, gguf, threads=2), "long contexts: no flash attention")
+    lm = replace(smollm2_lm, forward_path=exact, auto_dtype=True)
+    args = Namespace(max_new_tokens=MAX_NEW, same_session=False, profile=False, repeats=1)
+    run = Runner(lm, args, DecodeConfig.of(max_new_tokens=MAX_NEW), curve=CostCurve.from_spec(SMOLLM2_CURVE))
+    code = (DATA / "humaneval" / "HumanEval.jsonl").read_text(encoding="utf-8").splitlines()
+    long = "\n".join(json.loads(line)["prompt"] for line in code[:5])  # past 512 cells
+    accepted = 0
+    for text, ran in ((CODE, "llamacpp-q8cache"), (long, "llamacpp-noflash")):
+        ids = lm.encode_prompt(text, chat=False)
+        run.at(ids)
+        runs = {m: [run(m, ids)] for m in ("ar", "goose")}
+        assert {runs[m][0]["runs"]["forward_path"] for m in runs} == {ran}, runs["goose"][0]["runs"]
+        check_lossless(run.here, ids, runs, "humaneval", 0)
+        found = runs["goose"][0].get("divergence")
+        assert found is None or (ran == "llamacpp-noflash" and found["kind"] == "precision tie"), found
+        accepted += sum(n for src, n in runs["goose"][0]["summary"].accepted_by_source.items() if src != "bonus")
+    assert accepted > 0, "inconclusive: no draft token accepted"
+    exact.longer.path.close()
+    exact.close()
 
 
 @pytest.mark.full  # loads the GGUF file in llama.cpp

@@ -26,11 +26,23 @@ class Runner:
 
     def __init__(self, lm, args, base: DecodeConfig, draft=None, curve: CostCurve | None = None, fp32=None) -> None:
         self.lm, self.args, self.draft = lm, args, draft
+        self.here = lm  # the model as the prompt being run runs it (``at``: its forward path for that length)
         self.base = base  # the settings every engine method starts from (the CLI's options)
         self.fp32 = fp32  # the model in fp32, for the "ar-fp32" row (the exact mode's AR), or None
-        self.curve = curve  # the cost curve every method reads; None: the cached curve, on first use
+        self.given = curve  # the cost curve every method reads (--cost-curve); None: each path's cached curve
+        self.curves: dict[str, CostCurve] = {}  # forward path -> the curve its runs read (on first use)
         self.sessions: dict[str, SourceMemory] = {}  # --same-session: each method's memory across a dataset
         self.peer: LlamaCpp | None = None  # llama.cpp on the same GGUF file, for the llamacpp-* methods
+
+    @property
+    def curve(self) -> CostCurve | None:
+        """The curve the report prices runs on: the one given, else the curve of the path the last prompt ran on."""
+        return self.given or self.curves.get(self.here.forward.name)
+
+    def at(self, prompt_ids: list[int]) -> None:
+        """The next runs are of ``prompt_ids``: the model on the path a generation that long runs on
+        (``LoadedModel.for_context``: each method, its AR reference and the check read it)."""
+        self.here = self.lm.for_context(len(prompt_ids) + self.args.max_new_tokens)
 
     def new_session(self) -> None:
         """Forget what sources kept across requests (a new dataset starts a new session)."""
@@ -54,7 +66,7 @@ class Runner:
             return {"dtype": self.lm.precision, "forward_path": "transformers generate", "weights": "transformers"}
         if method == FP32_AR:
             return {"dtype": "fp32", "forward_path": "eager", "weights": "transformers"}
-        return self.lm.runs.to_dict()
+        return self.here.runs.to_dict()
 
     def engine(self, method: str, prompt_ids: list[int]) -> dict:
         if method == FP32_AR:  # the exact mode's AR on its own fp32 copy: the "old default" tok/s reference
@@ -65,9 +77,11 @@ class Runner:
                     "prefill_s": s.prefill_s}
         config = self.base.with_(**method_config(method))  # the method's own settings win (a "/c=" variant too)
         memory = self.sessions.setdefault(method, SourceMemory()) if self.args.same_session else None
-        decoder = make_decoder(self.lm, config, self.lm.eos_token_ids, cost_curve=self.curve, memory=memory,
-                              profile=self.args.profile)  # --profile on CUDA: each stage waits for its kernels
-        self.curve = self.curve or decoder.cost_curve  # every method of the run reads the same curve
+        path = self.here.forward.name
+        decoder = make_decoder(self.here, config, self.lm.eos_token_ids, cost_curve=self.given or self.curves.get(path),
+                               memory=memory, profile=self.args.profile)  # --profile on CUDA: each stage waits
+        if decoder.cost_curve is not None:  # every method on a path reads the same curve
+            self.curves.setdefault(path, decoder.cost_curve)
         traces = list(decoder.generate(prompt_ids))
         s = summarize(traces)
         record = {"tokens": [t for tr in traces for t in tr.new_tokens], "seconds": s.seconds,
@@ -121,11 +135,12 @@ def run_dataset(run: Runner, methods: list[str], dataset: str, texts: list[str],
     run.new_session()
     for k, text in enumerate(tqdm(texts, desc=dataset)):
         ids = encode(run.lm, text, DATASETS[dataset][2], run.args.max_new_tokens)
+        run.at(ids)
         fastest = fastest_runs(run, methods, ids, k)
         for m in methods:
             runs[m].append(fastest[m])
             profile += [{"method": m, "dataset": dataset, "prompt": k, **c} for c in runs[m][-1].pop("cycles", [])]
-        check_lossless(run.lm, ids, runs, dataset, k)
+        check_lossless(run.here, ids, runs, dataset, k)
     return runs
 
 
