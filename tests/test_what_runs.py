@@ -16,7 +16,7 @@ import torch
 
 from engine.core import ggml
 from engine.core.forward import EagerPath
-from engine.product.bench import markdown
+from engine.product.bench import aggregate, markdown
 from engine.product.io.traces import RunHeader, TraceFormatError, export_run, load_run
 from engine.product.models import loading
 from engine.product.models.loading import ModelLoadError, forward_wanted
@@ -113,6 +113,20 @@ def test_the_bench_report_says_what_ran_each_method():
     lines = markdown._md_what_ran(rows, ["ar", "hf-pld"])
     assert "| ar | the GGUF file's Q4_1 | llamacpp-q8cache |" in lines
     assert "| hf-pld | the transformers model's q4 | transformers generate |" in lines
+
+
+def test_a_dataset_whose_long_prompts_took_the_long_path_names_both_paths_with_their_counts():
+    """``auto`` runs a long prompt on the long path (``LoadedModel.for_context``): the report read the first prompt's
+    record only, so a set of short and long prompts was labelled with the short prompts' path."""
+    short, long = ({"dtype": "Q4_1", "forward_path": p, "weights": "gguf"} for p in ("llamacpp-q8cache",
+                                                                                     "llamacpp-noflash"))
+    assert aggregate.what_ran([short, long, long]) == {"dtype": "Q4_1", "weights": "gguf",
+                                                       "forward_path": "llamacpp-q8cache (1) / llamacpp-noflash (2)"}
+    assert aggregate.what_ran([short, short]) == short and aggregate.what_ran([None]) is None
+    rows = [{"method": "ar", "dataset": d, "runs": aggregate.what_ran(each), "runs_each": each}
+            for d, each in (("humaneval", [short, long]), ("mt_bench", [long, long]))]
+    assert "| ar | the GGUF file's Q4_1 | llamacpp-q8cache (1) / llamacpp-noflash (3) |" in markdown._md_what_ran(
+        rows, ["ar"])
 
 
 def test_a_trace_says_what_ran_and_reads_it_back(demo_lm):

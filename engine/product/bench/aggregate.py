@@ -77,8 +77,25 @@ def _timing_row(method: str, dataset: str, runs: list[dict], ar_runs: list[dict]
            "ties": kinds.count("precision tie"), "bugs": kinds.count("bug") + kinds.count("length"),
            "lossless": not (kinds.count("bug") + kinds.count("length")),
            "divergences": [r["divergence"] for r in runs if "divergence" in r],
-           "runs": runs[0].get("runs")}  # what ran its forwards: {"dtype", "forward_path", "weights"}
+           "runs": what_ran([r.get("runs") for r in runs]),  # what ran its forwards (``what_ran``)
+           "runs_each": [r.get("runs") for r in runs]}  # the same per prompt (a long prompt's path may differ)
     return row
+
+
+def what_ran(records: list[dict | None]) -> dict | None:
+    """One "what ran" record ({"dtype", "forward_path", "weights"}) for several runs: each field's value where they
+    agree, else its values in order of first use with how many runs took each, e.g. {"forward_path":
+    "llamacpp-q8cache (4) / llamacpp-noflash (6)"} where ``auto`` ran long prompts on the long path
+    (``LoadedModel.for_context``); None where no run said."""
+    records = [r for r in records if r]
+    if not records:
+        return None
+    merged = {}
+    for key in dict.fromkeys(k for r in records for k in r):
+        values = [r.get(key) for r in records]
+        distinct = list(dict.fromkeys(values))
+        merged[key] = distinct[0] if len(distinct) == 1 else " / ".join(f"{v} ({values.count(v)})" for v in distinct)
+    return merged
 
 
 def _draft_stats(runs: list[dict]) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from engine.decoding.trace import TIMING_KEYS
-from engine.product.bench.aggregate import head_to_head
+from engine.product.bench.aggregate import head_to_head, what_ran
 from engine.product.runs.run import SPEEDUP_WORDS
 
 
@@ -36,8 +36,10 @@ def _md_header(meta: dict) -> list[str]:
 
 
 def _md_what_ran(rows: list[dict], methods: list[str]) -> list[str]:
-    """Which weights and kernels ran each method's forwards (a row's ``runs``: ``what_runs.WhatRuns``)."""
-    ran = {r["method"]: r.get("runs") for r in rows}
+    """Which weights and kernels ran each method's forwards (its rows' ``runs``: ``what_runs.WhatRuns``, merged over
+    datasets by ``what_ran``: a path taken by some prompts only is named with its count)."""
+    ran = {m: what_ran([each for r in rows if r["method"] == m for each in r.get("runs_each") or [r.get("runs")]])
+           for m in methods}
     out = ["## What ran", "", "| method | weights | forward path |", "|---|---|---|"]
     for m in methods:
         what = ran.get(m) or {}
