@@ -348,7 +348,7 @@ class GgmlPath(ForwardPath):
         if not self.gguf.is_file():
             raise ValueError(f"no GGUF file at {self.gguf}")
         self.threads = int(threads) if threads else physical_cores()
-        self._model = LlamaModel(self._lib, self.gguf)
+        self._model = LlamaModel.shared(self._lib, self.gguf)  # one copy of the weights for every path on the file
         vocab = model.config.get_text_config().vocab_size
         if vocab != self._model.n_vocab:
             raise ValueError(f"{self.gguf.name} has {self._model.n_vocab} tokens but the model {vocab}: "
@@ -460,8 +460,9 @@ class GgmlNoFlashPath(GgmlPath):
     row, and the 8-bit activations after them carry that to the logits, so a tree row may read up to ~2.2 apart from its
     AR step and move a gap between two tokens by up to 2.8 (measured, ``TIE_LOGITS``).  Where this path's output parts
     from its AR, the two tokens' logits in AR's step within ``TIE_LOGITS`` are a precision tie; wider is a bug.
-    ``--forward auto`` never picks it (a forward path whose rows are exact comes first); ask for it by name for long
-    prompts."""
+    ``--forward auto`` runs long generations on it where it measured their AR step cheaper than the chosen path's
+    (``forward_choice.long_rule``: from the cells where the two cross); ask for it by name to run every
+    generation on it."""
 
     name = "llamacpp-noflash"
     FLASH_ATTN = False

@@ -18,6 +18,8 @@ INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" pip install llama-cpp
 
 _ready = threading.Lock()
 _initialised = False
+_loaded: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (file, size, mtime) -> its LlamaModel
+_loaded_lock = threading.Lock()  # (``LlamaModel.shared``: the weights, read-only, loaded once while held)
 
 
 class GgmlUnavailable(RuntimeError):
@@ -99,3 +101,16 @@ class LlamaModel:
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.weight_type = weight_type(lib, ptr)
         weakref.finalize(self, lib.llama_model_free, ptr)
+
+    @classmethod
+    def shared(cls, lib, gguf: Path) -> LlamaModel:
+        """The file's weights loaded once while anything holds them: every path on the same unchanged file (the
+        chosen path and its path for long generations, the candidates a forward choice times) reads one copy, as
+        llama.cpp lets many contexts share a model.  Keyed by the resolved path, size and modification time."""
+        stat = Path(gguf).stat()
+        key = (str(Path(gguf).resolve()), stat.st_size, stat.st_mtime_ns)
+        with _loaded_lock:
+            model = _loaded.get(key)
+            if model is None:
+                model = _loaded[key] = cls(lib, gguf)
+            return model

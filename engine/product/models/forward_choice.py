@@ -205,12 +205,12 @@ def choose(model, want: str | None = None, compiled: bool = False,
         known = _measure(model, eager, compiled, cache_dir, gguf)
     if known["path"] == "compiled":
         return _warmed(model, known["reason"], known["ms"], cache_dir, warm_now)
-    path = eager if known["path"] == "eager" else make_path(model, known["path"], gguf)
-    longer = known.get("longer")
-    if longer and longer.get("from"):  # long generations on the long path (``ForwardPath.at``)
+    path, reason = eager if known["path"] == "eager" else make_path(model, known["path"], gguf), known["reason"]
+    longer = known.get("longer") or {}
+    if longer.get("from"):  # long generations on the long path (``ForwardPath.at``), the same weights
         path.longer = Longer(longer["from"], make_path(model, longer["path"], gguf), longer["reason"])
-    return PathChoice(path, known["reason"] + (f"; {longer['reason']}" if longer and longer.get("from") else ""),
-                      known["ms"])
+        reason += f"; {longer['reason']}"
+    return PathChoice(path, reason, known["ms"])
 
 
 def _read(model, cache_dir: str | Path | None, gguf=None) -> dict | None:
