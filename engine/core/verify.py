@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .tree import DraftTree, Source
@@ -157,11 +158,11 @@ def _read_back_packed(logits: torch.Tensor, k: int, probs: torch.Tensor | None) 
 
 
 def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
-    """``read_back`` of CPU logits, where nothing is copied: the top-k and the softmax as ``_top_rows`` takes them,
-    and the argmax read off the top-k in Python by ``_top_rows``' rule (k = 0: the argmax alone).  Five tensor
-    operations instead of twenty: right after a llama.cpp decode has evicted the caches each one costs tens of µs,
-    so the packing that saves a device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per
-    cycle").
+    """``read_back`` of CPU logits, where nothing is copied: each row's top-k ids and argmax (``_top_wide`` for
+    several rows of a wide vocabulary, else ``_top_torch``), their probabilities gathered from the softmax as
+    ``_top_rows`` takes them (the same values); k = 0: the argmax alone.  A few tensor operations instead of twenty:
+    right after a llama.cpp decode has evicted the caches each one costs tens of µs, so the packing that saves a
+    device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per cycle").
 
     Args:
         logits: (n, |V|) CPU verification logits (any dtype).
@@ -171,15 +172,73 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     if not k:
         greedy = x.numpy().argmax(axis=-1).tolist()  # (n,): numpy's argmax, half torch's time (first maximum alike)
         return ReadBack(greedy, [[] for _ in greedy], [[] for _ in greedy])
-    vals, ids = x.topk(min(k, x.shape[-1]), dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
+    n, vocab = x.shape
+    wide = n >= WIDE_ROWS and vocab >= WIDE_VOCAB
+    ids, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, (n,) ints
     scores = torch.softmax(x, dim=-1).gather(-1, ids).tolist()  # (n, k) float32 -> floats
-    vals, ids = vals.tolist(), ids.tolist()
+    return ReadBack(greedy, ids.tolist(), scores)
+
+
+def _top_torch(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[int]]:
+    """Each row's top-``k`` ids by ``torch.topk`` ((n, k) int64, best first) and its argmax read off them in Python
+    by ``_top_rows``' rule (the lowest id among the top-k entries equal to the maximum; the row's own argmax where
+    all k tie or the maximum is NaN).  ``x``: (n, |V|) float32 CPU logits."""
+    vals, ids = x.topk(k, dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
     greedy = []
-    for row, (v, t) in enumerate(zip(vals, ids)):
+    for row, (v, t) in enumerate(zip(vals.tolist(), ids.tolist())):
         tied = [t[j] for j in range(len(v)) if v[j] == v[0]]  # empty when the maximum is NaN
         sure = 0 < len(tied) < len(v)  # else the argmax may lie beyond the k (or the row holds a NaN)
         greedy.append(min(tied) if sure else int(x[row].argmax()))
-    return ReadBack(greedy, ids, scores)
+    return ids, greedy
+
+
+#: ``_top_wide`` reads a read-back of at least this many rows of at least this wide a vocabulary; ``_top_torch``
+#: the rest.  Measured in the decoding loop (each read-back taken both ways, the order alternating; docs/results.md,
+#: "Goose's cost per cycle"): SmolLM2's 49,152 logits on the llamacpp path, 2-8 rows 0.59 against 0.69 ms, 9 or
+#: more 1.4 against 2.1; one row alike (0.28); the demo model's 8,192 logits slower at every size (2-8 rows 0.21
+#: against 0.13 ms), where a small top-k costs less than the few more operations.
+WIDE_ROWS, WIDE_VOCAB = 2, 32768
+
+#: logits per block of ``_top_wide``'s first pass (a divisor of the common vocabulary sizes; others are padded)
+TOP_BLOCK = 64
+
+
+def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[int]]:
+    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), and each row's
+    argmax (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
+
+    Two passes instead of a top-k over every logit (on random logits, 7 rows of 49,152: 0.50 ms against 0.13):
+    the maximum of each block of ``TOP_BLOCK`` logits (one vectorised reduction), then t, the k-th largest block
+    maximum.  Each of those k blocks holds a logit >= t, so no logit below t is in the top-k: only the few blocks
+    whose maximum reaches t are read, their logits >= t ordered by (value, id).  A row holding a NaN (the largest,
+    as ``torch.topk`` ranks it) is read by ``torch.topk`` alone.
+
+    Args:
+        x: (n, |V|) float32 CPU logits.
+        k: 1 <= k <= |V|.
+    """
+    n, vocab = x.shape
+    x = x.contiguous()
+    pad = -vocab % TOP_BLOCK
+    if pad:  # padded with -inf: a padded entry ranks after every real one (highest id among equals)
+        x = torch.cat([x, x.new_full((n, pad), float("-inf"))], dim=-1)
+    blocks = x.numpy().reshape(n, -1, TOP_BLOCK)  # (n, nb, TOP_BLOCK) view
+    nb = blocks.shape[1]
+    top = x.view(n, nb, TOP_BLOCK).amax(dim=-1).numpy()  # (n, nb): torch's reduction, vectorised (numpy's is not)
+    t = np.partition(top, nb - k, axis=-1)[:, nb - k] if nb > k else np.full(n, -np.inf, top.dtype)  # (n,): the
+    # k-th largest block maximum (fewer blocks than k: every logit is a candidate)
+    br, bc = np.nonzero(top >= t[:, None])  # the blocks that may hold a top-k logit (NaN compares False)
+    held = blocks[br, bc]  # (m, TOP_BLOCK)
+    hr, hc = np.nonzero(held >= t[br][:, None])
+    rows, ids, vals = br[hr], bc[hr] * TOP_BLOCK + hc, held[hr, hc]
+    order = np.lexsort((ids, -vals, rows))  # by row, then value (largest first), then id
+    ids_l = ids[order].tolist()
+    starts = np.searchsorted(rows[order], np.arange(n)).tolist()
+    out = [ids_l[s:s + k] for s in starts]
+    greedy = [row[0] for row in out]
+    for r in np.flatnonzero(np.isnan(top).any(axis=-1)).tolist():  # a NaN row: torch's ranking and argmax there
+        out[r], greedy[r] = x[r, :vocab].topk(k).indices.tolist(), int(x[r, :vocab].argmax())
+    return torch.tensor(out, dtype=torch.long), greedy
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
