@@ -109,6 +109,25 @@ class DraftTree:
             raise ValueError("DraftTree parents must be topologically ordered with a single root at index 0")
 
     @classmethod
+    def derived(cls, tokens: tuple[int, ...], parents: tuple[int | None, ...], sources: tuple[Source, ...],
+                scores: tuple[float, ...], est_accept: tuple[float, ...]) -> DraftTree:
+        """A tree whose fields are consistent by construction (a builder's, or derived from a valid tree: a subtree,
+        a graft, other estimates), made without ``__post_init__``'s O(n) check: a cycle derives four or five."""
+        tree = object.__new__(cls)
+        tree.__dict__.update(tokens=tokens, parents=parents, sources=sources, scores=scores, est_accept=est_accept)
+        return tree
+
+    def with_estimates(self, est_accept: tuple[float, ...]) -> DraftTree:
+        """This tree with other path estimates (n of them: what GT read, ``GtChoice.read``).
+
+        Raises:
+            ValueError: not one estimate per node.
+        """
+        if len(est_accept) != len(self):
+            raise ValueError(f"{len(est_accept)} estimates for a tree of {len(self)} nodes")
+        return DraftTree.derived(self.tokens, self.parents, self.sources, self.scores, tuple(est_accept))
+
+    @classmethod
     def root_only(cls, token: int) -> DraftTree:
         """A tree of the anchor alone: verifying it is one plain AR step."""
         return cls((token,), (None,), (Source.ROOT,), (1.0,), (1.0,))
@@ -129,9 +148,12 @@ class DraftTree:
         n = len(self)
         if not tokens:
             return self
-        return DraftTree(self.tokens + tuple(tokens), self.parents + tuple(0 if p is None else n + p for p in parents),
-                         self.sources + (source,) * len(tokens), self.scores + (0.0,) * len(tokens),
-                         self.est_accept + (0.0,) * len(tokens))
+        parents = tuple(0 if p is None else n + p for p in parents)
+        if len(parents) != len(tokens) or any(not n <= p < n + i for i, p in enumerate(parents) if p >= n):
+            raise ValueError("a grafted row's parent is the root or an earlier grafted row")
+        return DraftTree.derived(self.tokens + tuple(tokens), self.parents + parents,
+                                 self.sources + (source,) * len(tokens), self.scores + (0.0,) * len(tokens),
+                                 self.est_accept + (0.0,) * len(tokens))
 
     def padded(self, rows: int) -> DraftTree:
         """This tree with padding rows appended up to ``rows`` (``Source.PAD``, token 0, children of the root), so a
@@ -198,10 +220,10 @@ class DraftTree:
         new_index = {old: new for new, old in enumerate(keep)}
         if not keep or keep[0] != 0 or any(self.parents[i] not in new_index for i in keep[1:]):
             raise ValueError("a subtree keeps the root and the parent of every kept node")
-        return DraftTree(tuple(self.tokens[i] for i in keep),
-                         (None, *(new_index[self.parents[i]] for i in keep[1:])),
-                         tuple(self.sources[i] for i in keep), tuple(self.scores[i] for i in keep),
-                         tuple(self.est_accept[i] for i in keep))
+        return DraftTree.derived(tuple(self.tokens[i] for i in keep),
+                                 (None, *(new_index[self.parents[i]] for i in keep[1:])),
+                                 tuple(self.sources[i] for i in keep), tuple(self.scores[i] for i in keep),
+                                 tuple(self.est_accept[i] for i in keep))
 
     def device_ancestry(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The tree on ``device``: (tokens (n,) int64, depths (n,) int64, ancestors (n, n) bool, ``[i, j]`` iff node j
@@ -362,8 +384,8 @@ class TreeBuilder:
         return self.kids[parent].get(token)
 
     def freeze(self) -> Built:
-        tree = DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),
-                         tuple(self.est))
+        tree = DraftTree.derived(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),
+                                 tuple(self.est))  # ``add`` keeps the parents topological
         return Built(tree, tuple(self.ghosts))
 
 

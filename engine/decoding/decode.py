@@ -334,7 +334,7 @@ class SpecDecoder:
                                                           rate=self._rate(s), ghosts=plan.ghosts)
         built = plan.tree if calibration is not None or s.stats.counterfactual else None
         priced_out = {"mode": "ar", "spine_ratio": None} if len(tree) == 1 else {}  # AR when n* = 1
-        candidates = replace(plan.tree, est_accept=choice.read)  # the drafts as GT priced them (the ledger's replay)
+        candidates = plan.tree.with_estimates(choice.read)  # the drafts as GT priced them (the ledger's replay)
         return replace(plan, tree=tree, ghosts=ghosts, gt=choice, built=built, trusted=trusted, candidates=candidates,
                        **priced_out)
 

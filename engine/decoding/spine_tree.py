@@ -22,6 +22,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
 from typing import NamedTuple
 
 from ..core.tree import Built, Source, TreeBuilder
@@ -36,6 +38,9 @@ class Branch(NamedTuple):
     source: Source
     score: float  # the score shown (TR: adjacency probability)
     p: float  # estimated acceptance given the parent was accepted
+
+
+_branch = partial(tuple.__new__, Branch)  # a Branch of a (token, source, score, p) tuple, made without a Python call
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,11 @@ class Proposals:
         out: list[Branch] = []
         for src in self.branch_sources:
             found = src.propose(Request(self.context, path))
-            out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
-                    zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
+            if found.parents.count(None) == len(found):  # all below the node (TR's rows): made in C, no loop of ours
+                out += map(_branch, zip(found.tokens, repeat(src.info.source), found.scores, found.p))
+            else:
+                out += [Branch(t, src.info.source, s, p) for t, s, p, parent in
+                        zip(found.tokens, found.scores, found.p, found.parents) if parent is None]
         return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import ClassVar
 
 import torch
@@ -61,6 +62,12 @@ class TrConfig:
 
 #: One table row: successor token ids and their scores, best first.
 Row = tuple[tuple[int, ...], tuple[float, ...]]
+
+
+@cache
+def _roots(m: int) -> tuple[None, ...]:
+    """The parents of m candidates that all hang below the node asked about (made once per m, not per lookup)."""
+    return (None,) * m
 
 
 class AdjacencyTable:
@@ -167,7 +174,7 @@ class TrSource:
             return Candidates()
         tokens, scores = row
         p = tuple(self.rate(request.depth + 1, s) for s in scores) if self.calibrate else scores
-        return Candidates(tokens, (None,) * len(tokens), scores, p)
+        return Candidates(tokens, _roots(len(tokens)), scores, p)
 
     def rate(self, depth: int, score: float) -> float:
         """Estimated acceptance of a successor scored ``score`` at ``depth`` given its parent was accepted."""
