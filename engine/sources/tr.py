@@ -71,6 +71,18 @@ def _roots(m: int) -> tuple[None, ...]:
 
 
 class AdjacencyTable:
+    """Token Recycling's adjacency table on the host (Goose App. C.1): for each token, the target's top-K successors
+    read off the last logit row whose input it was (tier 1), and for each (previous token, token) pair the same
+    (tier 2, an LRU of ``bigram_capacity`` rows); scores are probabilities in [0, 1] (``renormalise``: over the K
+    alone).  ``store`` writes a forward's rows, ``row`` / ``successors`` read one, bigram first.  One per generation.
+
+    Args:
+        vocab_size: the model's vocabulary (kept for the record; rows are sparse, keyed by token).
+        top_k: K, successors per row.
+        bigram_capacity: rows kept in tier 2.
+        renormalise: scores as a softmax over the K logits (the authors' code) instead of the full softmax.
+    """
+
     def __init__(self, vocab_size: int, top_k: int = 10, bigram_capacity: int = 65536,
                  renormalise: bool = False) -> None:
         self.vocab_size = vocab_size

@@ -57,6 +57,12 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class LoadedModel:
+    """A model as the engine serves it: the transformers model and tokenizer, the precision and forward path chosen
+    for this machine and why, and a public name (never a machine path).  Made by ``load_model`` (its path then set
+    by ``with_forward``); frozen, so one load is shared safely by every visitor of a page.  ``forward`` is the path
+    its generations run on, ``for_context(cells)`` the model as a generation of that length runs it.
+    """
+
     model: object  # transformers PreTrainedModel, eval mode
     tokenizer: object  # transformers tokenizer
     name: str  # public id: named model, hub id, or a local model's file / folder name (never a path)
@@ -172,6 +178,11 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> str:
+    """The device a load asks for: 'auto' is 'cuda' where a CUDA device is present, else 'cpu'; any other name as given.
+
+    Raises:
+        ModelLoadError: 'cuda' or 'cuda:N' asked for on a machine without a CUDA device (one line, with the remedy).
+    """
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -21,6 +21,10 @@ def committed_sources(trace: CycleTrace) -> list[str]:
 
 @dataclass(frozen=True)
 class RunSummary:
+    """One run's figures, from its cycle traces (``summarize``): tokens, τ, time (s; ms per stage), what each source
+    drafted and had accepted, and the median cycle's host and forward time (ms).  What the bench, the page's stats and
+    the sweep report read of a run; ``to_dict`` is its JSON form."""
+
     new_tokens: int  # tokens generated
     cycles: int  # decoding cycles after prefill
     forwards: int  # verification forwards, prefill included
