@@ -148,7 +148,7 @@ def test_path_calibration_auto_calibrates_where_a_first_draft_row_is_dear(demo_l
     """``path_calibration`` "auto": the size choice reads calibrated path estimates where a tree's first draft row
     costs at least ``CALIBRATE_AT`` of an AR step (llama.cpp's steep curve), raw ones on a flat curve (CUDA graphs);
     True and False hold on any curve; anything else is refused."""
-    import engine.decoding.decode as decode
+    import engine.decoding.planner as planner
     from engine.decoding.config import CALIBRATE_AT
     from engine.decoding.cost import CostCurve
 
@@ -161,8 +161,8 @@ def test_path_calibration_auto_calibrates_where_a_first_draft_row_is_dear(demo_l
     with pytest.raises(ConfigError, match="path calibration"):
         DecodeConfig.of(path_calibration="sometimes")
     seen = []  # what the size choice was given: the session's calibration, or None
-    real = decode.calibrated_choice
-    monkeypatch.setattr(decode, "calibrated_choice", lambda tree, curve, extra, paths, **kw: seen.append(paths)
+    real = planner.calibrated_choice
+    monkeypatch.setattr(planner, "calibrated_choice", lambda tree, curve, extra, paths, **kw: seen.append(paths)
                         or real(tree, curve, extra, paths, **kw))
     ids = demo_lm.encode_prompt(PROMPT)
     for spec, calibrated in ((STEEP, True), (GRAPHED, False)):

@@ -23,7 +23,7 @@ compacted to the accepted path (``kv_cache.keep_path``).  A model takes that exa
 1-3 are properties of the model: ``model_problem`` / ``check_model`` (``SpecDecoder.__init__``,
 ``loading.load_model``).  4 is per run: ``PositionLimits.problem`` refuses a run whose prompt + new tokens
 cannot fit (``SpecDecoder.generate``, ``LoadedModel.context_problem`` for the page and the CLI), and
-``PositionLimits.room`` trims each cycle's tree to the depth that fits (``SpecDecoder._build``), so drafts
+``PositionLimits.room`` trims each cycle's tree to the depth that fits (``Planner.build``), so drafts
 near a limit are shortened, never the run refused.
 
 Every refusal is one sentence (lower-case start, no final full stop, as the other engine errors) naming the

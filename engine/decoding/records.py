@@ -1,16 +1,77 @@
-"""The cycle's records: what each stage of the decoding loop hands the next (``decode.SpecDecoder``'s six stages),
-frozen, and the one operation on a plan that knows nothing of the loop (``fit_to_room``).
+"""The cycle's records: one generation's mutable state (``Generation``), each stage's timings (``Stopwatch``), what
+each stage of the decoding loop hands the next (``decode.SpecDecoder``'s six stages), frozen, and the one operation on
+a plan that knows nothing of the loop (``fit_to_room``).
 
 Source: Goose paper, Algorithm 2 (the stages: draft, build, verify, accept, commit, learn).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 
+import torch
+
+from ..core.estimates import AcceptanceStats
+from ..core.forward import TreeForward
 from ..core.tree import DraftTree
 from ..sources import Candidates, DraftSource
 from .gt import GtChoice
 from .trace import Mode
+
+
+@dataclass
+class Generation:
+    """Mutable state of one generation; never shared between generations or users."""
+
+    forward: TreeForward  # the model on this generation's trees; owns its KV cache and committed length
+    tokens: list[int]  # prompt + generated tokens: the context sources are asked about
+    sources: tuple[DraftSource, ...]  # this generation's draft sources (engine/sources)
+    stats: AcceptanceStats
+    generator: torch.Generator | None = None  # sampling mode: every random draw of this generation
+    output: list[int] = field(default_factory=list)
+    cycles: int = 0
+    busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
+    curve_ms: float = 0.0  # verification time of every cycle so far by the cost curve (ms), for the GT rate λ
+    streak: int = 0  # cycles in a row whose drafts the size choice priced down to the anchor (``Planner._resting``)
+
+    @property
+    def past_len(self) -> int:
+        """Committed cache positions (the prompt and every committed token before the anchor)."""
+        return self.forward.length
+
+    @property
+    def anchor(self) -> int:
+        return self.tokens[-1]
+
+    @property
+    def prev(self) -> int | None:
+        return self.tokens[-2] if len(self.tokens) > 1 else None
+
+
+class Stopwatch:
+    """Stage timings of one cycle, in ms: ``lap(stage)`` charges the time since the previous lap to ``stage``.
+
+    ``sync`` (profiling on a CUDA device): every lap first waits for that device (``torch.cuda.synchronize``),
+    so a kernel is charged to the stage that enqueued it, at the price of one more host sync per stage.  None
+    (the default): no waiting; a stage's kernels that are still running when it ends are charged to the next
+    stage that waits for the device (the forward's read-back).
+    """
+
+    def __init__(self, sync: torch.device | None = None) -> None:
+        self.sync = sync
+        self.start = self.last = time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        if self.sync is not None:
+            torch.cuda.synchronize(self.sync)
+        now = time.perf_counter()
+        self.ms[stage] = self.ms.get(stage, 0.0) + (now - self.last) * 1000.0
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        """The laps plus ``total`` (ms since the stopwatch started)."""
+        return {**self.ms, "total": (time.perf_counter() - self.start) * 1000.0}
 
 
 @dataclass(frozen=True)

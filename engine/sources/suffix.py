@@ -195,7 +195,7 @@ class SuffixSource:
     """Proposes the better of the two trees' speculations (more expected accepted tokens), below any node.
 
     ``match`` is the matched suffix length; the main path (the most frequent continuation) competes with PLD's
-    chain for the spine (the longer chain wins, ``SpecDecoder._draft``); a candidate's estimate and score are
+    chain for the spine (the longer chain wins, ``Planner.draft``); a candidate's estimate and score are
     its continuation frequency over its siblings' (ours: ArcticInference's exact normalisation was not
     checked).  ``confidence`` is 0: the §4.3 schedule is defined for context-match lengths, not frequencies.
     """
