@@ -28,7 +28,9 @@ import gradio as gr
 from engine.product.io.options import add_model_options
 from engine.product.io.traces import MAX_BYTES
 from engine.product.models.engine_thread import EngineThread
-from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, load_model, tqdm_progress
+from engine.product.models.loaded import LoadedModel
+from engine.product.models.loading import load_model, tqdm_progress
+from engine.product.models.model_source import DEMO_MODEL, ModelLoadError
 from page.layout import build_demo
 from page.models import ALLOWED_ENV, PageOptions
 from page.startup import MEASURING, provisional_dtype, settle

@@ -45,7 +45,8 @@ from engine.product.bench.methods import DEFAULT_METHODS, FP32_AR, parse_methods
 from engine.product.bench.prompts import DEFAULT_DATA, BenchError, load_prompts
 from engine.product.bench.runner import Runner, run_dataset
 from engine.product.io.options import add_config_options, add_model_options, config_from_args
-from engine.product.models.loading import ModelLoadError, load_model, resolve, with_forward
+from engine.product.models.loading import load_model, with_forward
+from engine.product.models.model_source import ModelLoadError, resolve
 from engine.product.models.named import ensure_gguf
 from viz.bench_report import report_html
 

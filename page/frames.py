@@ -11,7 +11,7 @@ from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve, CostCurveError
 from engine.product.io.options import command_line
 from engine.product.models.cost_cache import curve_key
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.ledger import cycle_ledger, outputs_after
 from engine.product.runs.metrics import summarize

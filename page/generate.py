@@ -11,7 +11,7 @@ import gradio as gr
 
 from engine.decoding.config import ConfigError
 from engine.decoding.cost import CostCurve
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.models.speeds import RunSpeed
 from engine.product.runs.decoder import make_decoder

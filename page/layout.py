@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from engine.decoding.config import METHODS
 from engine.product.io.deploy import serving_text
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.sources import REGISTRY, SourceMemory
 from page.contract import Drawing, Endpoint, Page, wire

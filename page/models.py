@@ -13,7 +13,8 @@ import gradio as gr
 import torch
 
 from engine.core import ggml
-from engine.product.models.loading import DEMO_MODEL, LoadedModel, ModelLoadError, sentence
+from engine.product.models.loaded import LoadedModel
+from engine.product.models.model_source import DEMO_MODEL, ModelLoadError, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
 from engine.product.models.registry import ModelRegistry
 from page.frames import session_curve

@@ -10,7 +10,7 @@ from itertools import islice
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.trace import CycleTrace
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.run import ArTiming, Speedup
 

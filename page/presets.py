@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 
 PRESETS = json.loads((Path(__file__).resolve().parent.parent / "assets" / "presets.json").read_text(encoding="utf-8"))
 

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 
 from engine.decoding.config import ConfigError
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.decoder import make_decoder
 from engine.product.runs.lossless import attribute

@@ -16,7 +16,7 @@ from engine.product.io.deploy import with_drafter
 from engine.product.io.settings import SETTINGS
 
 if TYPE_CHECKING:
-    from engine.product.models.loading import LoadedModel
+    from engine.product.models.loaded import LoadedModel
 
 _DEFAULT = DecodeConfig()
 #: On the page draft sources never rest (``GtConfig.rest_after`` 0): every cycle draws what they proposed and GT's

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from page.contract import Session
 from page.frames import session_curve

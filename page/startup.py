@@ -18,14 +18,9 @@ import threading
 from dataclasses import replace
 
 from engine.product.models import forward_choice, precision
-from engine.product.models.loading import (
-    LoadedModel,
-    ModelLoadError,
-    forward_wanted,
-    load_model,
-    resolve,
-    resolve_device,
-)
+from engine.product.models.loaded import LoadedModel
+from engine.product.models.loading import forward_wanted, load_model, resolve_device
+from engine.product.models.model_source import ModelLoadError, resolve
 from engine.product.models.registry import ModelRegistry
 
 log = logging.getLogger(__name__)  # shown on the console with the engine's start-up steps (app.py)

@@ -17,16 +17,9 @@ except ImportError:  # not installed: the handlers run as they are
 
 from engine.core.paths import REGISTRY, make_path
 from engine.product.models.engine_thread import EngineThread
-from engine.product.models.loading import (
-    LoadedModel,
-    ModelLoadError,
-    load_model,
-    resolve,
-    resolve_device,
-    resolve_dtype,
-    sentence,
-    tqdm_progress,
-)
+from engine.product.models.loaded import LoadedModel
+from engine.product.models.loading import load_model, resolve_device, resolve_dtype, tqdm_progress
+from engine.product.models.model_source import ModelLoadError, resolve, sentence
 from engine.product.models.registry import ModelRegistry
 from page.contract import Session
 from page.policy import AR_TIMING_TOKENS

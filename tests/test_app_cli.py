@@ -113,9 +113,10 @@ def test_unknown_model_offline_fails_at_once(monkeypatch):
     "At once" is checked as what it stands for, not on the clock: the refusal comes before any connection is tried
     and before transformers is asked for the model (whose retries are the 45 s)."""
     import engine.product.models.loading as loading
+    from engine.product.models.model_source import hub_reachable
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert not loading.hub_reachable()
+    assert not hub_reachable()
     attempts = []
 
     def record(what):

@@ -260,7 +260,7 @@ def test_load_model_refuses_in_one_sentence(tmp_path):
 
 def test_page_context_check_is_the_decoders():
     """``LoadedModel.context_problem`` (page settings, CLI) gives the decoder's sentence, as a page sentence."""
-    from engine.product.models.loading import LoadedModel
+    from engine.product.models.loaded import LoadedModel
 
     config = FAMILIES["mistral"]()
     config.sliding_window = 64

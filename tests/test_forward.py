@@ -253,7 +253,7 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
 
     from engine.core import ggml
     from engine.product.models import forward_choice
-    from engine.product.models.loading import LoadedModel
+    from engine.product.models.loaded import LoadedModel
     from engine.product.models.registry import ModelRegistry
     from page import startup
 
@@ -357,7 +357,7 @@ def test_a_cold_start_measures_llama_cpp_first_and_skips_torch_precisions(demo_l
     from engine.core import ggml
     from engine.product.models import forward_choice
     from engine.product.models.cost_cache import CurveOwner
-    from engine.product.models.loading import LoadedModel
+    from engine.product.models.loaded import LoadedModel
     from engine.product.models.registry import ModelRegistry
     from page import startup
 

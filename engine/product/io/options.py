@@ -10,7 +10,7 @@ from engine.decoding.config import FLAT_NAMES, PRESETS, SOURCES, DecodeConfig
 from engine.product.io.deploy import drafter_text, with_drafter
 from engine.product.io.settings import SETTINGS, Setting
 from engine.product.models import forward_choice
-from engine.product.models.loading import DTYPES
+from engine.product.models.model_source import DTYPES
 from engine.product.models.named import DEFAULT_MODEL
 
 

@@ -12,15 +12,10 @@ import torch
 
 from engine.product.models import precision
 from engine.product.models.engine_thread import EngineThread
-from engine.product.models.loading import (
-    LoadedModel,
-    ModelLoadError,
-    load_model,
-    resolve,
-    resolve_device,
-    resolve_dtype,
-)
+from engine.product.models.loaded import LoadedModel
+from engine.product.models.loading import load_model, resolve_device, resolve_dtype
 from engine.product.models.machine import free_memory
+from engine.product.models.model_source import ModelLoadError, resolve
 from engine.product.models.named import Progress
 from engine.product.models.speeds import RecentSpeeds
 

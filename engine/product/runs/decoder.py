@@ -15,7 +15,7 @@ from engine.decoding.config import DecodeConfig, Resolved
 from engine.decoding.cost import CostCurve
 from engine.decoding.decode import SpecDecoder
 from engine.product.models.cost_cache import cached_cost_curve
-from engine.product.models.loading import LoadedModel
+from engine.product.models.loaded import LoadedModel
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
