@@ -162,7 +162,7 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     several rows of a wide vocabulary, else ``_top_torch``), their probabilities gathered from the softmax as
     ``_top_rows`` takes them (the same values); k = 0: the argmax alone.  A few tensor operations instead of twenty:
     right after a llama.cpp decode has evicted the caches each one costs tens of µs, so the packing that saves a
-    device's copies costs a CPU more than the work (docs/results.md, "Goose's cost per cycle").
+    device's copies costs a CPU more than the work (docs/history.md, "Goose's cost per cycle").
 
     Args:
         logits: (n, |V|) CPU verification logits (any dtype).
