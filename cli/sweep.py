@@ -37,17 +37,11 @@ from engine.product.io.options import add_config_options, add_model_options, con
 from engine.product.models.loading import ModelLoadError, load_model, with_forward
 from engine.product.runs.lossless import Divergence
 from engine.product.runs.run import SPEEDUP_PHASE
-from engine.product.runs.sweep import (
-    MAX_VALUES,
-    PARAMETERS,
-    Sweep,
-    SweepSpec,
-    diagnose,
-    markdown_table,
-    run_sweep,
-    summary,
-    to_dict,
-)
+from engine.product.runs.sweep.attribution import diagnose
+from engine.product.runs.sweep.records import Sweep
+from engine.product.runs.sweep.report import markdown_table, summary, to_dict
+from engine.product.runs.sweep.runner import run_sweep
+from engine.product.runs.sweep.spec import MAX_VALUES, PARAMETERS, SweepSpec
 from viz.sweep_figure import sweep_html
 
 

@@ -9,8 +9,12 @@ import gradio as gr
 from engine.decoding.config import ConfigError
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.run import Run, Speedup
-from engine.product.runs.sweep import PARAMETERS, Attributions, Sweep, SweepSpec, markdown_table, run_sweep
-from engine.product.runs.sweep import summary as sweep_summary
+from engine.product.runs.sweep.attribution import Attributions
+from engine.product.runs.sweep.records import Sweep
+from engine.product.runs.sweep.report import markdown_table
+from engine.product.runs.sweep.report import summary as sweep_summary
+from engine.product.runs.sweep.runner import run_sweep
+from engine.product.runs.sweep.spec import PARAMETERS, SweepSpec
 from page.contract import Drawing, Session
 from page.frames import cycle_views, numbers, problem, run_command, run_output, telling_cycle, token_text
 from page.settings import RANGES, PageSettings

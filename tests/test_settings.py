@@ -12,7 +12,7 @@ from pathlib import Path
 from engine.decoding.config import FLAT_NAMES, DecodeConfig
 from engine.product.io.options import command_line, config_from_args, generate_parser
 from engine.product.io.settings import SETTINGS
-from engine.product.runs.sweep import PARAMETERS, SweepSpec
+from engine.product.runs.sweep.spec import PARAMETERS, SweepSpec
 from page.settings import RANGES, PageSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_a_new_setting_is_a_field_and_one_declaration(tmp_path):
         from engine.product.io.options import config_from_args
         from engine.product.io.options import generate_parser
         from page.settings import RANGES
-        from engine.product.runs.sweep import PARAMETERS, SweepSpec
+        from engine.product.runs.sweep.spec import PARAMETERS, SweepSpec
         config = config_from_args(generate_parser().parse_args(["--prompt", "x", "--new-knob", "5"]))
         assert config.tree.new_knob == 5 and config.to_dict()["new_knob"] == 5
         assert DecodeConfig.from_dict({"budget": 8}).tree.new_knob == 2  # a trace written before it still reads

@@ -1,4 +1,4 @@
-"""Parameter sweep (cli/sweep.py, sweep_runs.py, sweep_figure.py): parsing, a budget sweep on the demo
+"""Parameter sweep (cli/sweep.py, engine/product/runs/sweep/, sweep_figure.py): parsing, a budget sweep on the demo
 model, stop, the figure, the sentence and the CLI."""
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from cli import sweep as sw
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve
 from engine.product.models.cost_cache import curve_key
-from engine.product.runs import sweep as sweep_runs
 from engine.product.runs.run import ArTiming
-from engine.product.runs.sweep import Sweep, SweepRun, SweepSpec, run_sweep, summary
+from engine.product.runs.sweep import attribution as sweep_attribution
+from engine.product.runs.sweep import report as sweep_report
+from engine.product.runs.sweep import runner as sweep_runner
+from engine.product.runs.sweep.records import Sweep, SweepRun
+from engine.product.runs.sweep.report import summary
+from engine.product.runs.sweep.runner import run_sweep
+from engine.product.runs.sweep.spec import SweepSpec
 from viz.sweep_figure import sweep_figure
 
 BUDGETS = "4,8,16,32,64,128"
@@ -104,21 +109,21 @@ def test_budget_sweep_matches_ar_token_for_token(budget_sweep, demo_lm, prompt_i
         assert r.tau == pytest.approx(len(r.tokens) / len(r.traces))
     assert any(r.accepted_drafts > 0 for r in last.runs), "no run accepted a draft token: the sweep proves nothing"
     assert summary(last) == "All 6 runs produced AR's text token for token."
-    table = sweep_runs.markdown_table(last)
+    table = sweep_report.markdown_table(last)
     assert "| B = 16 |" in table and "| AR (reference) | 1.00 |" in table
-    assert sweep_runs.diagnose(demo_lm.model, prompt_ids, last) == {}
+    assert sweep_attribution.diagnose(demo_lm.model, prompt_ids, last) == {}
 
 
 def test_every_run_reads_one_curve_and_a_fresh_memory(demo_lm, prompt_ids, monkeypatch):
     seen = []
 
-    real = sweep_runs.make_decoder
+    real = sweep_runner.make_decoder
 
     def recording(model, config, eos_token_ids=(), cost_curve=None, memory=None, **kw):
         seen.append((config.method, config.tree.budget, cost_curve, memory))
         return real(model, config, eos_token_ids, cost_curve=cost_curve, memory=memory, **kw)
 
-    monkeypatch.setattr(sweep_runs, "make_decoder", recording)
+    monkeypatch.setattr(sweep_runner, "make_decoder", recording)
     curve = CostCurve(CURVE.nodes, CURVE.ms, key=curve_key(demo_lm.model))
     spec = SweepSpec.parse("budget", "4,16")
     last = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec, curve))[-1]
@@ -131,13 +136,13 @@ def test_ar_is_timed_again_after_the_runs_and_the_faster_timing_is_the_reference
     sweep's first decode.  AR is timed again after the runs; the faster timing is the reference, every speedup
     over it."""
     timings = iter([ArTiming(tokens=10, seconds=1.0, source="ar"), ArTiming(tokens=10, seconds=0.5, source="ar")])
-    monkeypatch.setattr(sweep_runs.ArTiming, "of", classmethod(lambda cls, traces, source: next(timings)))
+    monkeypatch.setattr(sweep_runner.ArTiming, "of", classmethod(lambda cls, traces, source: next(timings)))
     spec = SweepSpec.parse("budget", "4,16")
     snapshots = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=16), spec, CURVE))
     first, last = snapshots[0], snapshots[-1]
     assert first.ar.seconds == 1.0 and last.ar.seconds == 0.5 and last.complete and len(snapshots) == 3
     for run in last.runs:
-        assert run.speedup == pytest.approx(sweep_runs.Speedup.of(list(run.traces), last.ar).value)
+        assert run.speedup == pytest.approx(sweep_runner.Speedup.of(list(run.traces), last.ar).value)
 
 
 def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
@@ -155,7 +160,7 @@ def test_stop_ends_the_sweep_between_and_within_runs(demo_lm, prompt_ids):
     assert partial.tokens == last.ar_tokens[:1] and partial.first_difference is None and partial.speedup is None
     assert summary(last) == ("Stopped during run 2 of 6 (B = 8): the 2 runs so far produced AR's text token for "
                              "token.")
-    assert "yes (stopped)" in sweep_runs.markdown_table(last)
+    assert "yes (stopped)" in sweep_report.markdown_table(last)
     only = list(run_sweep(demo_lm, prompt_ids, DecodeConfig.of(max_new_tokens=64), spec, CURVE,
                           should_stop=lambda: True))
     assert len(only) == 1 and only[0].ar is None and only[0].stopped and not only[0].runs
@@ -177,8 +182,9 @@ def test_sentence_says_which_run_parted_from_ar_and_where():
                                                          "B = 128 at token 37.")
     assert summary(_hand_sweep({}, temperature=0.7)) == ("Sampling (temperature 0.7): each run draws its own text by "
                                                          "design, so no text is compared with AR's.")
-    assert "| B = 128 | 2.00 | 100.0 | 1.50× | 1.0 | no: token 37 |" in sweep_runs.markdown_table(_hand_sweep({5: 37}))
-    assert "not compared (sampling)" in sweep_runs.markdown_table(_hand_sweep({}, temperature=0.7))
+    table = sweep_report.markdown_table(_hand_sweep({5: 37}))
+    assert "| B = 128 | 2.00 | 100.0 | 1.50× | 1.0 | no: token 37 |" in table
+    assert "not compared (sampling)" in sweep_report.markdown_table(_hand_sweep({}, temperature=0.7))
 
 
 def test_figure_has_three_panels_in_value_order_with_run_indices(budget_sweep):
@@ -247,20 +253,19 @@ def test_a_run_that_parted_is_attributed_where_it_is_shown(monkeypatch):
     """Issue 47, finding 5: every Sweep point on the default model was a red ✖ ("B = 4 parted from AR at token 75")
     with no word on tie or bug.  Now each parted run is attributed as it arrives (AR's logits replayed once), and
     the sentence, the table, the hover and the marker say which, as the Race does."""
-    from engine.product.runs import sweep as sweep_runs
     from engine.product.runs.lossless import Divergence
     from page.sweep import sweep_board
 
     replays, kinds = [], {3: "precision tie", 37: "bug"}
-    monkeypatch.setattr(sweep_runs, "engine_ar_logits",
+    monkeypatch.setattr(sweep_attribution, "engine_ar_logits",
                         lambda model, ids, tokens, path: replays.append(1) or (None, "L"))
-    monkeypatch.setattr(sweep_runs, "attribute", lambda model, ids, want, got, logits, path: Divergence(
+    monkeypatch.setattr(sweep_attribution, "attribute", lambda model, ids, want, got, logits, path: Divergence(
         position=got[0], kind=kinds[got[0]], ar_token=1, run_token=2, ar_logit=1.0, run_logit=1.0, gap_ulps=0.0,
         dtype="bfloat16"))
     hand = _hand_sweep({0: 3, 5: 37})
     hand = replace(hand, runs=tuple(replace(r, tokens=(r.first_difference,)) if r.first_difference is not None
                                     else r for r in hand.runs))
-    attributions = sweep_runs.Attributions(model=None, prompt_ids=[1, 2])
+    attributions = sweep_attribution.Attributions(model=None, prompt_ids=[1, 2])
     found = attributions.of(hand)
     assert attributions.of(hand) == found and len(replays) == 1  # AR replayed once, each run attributed once
     board = sweep_board(hand, 6, found)

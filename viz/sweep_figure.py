@@ -14,7 +14,8 @@ from plotly.subplots import make_subplots
 
 from engine.product.runs.lossless import Divergence
 from engine.product.runs.run import SPEEDUP_PHASE
-from engine.product.runs.sweep import Sweep, SweepRun, markdown_table, same_text_cell, speedup_cell, summary
+from engine.product.runs.sweep.records import Sweep, SweepRun
+from engine.product.runs.sweep.report import markdown_table, same_text_cell, speedup_cell, summary
 
 LINE = "#1d4ed8"  # the runs
 PARTED = "#dc2626"  # a run whose text parted from AR's: a bug, or not attributed yet

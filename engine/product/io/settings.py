@@ -1,7 +1,7 @@
 """Every setting as people meet it, declared once by its flat name (``DecodeConfig``'s flat names): its words, its
 CLI option and help, the page's range, how a sweep reads its values.  The CLIs' options
 (``engine.product.io.options``), the page's ranges (``page.settings.RANGES``) and the sweep's parameters
-(``engine.product.runs.sweep.PARAMETERS``) derive from ``SETTINGS``.  A flat name without a declaration is still a
+(``engine.product.runs.sweep.spec.PARAMETERS``) derive from ``SETTINGS``.  A flat name without a declaration is still a
 trace key and a bench ``method:name=value`` setting, with no option or control.
 """
 from __future__ import annotations
