@@ -17,11 +17,12 @@ comparison is of trees alone; in half precision a precision tie may send two met
 candidate trees with GT's size choice redone on ``--truth``, each tree's outcome read off the output, no model
 call (``engine.product.runs.ledger.price_on``: what the page's Theory panel shows for other devices).
 
-``--oracle`` prices each cycle as if the size choice had known its outcome: the cycle verifies exactly the path it
-accepted (T(a + 1) for a + 1 tokens), or takes a + 1 AR steps where those cost less.  Run on a wide tree with no
-pruning (``goose/c=0:budget=32``), it bounds what any size choice over those sources' trees can reach on that
-curve: the ceiling a better acceptance estimate could approach, not a speed.  ``--forward llamacpp`` runs the
-model's own GGUF file on llama.cpp's kernels (its greedy text is that path's, not torch's).
+The pricing is ``engine.product.bench.predicted``'s.  ``--oracle`` prices each cycle as if the size choice had known
+its outcome: the cycle verifies exactly the path it accepted (T(a + 1) for a + 1 tokens), or takes a + 1 AR steps
+where those cost less.  Run on a wide tree with no pruning (``goose/c=0:budget=32``), it bounds what any size choice
+over those sources' trees can reach on that curve: the ceiling a better acceptance estimate could approach, not a
+speed.  ``--forward llamacpp`` runs the model's own GGUF file on llama.cpp's kernels (its greedy text is that path's,
+not torch's).
 """
 from __future__ import annotations
 
@@ -32,13 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.decoding.config import DecodeConfig  # noqa: E402
-from engine.product.bench.methods import method_config  # noqa: E402
-from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, encode, load_prompts  # noqa: E402
+from engine.product.bench.predicted import Pricing, held_out_prompts, predict  # noqa: E402
 from engine.product.io.traces import TraceFormatError, load_run  # noqa: E402
 from engine.product.models.cost_cache import CostCurve  # noqa: E402
 from engine.product.models.loading import dtype_beside, load_model, with_forward  # noqa: E402
-from engine.product.runs.decoder import make_decoder  # noqa: E402
 from engine.product.runs.ledger import price_on  # noqa: E402
 
 #: Forward ms per tree size measured inside a bf16 SmolLM2 bench run (3 prompts x 4 datasets, 2026-11-22).
@@ -56,11 +54,9 @@ def add_prompt_options(ap: argparse.ArgumentParser, dtype: str | None, limit: in
     ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
 
 
-def held_out_prompts(lm, args: argparse.Namespace) -> dict[str, list[list[int]]]:
-    """Dataset -> the token ids of its prompts ``--start`` .. ``--start + --limit - 1``, encoded as the bench does."""
-    return {dataset: [encode(lm, t, DATASETS[dataset][2], args.max_new_tokens)
-                      for t in load_prompts(DEFAULT_DATA, dataset, args.start + args.limit)[args.start:]]
-            for dataset in args.datasets.split(",")}
+def prompts_of(lm, args: argparse.Namespace) -> dict[str, list[list[int]]]:
+    """The prompts ``add_prompt_options`` names (``predicted.held_out_prompts``)."""
+    return held_out_prompts(lm, args.datasets.split(","), args.start, args.limit, args.max_new_tokens)
 
 
 def main(argv=None) -> int:
@@ -80,22 +76,12 @@ def main(argv=None) -> int:
     dtype = args.dtype or dtype_beside(args.forward, "fp32")  # llama.cpp's paths run the file: "auto" alone may
     lm = with_forward(load_model(args.model, device="cpu", dtype=dtype), args.forward)
     truth = CostCurve.from_spec(args.truth)
-    curve = CostCurve.from_spec(args.curve) if args.curve else truth
+    pricing = Pricing(truth, CostCurve.from_spec(args.curve) if args.curve else None, args.oracle)
     methods = args.methods.split(",")
     table: dict[str, dict[str, float]] = {m: {} for m in methods}
-    for dataset, prompts in held_out_prompts(lm, args).items():
-        for m in methods:
-            config = DecodeConfig.of(**method_config(m), max_new_tokens=args.max_new_tokens)
-            speedups, taus = [], []
-            for ids in prompts:
-                cycles = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))[1:]
-                tokens = sum(len(c.new_tokens) for c in cycles)
-                ms = sum(_oracle_ms(truth, c) if args.oracle else truth.latency(c.forward_rows) for c in cycles)
-                speedups.append(tokens / ms * truth.latency(1))
-                taus.append(tokens / len(cycles))
-            table[m][dataset] = statistics.median(speedups)
-            print(f"{dataset} {m}: predicted {table[m][dataset]:.2f}x, decode tau {statistics.fmean(taus):.2f}",
-                  flush=True)
+    for p in predict(lm, methods, prompts_of(lm, args), pricing, args.max_new_tokens):
+        table[p.method][p.dataset] = p.speedup
+        print(f"{p.dataset} {p.method}: predicted {p.speedup:.2f}x, decode tau {p.tau:.2f}", flush=True)
     print("average: " + ", ".join(f"{m} {statistics.fmean(table[m].values()):.3f}" for m in methods))
     return 0
 
@@ -114,13 +100,6 @@ def price_trace(path: Path, truth: CostCurve) -> int:
     print(f"{path.name}: predicted tau {priced.tau:.2f}, rows per forward {priced.rows:.1f}, "
           f"predicted speedup {priced.speedup:.2f}x over {priced.cycles} cycles")
     return 0
-
-
-def _oracle_ms(truth: CostCurve, cycle) -> float:
-    """A cycle's verification time had the size choice known its outcome (ms): its accepted path alone, or as many
-    AR steps as it committed tokens, whichever costs less."""
-    rows = len(cycle.accepted) + 1
-    return min(truth.latency(rows), rows * truth.latency(1))
 
 
 if __name__ == "__main__":

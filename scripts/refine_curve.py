@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predicted_speed import add_prompt_options, held_out_prompts  # noqa: E402  (this folder is on the path)
+from predicted_speed import add_prompt_options, prompts_of  # noqa: E402  (this folder is on the path)
 
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.methods import method_config  # noqa: E402
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     print(f"model: {lm.summary()}\nbefore: {_raw(before)}", flush=True)
     config = DecodeConfig.of(**method_config("goose"), max_new_tokens=args.max_new_tokens)
     changed = 0
-    for prompts in held_out_prompts(lm, args).values():
+    for prompts in prompts_of(lm, args).values():
         for ids in prompts:
             curve = lm.curves.shared()
             traces = list(make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve).generate(ids))
