@@ -15,7 +15,7 @@ try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU a
 except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
-from engine.core.paths import REGISTRY, make_path
+from engine.core.paths import SPECS
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loaded import LoadedModel
 from engine.product.models.loading import load_model, resolve_device, resolve_dtype, tqdm_progress
@@ -174,14 +174,15 @@ def graphed(lm: LoadedModel) -> LoadedModel:
     else ``lm`` itself.  ZeroGPU's choice: each GPU call is a fresh fork of the server, so the graphs are captured
     at the start of each call (``make_decoder`` prepares the path before a run's clock; docs/deploy.md says why this
     and not ahead-of-time compilation), and the start-up GPU call measures the cost curve on that path."""
-    path_class = REGISTRY["graphed"]
-    if path_class.problem(lm.model) is not None:
+    spec = next(s for s in SPECS.values() if s.prepare == "capture")  # CUDA graphs, no compile (ZeroGPU has none)
+    if spec.problem(lm.model) is not None:
         return lm
     try:
-        path = make_path(lm.model, "graphed")
+        path = spec.make(lm.model)
     except ValueError:  # a model the static path cannot serve: eager
         return lm
-    return replace(lm, forward_path=path, forward_reason="graphed: CUDA graphs captured at the start of each GPU call")
+    return replace(lm, forward_path=path,
+                   forward_reason=f"{spec.name}: CUDA graphs captured at the start of each GPU call")
 
 
 def zero_gpu_refusal(models: ModelRegistry, name: str, device: str, dtype: str) -> str | None:

@@ -20,9 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.core.forward import REGISTRY  # noqa: E402
-from engine.core.ggml import GgmlPath  # noqa: E402
-from engine.core.paths import make_path  # noqa: E402
+from engine.core.paths import make_path, runs_file  # noqa: E402
 from engine.product.models.forward_choice import TREE_ROWS, choose, measure, use_cache_root  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 
@@ -45,7 +43,7 @@ def main(argv=None) -> int:
         print(f"{lm.describe()}: {choice.reason}; T(1), T({TREE_ROWS}) in ms: {choice.ms}")
         return 0
     first: dict = {}
-    ms = measure(lm.model, {name: make_path(lm.model, name, lm.gguf() if issubclass(REGISTRY[name], GgmlPath) else None)
+    ms = measure(lm.model, {name: make_path(lm.model, name, lm.gguf() if runs_file(name) else None)
                             for name in args.paths.split(",")}, sizes,
                  repeats=args.rounds, first=first)
     print(f"{lm.describe()}, {torch.get_num_threads()} threads, 128 cached tokens, medians of {args.rounds} rounds")

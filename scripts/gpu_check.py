@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
-from engine.core.forward import BUCKETS, REGISTRY  # noqa: E402
-from engine.core.paths import make_path, path_names  # noqa: E402
+from engine.core.forward import BUCKETS  # noqa: E402
+from engine.core.paths import SPECS  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402
@@ -55,14 +55,14 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hi
                rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 HUMANEVAL = ROOT / "assets" / "datasets" / "humaneval" / "HumanEval.jsonl"
-SLOW_PATHS = ("compiled", "graphed-compiled")  # minutes of compiling: measured by scripts/forward_paths.py --choose
 
 
 def paths_here(model) -> dict:
-    """The forward paths to compare on ``model``'s device: every registered path that can run it here (``REGISTRY``:
-    eager, static, and graphed on CUDA; the compiled ones are left out: minutes of compiling)."""
-    return {name: make_path(model, name) for name in path_names()
-            if name not in SLOW_PATHS and REGISTRY[name].problem(model) is None}
+    """The forward paths to compare on ``model``'s device: every path that can run it here (``SPECS``: eager,
+    static, and graphed on CUDA; those that compile are left out, minutes each: ``scripts/forward_paths.py --choose``
+    measures them)."""
+    return {spec.name: spec.make(model) for spec in SPECS.values()
+            if spec.prepare != "compile" and spec.problem(model) is None}
 
 
 def cost_curves(device: str, rounds: int) -> dict:

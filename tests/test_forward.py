@@ -302,7 +302,7 @@ def _compile_between_runs(demo_lm, monkeypatch, fail_at: int | None = None):
             gate.wait(10)
         if rows == fail_at:
             raise RuntimeError("inductor refused an op")
-        path.warmed.add(rows)
+        path.warmed(rows)
         return 0.0
 
     monkeypatch.setattr(forward_choice, "warm_bucket", fake_warm)
@@ -414,3 +414,45 @@ def test_a_long_generation_runs_on_the_long_path_where_it_was_measured_cheaper(d
     assert here.forward is long and here.forward.at(10_000) is long  # the long path has no rule of its own
     assert here.forward_reason.startswith("eager for this run's 768 cells (from 768 cells on")
     assert demo_lm.for_context(10_000) is demo_lm  # no rule: the same model
+
+
+def test_no_caller_outside_the_forward_seam_branches_on_a_paths_name_or_class():
+    """Issue 74: outside the forward seam (``engine/core``) every caller decides by a path's facts
+    (``engine.core.paths.PathSpec``), never by its name or class: no comparison with, subscript by or ``make_path``
+    of a path's name written out, and no ``isinstance`` / ``issubclass`` test against one path's class."""
+    import ast
+    from pathlib import Path
+
+    from engine.core.paths import SPECS
+
+    names = set(SPECS)
+    classes = {cls.__name__ for spec in SPECS.values() for cls in spec.cls.__mro__ if cls.__name__.endswith("Path")}
+    classes.discard("ForwardPath")  # the seam's own type: any path
+    root = Path(__file__).resolve().parents[1]
+    layers = ("engine/decoding", "engine/sources", "engine/product", "page", "cli", "scripts", "viz")
+    files = [root / "app.py", *(p for d in layers for p in sorted((root / d).rglob("*.py")))]
+
+    def written(node) -> set:
+        """The path names or path classes ``node`` writes out (a string, a class name, or a tuple / set of them)."""
+        items = node.elts if isinstance(node, (ast.Tuple, ast.Set, ast.List)) else [node]
+        return ({i.value for i in items if isinstance(i, ast.Constant) and i.value in names}
+                | {i.id for i in items if isinstance(i, ast.Name) and i.id in classes}
+                | {i.attr for i in items if isinstance(i, ast.Attribute) and i.attr in classes})
+
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            hits: set = set()
+            if isinstance(node, ast.Compare):
+                hits = set().union(*(written(n) for n in (node.left, *node.comparators)))
+            elif isinstance(node, ast.Subscript):
+                hits = written(node.slice)
+            elif isinstance(node, ast.Call):
+                fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if fn in ("isinstance", "issubclass") and len(node.args) == 2:
+                    hits = written(node.args[1])
+                elif fn in ("make_path", "spec"):
+                    hits = set().union(*(written(a) for a in node.args))
+            if hits:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {sorted(hits)}")
+    assert not found, "branches on a forward path's name or class:\n" + "\n".join(found)

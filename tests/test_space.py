@@ -174,18 +174,19 @@ def test_each_zero_gpu_call_captures_its_graphs_in_its_own_process_outside_the_r
     fork, whose first ``make_decoder`` captures every bucket again (the server's buffers hold no graphs), before
     the run's stopwatch; the tokens are ``generate``'s."""
     import os
+    from dataclasses import replace
 
     from conftest import greedy_reference
     from test_graphs import CpuGraphed
 
     import app
-    from engine.core.forward import REGISTRY
+    from engine.core.paths import SPECS
     from engine.decoding.config import DecodeConfig
     from engine.product.runs.decoder import make_decoder
     from page import zerogpu
     from page.zerogpu import gpu_handler, place_models
 
-    monkeypatch.setitem(REGISTRY, "graphed", CpuGraphed)
+    monkeypatch.setitem(SPECS, "graphed", replace(SPECS["graphed"], cls=CpuGraphed))
     monkeypatch.setattr(zerogpu, "on_gpu", forked_call)  # the start-up GPU call: in a fork too
     options = app.PageOptions(public=True, allowed_models=("demo",), zero_gpu=True)
     models = place_models(demo_lm, options, zero_gpu=True)

@@ -57,19 +57,6 @@ CAPACITY_STEP = 256
 #: (``ForwardPath.prepare`` from ``engine.product.runs.decoder.make_decoder``: max new tokens + this); a longer
 #: prompt only runs on buffers prepared for it later (the graphed path: uncaptured, at the static path's speed).
 PROMPT_ROOM = 256
-#: Every forward path by name, each one class entered by ``register`` in its own module: eager, static and compiled
-#: here, graphed in ``graphs``, llamacpp in ``ggml`` (``engine.core.paths`` imports them all: the registry is whole
-#: there).
-#: ``choose``, the CLI's ``--forward``, ``scripts/forward_paths.py`` and ``scripts/gpu_check.py`` read it.
-REGISTRY: dict[str, type[ForwardPath]] = {}
-
-
-def register(cls: type[ForwardPath]) -> type[ForwardPath]:
-    """Enter a ``ForwardPath`` class in ``REGISTRY`` under its ``name`` (a class decorator)."""
-    REGISTRY[cls.name] = cls
-    return cls
-
-
 class TreeForward(ABC):
     """One generation's KV cache and the forwards that fill it.
 
@@ -123,7 +110,7 @@ class ForwardPath(ABC):
 
     Attributes:
         model: the transformers causal LM.
-        name: "eager", "static" or "compiled".
+        name: the path's name (``engine.core.paths.SPECS`` holds every path, with its facts).
     """
 
     name: str
@@ -174,6 +161,15 @@ class ForwardPath(ABC):
         forwards (the cost curve's key reads it instead of theirs); None: they run them."""
         return None
 
+    def cold_buckets(self) -> tuple[int, ...]:
+        """Tree-size buckets this path compiles on first use and has not yet (``warmed``); () on a path that compiles
+        nothing (every path but the compiled one)."""
+        return ()
+
+    def warmed(self, rows: int) -> None:  # noqa: B027 - a hook only a path that compiles overrides
+        """Note that bucket ``rows`` was compiled ahead of any run (``engine.product.models.forward_choice.warm``);
+        nothing to note on a path that compiles nothing."""
+
     def prepare(self, max_length: int, max_rows: int = 1) -> float:
         """Make ready, before anything is timed, what a generation of at most ``max_length`` committed positions
         whose trees have at most ``max_rows`` rows will run (the graphed path captures its CUDA graphs here:
@@ -217,7 +213,6 @@ class EagerForward(TreeForward):
         self._rows = 0
 
 
-@register
 class EagerPath(ForwardPath):
     """The reference path: ``EagerForward`` for every generation."""
 
@@ -399,7 +394,6 @@ class StaticForward(TreeForward):
         self._rows = 0
 
 
-@register
 class StaticPath(ForwardPath):
     """``StaticForward`` for every generation, the model's own forward at each tree's size.
 
@@ -446,7 +440,6 @@ class StaticPath(ForwardPath):
             del self.spares[self.SPARES:]
 
 
-@register
 class CompiledPath(StaticPath):
     """The static path with trees padded to ``BUCKETS`` and the model's forward compiled by ``torch.compile``
     (inductor, ``dynamic=False``: one graph per bucket and cache capacity, compiled on its first use; the prefill
@@ -461,4 +454,10 @@ class CompiledPath(StaticPath):
         super().__init__(model)
         self.buckets = buckets
         self.step = torch.compile(model, dynamic=False)
-        self.warmed: set[int] = set()  # buckets compiled ahead of any run (engine.product.models.forward_choice.warm)
+        self._warm: set[int] = set()  # buckets compiled ahead of any run (engine.product.models.forward_choice.warm)
+
+    def cold_buckets(self) -> tuple[int, ...]:
+        return tuple(rows for rows in self.buckets if rows not in self._warm)
+
+    def warmed(self, rows: int) -> None:
+        self._warm.add(rows)

@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .forward import ForwardPath, TreeForward, register
+from .forward import ForwardPath, TreeForward
 from .ggml_lib import INSTALL, GgmlUnavailable, LlamaModel, installed, library, physical_cores
 from .tree import DraftTree
 
@@ -316,7 +316,6 @@ class GgmlForward(TreeForward):
         return out
 
 
-@register
 class GgmlPath(ForwardPath):
     """llama.cpp's forward path ("llamacpp"): the GGUF file's model loaded once, a llama context per generation.
 
@@ -441,7 +440,6 @@ class GgmlPath(ForwardPath):
         raise RuntimeError(f"llama_tokenize failed on a text of {len(data)} bytes")
 
 
-@register
 class GgmlQ8CachePath(GgmlPath):
     """The llamacpp path with a Q8_0 KV cache, values too ("llamacpp-q8cache"): on some CPUs ggml's flash attention
     over Q8_0 values costs less than over f16 ones (the module docstring); rows alike in any batch all the same."""
@@ -450,7 +448,6 @@ class GgmlQ8CachePath(GgmlPath):
     CACHE = ("Q8_0", "Q8_0")
 
 
-@register
 class GgmlNoFlashPath(GgmlPath):
     """The llamacpp path with attention as matrix products, no flash attention ("llamacpp-noflash"), Q8_0 keys and f16
     values; attention as llama.cpp's own AR runs it (llama-cpp-python's default: no flash attention).  Over a long

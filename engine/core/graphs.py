@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .forward import BUCKETS, CAPACITY_STEP, StaticForward, StaticPath, bucket, register
+from .forward import BUCKETS, CAPACITY_STEP, StaticForward, StaticPath, bucket
 from .transfer import upload_into
 from .tree import DraftTree, Source
 
@@ -176,7 +176,6 @@ def _rounded(slots: int) -> int:
     return -(-slots // CAPACITY_STEP) * CAPACITY_STEP
 
 
-@register
 class GraphedPath(StaticPath):
     """The static path with each bucket's forward captured as a CUDA graph (``GraphedForward``) by ``prepare``,
     each set of buffers into its own memory pool; the graphs stay with their buffers, which a finished generation
@@ -292,7 +291,6 @@ class GraphedPath(StaticPath):
         return Captured(graph, logits)
 
 
-@register
 class GraphedCompiledPath(GraphedPath):
     """The graphed path capturing ``torch.compile(model, mode=MODE)`` inside each graph (inductor's fused kernels,
     no CUDA graphs of its own: ours replay them); compiled in ``prepare``, a few minutes per bucket the first time

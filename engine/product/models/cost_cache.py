@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from engine.core.forward import EagerPath, ForwardPath
+from engine.core.paths import baseline
 from engine.core.tree import DraftTree
 from engine.decoding.cost import CONTEXT_TOLERANCE, NOISE_MS, CostCurve, CurveRefiner
 from engine.product.models.timing import Timings, cache_file, read_cache, time_forwards, write_cache
@@ -55,7 +56,7 @@ def curve_key(model, path: ForwardPath | None = None) -> str:
         return f"{name}|{model.device}|{own}|{path.name}"
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     kernels = "".join(f"|{k}" for k in sorted({getattr(m, "kernel", "") for m in model.modules()} - {""}))
-    forward = "" if path is None or path.name == "eager" else f"|{path.name}"
+    forward = "" if path is None or path.name == baseline().name else f"|{path.name}"  # the baseline: no mark
     return f"{name}|{model.device}|{model.dtype}|{attn}{kernels}|torch {torch.__version__}{forward}"
 
 

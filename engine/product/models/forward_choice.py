@@ -26,9 +26,8 @@ from pathlib import Path
 
 import torch
 
-from engine.core.forward import REGISTRY, CompiledPath, EagerPath, ForwardPath, Longer, static_problem
-from engine.core.ggml import GgmlNoFlashPath, GgmlPath
-from engine.core.paths import make_path, path_names
+from engine.core.forward import ForwardPath, Longer, static_problem
+from engine.core.paths import SPECS, PathSpec, baseline, make_path, path_names
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
@@ -42,8 +41,11 @@ FORMAT = 5  # version of the cached choice file (2: the tree weighed is TREE_ROW
 # path for long generations, ``Longer``)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
-CHOICES = ("auto", *path_names())  # the registry's paths (engine.core.forward.REGISTRY)
-LONG_PATH = GgmlNoFlashPath.name  # over a long context llama.cpp's attention without flash attention costs less
+CHOICES = ("auto", *path_names())  # every path (engine.core.paths.SPECS)
+LONG = next(s for s in SPECS.values() if s.auto == "long")  # over a long context llama.cpp's attention without flash
+# attention costs less than the flash-attention paths'
+LONG_PATH = LONG.name
+BASELINE = baseline().name  # the path every measurement is compared with (eager)
 LONG_CELLS = 1024  # the cached tokens an AR step is timed over beside 128, for the long path's threshold (a long
 # prompt's 1-2k tokens; its prefill costs ~2 s a path on 2 cores)
 LONG_GAIN = 0.03  # the long path is kept where its AR step over ``LONG_CELLS`` costs at least this much less
@@ -105,15 +107,16 @@ def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, T
 def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
     """(the path with the lowest T(1) + T(``TREE_ROWS``), the sentence that says why, against the eager path)."""
     best = min(ms, key=lambda name: sum(ms[name]))
-    if best == "eager":
-        return best, "eager: no other path verified trees faster here"
-    gain = 1 - sum(ms[best]) / sum(ms["eager"])
-    return best, (f"{best}: an AR step and a {TREE_ROWS}-node tree {gain:.0%} faster than the eager path here "
-                  f"(T(1) {ms[best][0]:.1f} vs {ms['eager'][0]:.1f} ms)")
+    if best == BASELINE:
+        return best, f"{BASELINE}: no other path verified trees faster here"
+    gain = 1 - sum(ms[best]) / sum(ms[BASELINE])
+    return best, (f"{best}: an AR step and a {TREE_ROWS}-node tree {gain:.0%} faster than the {BASELINE} path here "
+                  f"(T(1) {ms[best][0]:.1f} vs {ms[BASELINE][0]:.1f} ms)")
 
 
 def _key(model, gguf=None) -> str:
-    ggml = "|llamacpp" if GgmlPath.problem(model, gguf) is None else ""  # a choice made without it is made again
+    files = next(s for s in SPECS.values() if s.weights == "gguf")  # a choice made without llama.cpp is made again
+    ggml = "|llamacpp" if files.problem(model, gguf) is None else ""
     return f"{curve_key(model)}|{torch.get_num_threads()} threads|{os.cpu_count()} cpus{ggml}"
 
 
@@ -121,14 +124,14 @@ def _cache_file(model, cache_dir: str | Path | None, gguf=None) -> Path:
     return cache_file("forward", _key(model, gguf), cache_dir)
 
 
-def _compiled(model, cache_dir: str | Path | None) -> tuple[ForwardPath | None, str]:
-    """The compiled path (its artifacts in the cache root), or (None, why not)."""
-    problem = compiler_problem()
+def _compiled(model, cache_dir: str | Path | None, spec: PathSpec) -> tuple[ForwardPath | None, str]:
+    """The path ``spec``, which compiles (its artifacts in the cache root), or (None, why not)."""
+    problem = compiler_problem() if "compiler" in spec.needs else None
     if problem:
         return None, problem
     use_cache_root(cache_dir)
     try:
-        return make_path(model, "compiled"), ""
+        return spec.make(model), ""
     except Exception as exc:  # noqa: BLE001 - any refusal falls back, with its reason
         return None, first_line(exc)
 
@@ -140,9 +143,7 @@ def first_line(exc: BaseException) -> str:
 
 def cold_buckets(path: ForwardPath) -> tuple[int, ...]:
     """The tree-size buckets of a compiled ``path`` not compiled yet (``warm_bucket``); () for any other path."""
-    if not isinstance(path, CompiledPath):
-        return ()
-    return tuple(rows for rows in path.buckets if rows not in path.warmed)
+    return path.cold_buckets()
 
 
 @torch.no_grad()
@@ -154,8 +155,7 @@ def warm_bucket(path: ForwardPath, rows: int, past: int = 16) -> float:
     forward = path.open(past + rows + 1, rows)
     forward.prefill(list(range(1, past + 1)))
     forward.verify(DraftTree.chain([1] * rows, Source.ROOT)).argmax(-1).tolist()
-    if isinstance(path, CompiledPath):
-        path.warmed.add(rows)
+    path.warmed(rows)
     return time.perf_counter() - start
 
 
@@ -184,28 +184,30 @@ def choose(model, want: str | None = None, compiled: bool = False,
     want = want or os.environ.get(ENV) or "auto"
     if want not in CHOICES:
         raise ValueError(f"unknown forward path {want!r}: one of {', '.join(CHOICES)}")
-    eager = EagerPath(model)
-    if want == "eager":
-        return PathChoice(eager, "eager: as asked")
-    if want == "compiled" or want == "auto":
+    base = baseline().make(model)
+    asked = SPECS.get(want)  # None: auto
+    if asked is not None and asked.baseline:
+        return PathChoice(base, f"{want}: as asked")
+    if asked is None or asked.warm:  # auto may keep, and a compiled path is, the static path
         problem = static_problem(model)
         if problem:
-            return PathChoice(eager, f"eager: the static path cannot serve this model: {problem}")
-    if want == "compiled":
-        return _warmed(model, "compiled: as asked", {}, cache_dir, warm_now)
-    if want != "auto":  # any other path of the registry, as asked, or eager with its sentence
-        problem = REGISTRY[want].problem(model, gguf)
+            return PathChoice(base, f"{BASELINE}: the static path cannot serve this model: {problem}")
+    if asked is not None and asked.warm:
+        return _warmed(model, asked, f"{want}: as asked", {}, cache_dir, warm_now)
+    if asked is not None:  # any other path, as asked, or the baseline with its sentence
+        problem = asked.problem(model, gguf)
         try:
-            return PathChoice(make_path(model, want, gguf), f"{want}: as asked") if problem is None else \
-                PathChoice(eager, f"eager: the {want} path cannot run here: {problem}")
+            return PathChoice(asked.make(model, gguf), f"{want}: as asked") if problem is None else \
+                PathChoice(base, f"{BASELINE}: the {want} path cannot run here: {problem}")
         except ValueError as exc:
-            return PathChoice(eager, f"eager: the {want} path cannot serve this model: {exc}")
+            return PathChoice(base, f"{BASELINE}: the {want} path cannot serve this model: {exc}")
     known = _read(model, cache_dir, gguf)
-    if known is None or (compiled and "compiled" not in known["ms"]):
-        known = _measure(model, eager, compiled, cache_dir, gguf)
-    if known["path"] == "compiled":
-        return _warmed(model, known["reason"], known["ms"], cache_dir, warm_now)
-    path, reason = eager if known["path"] == "eager" else make_path(model, known["path"], gguf), known["reason"]
+    if known is None or (compiled and not any(SPECS[name].warm for name in known["ms"] if name in SPECS)):
+        known = _measure(model, base, compiled, cache_dir, gguf)
+    chosen = SPECS[known["path"]]
+    if chosen.warm:
+        return _warmed(model, chosen, known["reason"], known["ms"], cache_dir, warm_now)
+    path, reason = base if chosen.baseline else chosen.make(model, gguf), known["reason"]
     longer = known.get("longer") or {}
     if longer.get("from"):  # long generations on the long path (``ForwardPath.at``), the same weights
         path.longer = Longer(longer["from"], make_path(model, longer["path"], gguf), longer["reason"])
@@ -219,35 +221,36 @@ def _read(model, cache_dir: str | Path | None, gguf=None) -> dict | None:
     return data if data is not None and data.get("path") in CHOICES[1:] else None
 
 
-def _measure(model, eager: EagerPath, compiled: bool, cache_dir: str | Path | None, gguf=None) -> dict:
-    """Time the eager and static paths (the graphed one on CUDA, llama.cpp's for a model from a ``.gguf`` file where
-    llama-cpp-python is installed, and, with ``compiled``, the compiled one where it compiles), decide, and cache the
-    result; returns it ({"path", "reason", "ms"})."""
-    paths = {"eager": eager, "static": make_path(model, "static")}
-    ggml = (name for name, cls in REGISTRY.items()  # each KV cache's llama.cpp path whose rows are exact (a path
-            if issubclass(cls, GgmlPath) and cls.ROWS_EXACT)  # that rounds a tree row otherwise is asked for by name
-    for name in ("graphed", *ggml):  # CUDA graphs: captures cost milliseconds; llama.cpp: loads in a second
-        if REGISTRY[name].problem(model, gguf) is None:
-            paths[name] = make_path(model, name, gguf)
+def _measure(model, base: ForwardPath, compiled: bool, cache_dir: str | Path | None, gguf=None) -> dict:
+    """Time the paths "auto" measures (``PathSpec.auto``: the eager and static paths, the graphed one on CUDA,
+    llama.cpp's for a model from a ``.gguf`` file where llama-cpp-python is installed, and, with ``compiled``, those
+    measured only when asked, where they compile), decide, and cache the result; returns it ({"path", "reason",
+    "ms"})."""
+    paths = {BASELINE: base}
+    for spec in SPECS.values():  # llama.cpp: loads in a second; CUDA graphs: captures cost milliseconds
+        if spec.auto == "measured" and not spec.baseline and spec.problem(model, gguf) is None:
+            paths[spec.name] = spec.make(model, gguf)
     note = ""
-    if compiled:
-        path, problem = _compiled(model, cache_dir)
-        if path is None:
-            note = f" (the compiled path cannot run here: {problem})"
-        else:
-            paths["compiled"] = path
-        if REGISTRY["graphed-compiled"].problem(model) is None:  # compiled inside CUDA graphs: minutes per bucket
-            paths["graphed-compiled"] = make_path(model, "graphed-compiled")
+    asked = [spec for spec in SPECS.values() if spec.auto == "asked"] if compiled else []
+    for spec in asked:  # compiled: minutes per bucket
+        if spec.warm:
+            path, problem = _compiled(model, cache_dir, spec)
+            if path is None:
+                note = f" (the {spec.name} path cannot run here: {problem})"
+            else:
+                paths[spec.name] = path
+        elif spec.problem(model, gguf) is None:
+            paths[spec.name] = spec.make(model, gguf)
     start = time.perf_counter()
     try:
         ms = measure(model, paths)
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms: measured without it
-        if not {"compiled", "graphed-compiled"} & set(paths):
+        if not {spec.name for spec in asked} & set(paths):
             raise
         note = f" (compiling the forward failed: {first_line(exc)})"
         log.warning("forward path: compiling the forward failed: %s", first_line(exc))
-        paths.pop("compiled", None)
-        paths.pop("graphed-compiled", None)
+        for spec in asked:
+            paths.pop(spec.name, None)
         ms = measure(model, paths)
     name, reason = decide(ms)
     longer = _longer(model, name, paths[name], gguf)
@@ -264,9 +267,9 @@ def _longer(model, name: str, chosen: ForwardPath, gguf=None) -> dict | None:
     llama.cpp's): an AR step of each timed over 128 and over ``LONG_CELLS`` cached tokens (``measure``), the rule
     read off them (``long_rule``); None where no long path applies (another path chosen, or llama.cpp's attention
     without flash attention unavailable)."""
-    if not isinstance(chosen, GgmlPath) or REGISTRY[LONG_PATH].problem(model, gguf) is not None:
+    if SPECS[name].weights != LONG.weights or LONG.problem(model, gguf) is not None:
         return None
-    pair = {name: chosen, LONG_PATH: make_path(model, LONG_PATH, gguf)}
+    pair = {name: chosen, LONG_PATH: LONG.make(model, gguf)}
     short, long = measure(model, pair, sizes=(1,), past=128), measure(model, pair, sizes=(1,), past=LONG_CELLS)
     return long_rule(name, {n: [short[n][0], long[n][0]] for n in pair})
 
@@ -289,24 +292,26 @@ def long_rule(name: str, ms: dict[str, list[float]]) -> dict:
             "reason": f"from {from_cells:,} cells on (prompt + max new tokens) {LONG_PATH}: an AR step over "
                       f"{LONG_CELLS:,} cells {gain:.0%} cheaper ({b1:.1f} vs {a1:.1f} ms); its tree rows round unlike "
                       f"its AR step, so its divergences are attributed as ties within "
-                      f"{GgmlNoFlashPath.TIE_LOGITS:g} logits"}
+                      f"{LONG.cls.TIE_LOGITS:g} logits"}
 
 
-def _warmed(model, reason: str, ms: dict, cache_dir: str | Path | None, warm_now: bool = True) -> PathChoice:
-    """The compiled path with every bucket compiled (``warm``; left to the caller without ``warm_now``), or the
-    eager path with the sentence why not."""
-    path, problem = _compiled(model, cache_dir)
+def _warmed(model, spec: PathSpec, reason: str, ms: dict, cache_dir: str | Path | None,
+            warm_now: bool = True) -> PathChoice:
+    """The path ``spec`` (one that compiles) with every bucket compiled (``warm``; left to the caller without
+    ``warm_now``), or the baseline path with the sentence why not."""
+    path, problem = _compiled(model, cache_dir, spec)
     if path is None:
-        log.warning("forward path: eager, since the compiled path cannot run here: %s", problem)
-        return PathChoice(EagerPath(model), f"eager: the compiled path cannot run here: {problem}", ms)
+        log.warning("forward path: %s, since the %s path cannot run here: %s", BASELINE, spec.name, problem)
+        return PathChoice(baseline().make(model), f"{BASELINE}: the {spec.name} path cannot run here: {problem}", ms)
     if not warm_now:
         return PathChoice(path, reason, ms)
     log.info("forward path: compiling the forward for %d tree sizes (minutes on 2 cores the first time; "
-             "inductor's cache keeps them for the next start)", len(path.buckets))
+             "inductor's cache keeps them for the next start)", len(path.cold_buckets()))
     try:
         took = warm(path)
-    except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms; the eager path serves
-        log.warning("forward path: eager, since compiling the forward failed: %s", first_line(exc))
-        return PathChoice(EagerPath(model), f"eager: compiling the forward failed ({first_line(exc)})", ms)
+    except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms; the baseline path serves
+        log.warning("forward path: %s, since compiling the forward failed: %s", BASELINE, first_line(exc))
+        return PathChoice(baseline().make(model), f"{BASELINE}: compiling the forward failed ({first_line(exc)})",
+                          ms)
     log.info("forward path: %s (compiled in %.0f s)", reason, took)
     return PathChoice(path, reason, ms, round(took, 1))

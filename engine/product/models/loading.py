@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.core import attention, compat, ggml
-from engine.core.forward import REGISTRY
+from engine.core.paths import runs_file
 from engine.product.models import forward_choice, kernels, precision
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loaded import LoadedModel
@@ -137,19 +137,19 @@ def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path 
             run the file's own weights, not the precision asked.
     """
     want = want or os.environ.get(forward_choice.ENV) or "auto"
-    file_path = issubclass(REGISTRY.get(want, object), ggml.GgmlPath)
+    file_path = runs_file(want)
     if file_path and not allows_file_paths(lm.auto_dtype):
         raise ModelLoadError(f"the {want} forward path runs the model file's own weights on llama.cpp's kernels, "
                              f"not {lm.precision} as the dtype asked: ask dtype auto with it, or another path")
-    runs_file = file_path or (want == "auto" and allows_file_paths(lm.auto_dtype))
-    return want, lm.gguf() if runs_file and ggml.installed() else None
+    reads_file = file_path or (want == "auto" and allows_file_paths(lm.auto_dtype))
+    return want, lm.gguf() if reads_file and ggml.installed() else None
 
 
 def dtype_beside(forward: str | None, otherwise: str) -> str:
     """The dtype a command asks by default beside the forward path it names: "auto" where ``forward`` is a path that
     runs the model file's own weights (only "auto" may be served by one: ``what_runs.allows_file_paths``), else
     ``otherwise`` (e.g. a script's "fp32", whose text every method shares)."""
-    return "auto" if issubclass(REGISTRY.get(forward or "", object), ggml.GgmlPath) else otherwise
+    return "auto" if runs_file(forward) else otherwise
 
 
 def _load_weights(src: ModelSource, local: bool, torch_dtype: torch.dtype, attn_implementation: str | None,
