@@ -148,10 +148,10 @@ class DraftTree:
         n = len(self)
         if not tokens:
             return self
-        parents = tuple(0 if p is None else n + p for p in parents)
-        if len(parents) != len(tokens) or any(not n <= p < n + i for i, p in enumerate(parents) if p >= n):
+        if len(parents) != len(tokens) or any(p is not None and not 0 <= p < i for i, p in enumerate(parents)):
             raise ValueError("a grafted row's parent is the root or an earlier grafted row")
-        return DraftTree.derived(self.tokens + tuple(tokens), self.parents + parents,
+        grafted = tuple(0 if p is None else n + p for p in parents)  # indices in the whole tree
+        return DraftTree.derived(self.tokens + tuple(tokens), self.parents + grafted,
                                  self.sources + (source,) * len(tokens), self.scores + (0.0,) * len(tokens),
                                  self.est_accept + (0.0,) * len(tokens))
 

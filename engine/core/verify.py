@@ -174,22 +174,23 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
         return ReadBack(greedy, [[] for _ in greedy], [[] for _ in greedy])
     n, vocab = x.shape
     wide = n >= WIDE_ROWS and vocab >= WIDE_VOCAB
-    ids, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, (n,) ints
+    ids, rows, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, its lists, (n,)
     scores = torch.softmax(x, dim=-1).gather(-1, ids).tolist()  # (n, k) float32 -> floats
-    return ReadBack(greedy, ids.tolist(), scores)
+    return ReadBack(greedy, rows, scores)
 
 
-def _top_torch(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[int]]:
-    """Each row's top-``k`` ids by ``torch.topk`` ((n, k) int64, best first) and its argmax read off them in Python
+def _top_torch(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    """Each row's top-``k`` ids by ``torch.topk`` ((n, k) int64, best first, and the same as host lists) and its argmax
+    read off them in Python
     by ``_top_rows``' rule (the lowest id among the top-k entries equal to the maximum; the row's own argmax where
     all k tie or the maximum is NaN).  ``x``: (n, |V|) float32 CPU logits."""
     vals, ids = x.topk(k, dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
-    greedy = []
-    for row, (v, t) in enumerate(zip(vals.tolist(), ids.tolist())):
+    rows, greedy = ids.tolist(), []
+    for row, (v, t) in enumerate(zip(vals.tolist(), rows)):
         tied = [t[j] for j in range(len(v)) if v[j] == v[0]]  # empty when the maximum is NaN
         sure = 0 < len(tied) < len(v)  # else the argmax may lie beyond the k (or the row holds a NaN)
         greedy.append(min(tied) if sure else int(x[row].argmax()))
-    return ids, greedy
+    return ids, rows, greedy
 
 
 #: ``_top_wide`` reads a read-back of at least this many rows of at least this wide a vocabulary; ``_top_torch``
@@ -203,9 +204,9 @@ WIDE_ROWS, WIDE_VOCAB = 2, 32768
 TOP_BLOCK = 64
 
 
-def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[int]]:
-    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), and each row's
-    argmax (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
+def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64, and the same as host
+    lists), and each row's argmax (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
 
     Two passes instead of a top-k over every logit (on random logits, 7 rows of 49,152: 0.50 ms against 0.13):
     the maximum of each block of ``TOP_BLOCK`` logits (one vectorised reduction), then t, the k-th largest block
@@ -238,7 +239,7 @@ def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[int]]:
     greedy = [row[0] for row in out]
     for r in np.flatnonzero(np.isnan(top).any(axis=-1)).tolist():  # a NaN row: torch's ranking and argmax there
         out[r], greedy[r] = x[r, :vocab].topk(k).indices.tolist(), int(x[r, :vocab].argmax())
-    return torch.tensor(out, dtype=torch.long), greedy
+    return torch.tensor(out, dtype=torch.long), out, greedy
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
