@@ -38,6 +38,17 @@ LONG_SENTENCE = """() => {
           line: parseFloat(getComputedStyle(p).lineHeight), scrolls: box.scrollHeight > box.clientHeight};
 }"""
 LONG_SENTENCE_UNDONE = "() => { document.querySelector('#explain p').innerHTML = window.__sentence; }"
+#: JS: the run's totals made four times as long (a busy machine adds a sentence there): their box's height and cap
+LONG_STATS = """() => {
+  const box = document.querySelector('#stats'), p = box.querySelector('.prose') || box;
+  window.__stats = p.innerHTML; p.innerHTML = p.innerHTML.repeat(4);
+  return {height: box.getBoundingClientRect().height, cap: parseFloat(getComputedStyle(box).maxHeight),
+          numbers: document.querySelector('#big-numbers').getBoundingClientRect().height,
+          scrolls: box.scrollHeight > box.clientHeight};
+}"""
+LONG_STATS_UNDONE = """() => {
+  const box = document.querySelector('#stats'); (box.querySelector('.prose') || box).innerHTML = window.__stats;
+}"""
 #: JS: watch Generate's status on the tree (gradio's tracker there loses its "hide" class while the run is under way
 #: and takes it back when its last frame is in): ``window.__runDone`` turns true when the next run ends
 WATCH_RUN = """() => {
@@ -370,6 +381,14 @@ def test_8_the_screen_after_a_run(truth_page, browser):
     for selector in ("#cycle-scrubber", "#step-through"):
         box = page.locator(selector).bounding_box()
         assert box["y"] + box["height"] <= SCREEN["height"], (selector, box, long)
+    # longer totals (under load a busy machine's sentence once made them a line taller: the scrubber's bottom at
+    # 809 px) scroll in their box, no taller than the three numbers beside them
+    stats = page.evaluate(LONG_STATS)
+    assert stats["scrolls"] and stats["height"] <= max(stats["cap"], stats["numbers"]) + 1, stats
+    for selector in ("#cycle-scrubber", "#step-through"):
+        box = page.locator(selector).bounding_box()
+        assert box["y"] + box["height"] <= SCREEN["height"], (selector, box, long, stats)
+    page.evaluate(LONG_STATS_UNDONE)
     page.evaluate(LONG_SENTENCE_UNDONE)
     page.get_by_label("Prompt", exact=True).fill("")  # the notice's sentence too
     page.get_by_role("button", name="Generate", exact=True).click()
