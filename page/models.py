@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 import torch
 
-from engine.core import ggml
+from engine.core.forward import llamacpp
 from engine.product.models.loaded import LoadedModel
 from engine.product.models.model_source import DEMO_MODEL, ModelLoadError, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
@@ -203,9 +203,9 @@ def llamacpp_hint(lm: LoadedModel) -> str:
     get llama.cpp's (the ``llamacpp`` forward path: the file's own 4-bit blocks, several times faster on a CPU)."""
     src = lm.source
     from_gguf = src is not None and (src.fetch is not None or src.path.endswith(".gguf"))
-    if not from_gguf or lm.device != "cpu" or ggml.installed():
+    if not from_gguf or lm.device != "cpu" or llamacpp.installed():
         return ""
-    return (f" llama.cpp's kernels would run this model's GGUF file several times faster here: `{ggml.INSTALL}` "
+    return (f" llama.cpp's kernels would run this model's GGUF file several times faster here: `{llamacpp.INSTALL}` "
             "(built from source, 3-4 minutes on 2 cores), then restart.")
 
 

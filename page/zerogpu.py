@@ -15,7 +15,7 @@ try:  # Hugging Face Spaces: imported before anything touches CUDA, as ZeroGPU a
 except ImportError:  # not installed: the handlers run as they are
     spaces = None
 
-from engine.core.paths import SPECS
+from engine.core.forward import SPECS
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loaded import LoadedModel
 from engine.product.models.loading import load_model, resolve_device, resolve_dtype, tqdm_progress
@@ -170,7 +170,7 @@ def on_start_thread(engine: EngineThread, fn, *args, zero_gpu: bool = ZERO_GPU, 
 
 
 def graphed(lm: LoadedModel) -> LoadedModel:
-    """``lm`` on the graphed forward path (``engine.core.graphs``) where that path can run it (a model on CUDA),
+    """``lm`` on the graphed forward path (``engine.core.forward.graphs``) where that path can run it (a model on CUDA),
     else ``lm`` itself.  ZeroGPU's choice: each GPU call is a fresh fork of the server, so the graphs are captured
     at the start of each call (``make_decoder`` prepares the path before a run's clock; docs/deploy.md says why this
     and not ahead-of-time compilation), and the start-up GPU call measures the cost curve on that path."""

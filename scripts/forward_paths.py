@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.core.paths import make_path, runs_file  # noqa: E402
+from engine.core.forward import make_path, runs_file  # noqa: E402
 from engine.product.models.forward_choice import TREE_ROWS, choose, measure, use_cache_root  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 

@@ -38,8 +38,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
-from engine.core.forward import BUCKETS  # noqa: E402
-from engine.core.paths import SPECS  # noqa: E402
+from engine.core.forward import BUCKETS, SPECS  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402

@@ -19,7 +19,6 @@ import json
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from engine.core import ggml  # noqa: E402
-from engine.core.ggml_lib import LlamaModel, library, physical_cores  # noqa: E402
+from engine.core.forward import llamacpp  # noqa: E402
+from engine.core.forward.llamacpp import LlamaModel, library, physical_cores  # noqa: E402
+from engine.core.forward.seam import round_up  # noqa: E402
 from engine.core.tree import DraftTree, Source  # noqa: E402
 from engine.product.models.loading import load_model  # noqa: E402
 from engine.product.models.named import SMOLLM2, ensure_gguf  # noqa: E402
@@ -62,12 +62,11 @@ def speed(lengths: list[int], rounds: int) -> None:
     lib, gguf = library(), ensure_gguf(SMOLLM2)
     model, threads = LlamaModel(lib, gguf), physical_cores()
     ids = np.random.default_rng(0).integers(100, 40000, size=max(lengths) + 64).astype(np.int32)
-    n_ctx = ggml._round_up(max(lengths) + 64, ggml.CTX_STEP)
+    n_ctx = round_up(max(lengths) + 64, llamacpp.CTX_STEP)
     contexts = {}
     for name, (k, v, flash, unified, n_seq) in CONFIGS.items():
-        path = types.SimpleNamespace(_lib=_Lib(lib, unified), _model=model, threads=threads, CACHE=(k, v),
-                                     FLASH_ATTN=flash)
-        contexts[name] = ggml._Context(path, n_ctx, ggml.PREFILL_CHUNK, n_seq)
+        kind = llamacpp.ContextKind(_Lib(lib, unified), model, threads, flash, (k, v))
+        contexts[name] = llamacpp.LlamaContext(kind, n_ctx, llamacpp.PREFILL_CHUNK, n_seq)
 
     def fill(ctx, n: int) -> None:
         ctx.clear()
@@ -100,7 +99,7 @@ def ties(data: Path | None, tokens: int) -> None:
     from page.presets import PRESETS
 
     lm = load_model("smollm2", dtype="fp32")
-    path = ggml.GgmlNoFlashPath(lm.model, ensure_gguf(SMOLLM2), threads=2)
+    path = llamacpp.GgmlNoFlashPath(lm.model, ensure_gguf(SMOLLM2), threads=2)
     texts = [p["prompt"] for p in PRESETS]
     for name in ("humaneval", "mt_bench") if data else ():
         for f in sorted((data / name).glob("*.jsonl")):

@@ -446,7 +446,7 @@ def test_a_slow_size_verifies_padded_with_the_same_logits_for_its_rows(demo_lm):
     token are those of the unpadded forward, on every path that runs on a CPU."""
     import torch
 
-    from engine.core.paths import make_path
+    from engine.core.forward import make_path
     from engine.core.tree import DraftTree, Source
     from engine.sources.tr import TrSource
 

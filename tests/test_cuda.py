@@ -174,7 +174,7 @@ def test_graph_replay_gives_the_static_paths_tokens_with_one_read_back(demo_cuda
     """Every bucket replayed (trees of 1 to 64 rows): the tokens of the static path, in fp32 and bf16, each replayed
     cycle with its one read-back; drafts accepted (else inconclusive)."""
     from engine.core.forward import StaticPath
-    from engine.core.graphs import GraphedPath
+    from engine.core.forward.graphs import GraphedPath
 
     lm = demo_cuda_fp32 if dtype == "fp32" else demo_cuda
     config = DecodeConfig.of(max_new_tokens=96)
@@ -191,7 +191,7 @@ def test_graph_replay_gives_the_static_paths_tokens_with_one_read_back(demo_cuda
 def test_a_later_generation_replays_the_graphs_of_an_earlier_one(demo_cuda_fp32, monkeypatch):
     """The same prompt twice on one graphed path: the second generation captures nothing (the first one's buffers
     and graphs serve it) and gives the same tokens, with drafts accepted."""
-    from engine.core.graphs import GraphedPath
+    from engine.core.forward.graphs import GraphedPath
 
     captured = []
     capture = GraphedPath._capture
@@ -207,7 +207,7 @@ def test_a_later_generation_replays_the_graphs_of_an_earlier_one(demo_cuda_fp32,
 
 
 def test_a_failed_capture_runs_that_bucket_without_a_graph(demo_cuda_fp32, monkeypatch, caplog):
-    from engine.core.graphs import GraphedPath
+    from engine.core.forward.graphs import GraphedPath
     from engine.core.tree import DraftTree
 
     def refuse(*args, **kwargs):
@@ -227,7 +227,7 @@ def test_a_failed_capture_runs_that_bucket_without_a_graph(demo_cuda_fp32, monke
 def test_smollm2_bf16_on_the_graphed_path_has_no_bugs_and_one_read_back_per_cycle(smollm2_cuda, read_backs, name):
     """SmolLM2 in bf16, every cycle a graph replay (captured before the run) with its one read-back: every divergence
     from AR a precision tie, drafts accepted."""
-    from engine.core.graphs import GraphedPath
+    from engine.core.forward.graphs import GraphedPath
 
     lm = smollm2_cuda
     graphed = GraphedPath(lm.model)
@@ -249,7 +249,7 @@ def test_the_demo_model_fp32_on_graphs_gives_generates_tokens_and_never_captures
     from conftest import greedy_reference
     from test_graphs import TIMED, Timed
 
-    from engine.core.graphs import GraphedPath
+    from engine.core.forward.graphs import GraphedPath
 
     monkeypatch.setattr(decode, "Stopwatch", Timed)
     TIMED["runs"] = 0
@@ -266,5 +266,5 @@ def test_the_demo_model_fp32_on_graphs_gives_generates_tokens_and_never_captures
                                    forward=graphed).generate(ids))
         assert [t for c in traces for t in c.new_tokens] == want
     assert captured and not any(captured), "a capture inside a timed run"
-    pools = [b.pool for b in graphed.spares]
+    pools = [b.runner.pool for b in graphed.spares]
     assert all(p is not None for p in pools) and len({id(p) for p in pools}) == len(pools)

@@ -1,4 +1,4 @@
-"""The forward seam (engine/core/forward.py): the static and compiled paths give the eager path's tokens in fp32,
+"""The forward seam (engine/core/forward/): the static and compiled paths give the eager path's tokens in fp32,
 padding rows never change an output, a committed path equals a fresh prefill of it, and a run larger than its
 cache's capacity regrows it.  The compiled path is compiled once per test session, on the demo model."""
 from __future__ import annotations
@@ -9,8 +9,7 @@ import pytest
 import torch
 from conftest import greedy_reference
 
-from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, static_problem
-from engine.core.paths import make_path
+from engine.core.forward import BUCKETS, CompiledPath, EagerPath, StaticPath, bucket, make_path, static_problem
 from engine.core.tree import DraftTree, Source
 from engine.decoding.config import DecodeConfig
 from engine.product.runs.decoder import make_decoder
@@ -251,7 +250,7 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
     """
     from dataclasses import replace
 
-    from engine.core import ggml
+    from engine.core.forward import llamacpp
     from engine.product.models import forward_choice
     from engine.product.models.loaded import LoadedModel
     from engine.product.models.registry import ModelRegistry
@@ -264,16 +263,16 @@ def test_settle_offers_the_forward_choice_the_default_models_gguf_file(demo_lm, 
     monkeypatch.setattr(forward_choice, "choose", lambda model, want=None, **kw: asked.append((want, kw.get("gguf")))
                         or forward_choice.PathChoice(EagerPath(model), "eager: measured faster"))
     monkeypatch.setattr(LoadedModel, "gguf", lambda self: gguf)
-    monkeypatch.setattr(ggml, "installed", lambda: True)
+    monkeypatch.setattr(llamacpp, "installed", lambda: True)
     from engine.product.models.cost_cache import CurveOwner
     monkeypatch.setattr(CurveOwner, "shared", lambda owner: None)
     models.engine.call(startup.settle, models, "demo", "cpu", False)  # auto
     models.engine.call(startup.settle, models, "demo", "cpu", False, "eager")  # named: no file needed
     assert asked == [("auto", gguf), ("eager", None)]
-    monkeypatch.setattr(ggml, "installed", lambda: False)
+    monkeypatch.setattr(llamacpp, "installed", lambda: False)
     models.engine.call(startup.settle, models, "demo", "cpu", False)
     assert asked[-1] == ("auto", None)  # not installed: the file is not even fetched
-    monkeypatch.setattr(ggml, "installed", lambda: True)
+    monkeypatch.setattr(llamacpp, "installed", lambda: True)
     models.make_default(demo_lm)  # fp32 asked by name: the exact mode never runs the file's weights (issue 70)
     models.engine.call(startup.settle, models, "demo", "cpu", False)
     assert asked[-1] == ("auto", None)
@@ -354,7 +353,7 @@ def test_a_cold_start_measures_llama_cpp_first_and_skips_torch_precisions(demo_l
     """Issue 70: a cold start's "auto" on a model from a GGUF file with llama-cpp-python installed asks the forward
     choice first; where a path that runs the file's weights wins, torch's precisions (which would run no forward)
     are never measured and the default runs the file; where a torch path wins, they are measured as before."""
-    from engine.core import ggml
+    from engine.core.forward import llamacpp
     from engine.product.models import forward_choice
     from engine.product.models.cost_cache import CurveOwner
     from engine.product.models.loaded import LoadedModel
@@ -370,7 +369,7 @@ def test_a_cold_start_measures_llama_cpp_first_and_skips_torch_precisions(demo_l
     loads = []
     monkeypatch.delenv(forward_choice.ENV, raising=False)
     monkeypatch.setattr(LoadedModel, "gguf", lambda self: tmp_path / "model.gguf")
-    monkeypatch.setattr(ggml, "installed", lambda: True)
+    monkeypatch.setattr(llamacpp, "installed", lambda: True)
     monkeypatch.setattr(CurveOwner, "shared", lambda owner: None)
     monkeypatch.setattr(startup, "load_model", lambda *a, **k: loads.append(k) or demo_lm)
     for path, measured in ((FilePath(demo_lm.model), []), (EagerPath(demo_lm.model), [{"device": "cpu",
@@ -417,20 +416,22 @@ def test_a_long_generation_runs_on_the_long_path_where_it_was_measured_cheaper(d
 
 
 def test_no_caller_outside_the_forward_seam_branches_on_a_paths_name_or_class():
-    """Issue 74: outside the forward seam (``engine/core``) every caller decides by a path's facts
-    (``engine.core.paths.PathSpec``), never by its name or class: no comparison with, subscript by or ``make_path``
-    of a path's name written out, and no ``isinstance`` / ``issubclass`` test against one path's class."""
+    """Issue 74: outside the forward seam (the package ``engine/core/forward/``) every caller decides by a path's
+    facts (``engine.core.forward.PathSpec``), never by its name or class: no comparison with, subscript by or
+    ``make_path`` of a path's name written out, and no ``isinstance`` / ``issubclass`` test against one path's class,
+    in the core's other modules nor in any layer above."""
     import ast
     from pathlib import Path
 
-    from engine.core.paths import SPECS
+    from engine.core.forward import SPECS
 
     names = set(SPECS)
     classes = {cls.__name__ for spec in SPECS.values() for cls in spec.cls.__mro__ if cls.__name__.endswith("Path")}
     classes.discard("ForwardPath")  # the seam's own type: any path
     root = Path(__file__).resolve().parents[1]
     layers = ("engine/decoding", "engine/sources", "engine/product", "page", "cli", "scripts", "viz")
-    files = [root / "app.py", *(p for d in layers for p in sorted((root / d).rglob("*.py")))]
+    core = [p for p in sorted((root / "engine/core").rglob("*.py")) if "forward" not in p.relative_to(root).parts]
+    files = [root / "app.py", *core, *(p for d in layers for p in sorted((root / d).rglob("*.py")))]
 
     def written(node) -> set:
         """The path names or path classes ``node`` writes out (a string, a class name, or a tuple / set of them)."""

@@ -1,4 +1,5 @@
-"""The llamacpp forward path (engine/core/ggml.py): llama.cpp's kernels behind the forward seam, on SmolLM2's own GGUF.
+"""The llamacpp forward path (engine/core/forward/llamacpp/): llama.cpp's kernels behind the forward seam, on
+SmolLM2's own GGUF.
 
 Every tree row's logits equal, bit for bit, those of its root path decoded as a chain; a commit of a later branch
 (and the cache compaction that keeps cells in order) continues exactly as a chain commit would; the decoding loop on
@@ -19,15 +20,15 @@ import torch
 from conftest import DATA, SMOLLM2_CURVE
 from test_sampling import N_TOKENS, P_FAIL, chi_square_p, reference_probs, sample_many
 
-from engine.core import ggml
-from engine.core.ggml import INSTALL, GgmlForward, GgmlPath, GgmlQ8CachePath, GgmlUnavailable
+from engine.core.forward import llamacpp
+from engine.core.forward.llamacpp import INSTALL, GgmlForward, GgmlPath, GgmlQ8CachePath, GgmlUnavailable
 from engine.core.tree import DraftTree, Source
 from engine.sources.tr import TrSource
 
 TR = TrSource.info.source
 MAX_NEW = 48
 #: parent arrays: a chain, a star of 4 root children, a mixed tree (10 nodes, depth 3), the anchor alone, and two
-#: chains of 35 under the root (70 rows: decoded in two chunks, ``ggml.TREE_CHUNK``)
+#: chains of 35 under the root (70 rows: decoded in two chunks, ``llamacpp.TREE_CHUNK``)
 SHAPES = {"chain": (None, 0, 1, 2, 3), "star": (None, 0, 0, 0, 0),
           "mixed": (None, 0, 0, 1, 1, 2, 3, 3, 5, 2), "one-node": (None,),
           "two-chains-70": (None, *range(35), 0, *range(36, 69))}
@@ -238,7 +239,7 @@ def test_the_noflash_path_is_held_to_its_ar_with_every_divergence_a_tie(gguf, sm
     where it was measured cheaper (``ForwardPath.at``)."""
     from dataclasses import replace
 
-    from engine.core.ggml import GgmlNoFlashPath
+    from engine.core.forward.llamacpp import GgmlNoFlashPath
     from engine.decoding.config import DecodeConfig
     from engine.decoding.cost import CostCurve
     from engine.product.models import forward_choice
@@ -277,7 +278,7 @@ def test_auto_runs_a_long_prompt_on_the_long_path_and_its_rows_name_it(gguf, smo
     from dataclasses import replace
 
     from engine.core.forward import Longer
-    from engine.core.ggml import GgmlNoFlashPath, GgmlQ8CachePath
+    from engine.core.forward.llamacpp import GgmlNoFlashPath, GgmlQ8CachePath
     from engine.decoding.config import DecodeConfig
     from engine.decoding.cost import CostCurve
     from engine.product.bench.runner import Runner, check_lossless
@@ -356,7 +357,7 @@ def test_a_tree_too_large_for_the_context_says_so(path, prompt):
     del forward
     gc.collect()
     assert context in path.spares and path.open(8).context is context  # a finished generation's context is reused
-    assert ggml.physical_cores() >= 1
+    assert llamacpp.physical_cores() >= 1
 
 
 @pytest.mark.full  # ~140 llama.cpp decodes over a long prompt, 2 threads: seconds

@@ -1,4 +1,4 @@
-"""The graphed forward path (engine/core/graphs.py), checked on the CPU with a stand-in for CUDA graphs.
+"""The graphed forward path (engine/core/forward/graphs.py), checked on the CPU with a stand-in for CUDA graphs.
 
 ``CpuGraphed`` is the graphed path whose "capture" records that it happened and whose "replay" runs the captured
 body (``GraphedForward._body``: the frame's inputs built from the control block, then the model) eagerly: what a CUDA
@@ -26,9 +26,8 @@ import pytest
 import torch
 from conftest import greedy_reference
 
-from engine.core import graphs
-from engine.core.forward import StaticPath
-from engine.core.graphs import GraphedPath
+from engine.core.forward import StaticPath, graphs
+from engine.core.forward.graphs import GraphedPath
 from engine.core.tree import DraftTree, Source
 from engine.decoding import decode
 from engine.decoding.config import DecodeConfig
@@ -250,6 +249,6 @@ def test_captures_use_a_pool_per_set_thread_local_mode_and_one_lock(demo_lm, mon
         t.join()
     assert len(fake.graphs) == 2 * 2 * GraphedPath.SPARES and not fake.overlap, "captures never overlap"
     assert {g["mode"] for g in fake.graphs} == {"thread_local"}
-    pools = {id(b.pool) for p in paths for b in p.spares}
+    pools = {id(b.runner.pool) for p in paths for b in p.spares}
     assert len(pools) == 2 * GraphedPath.SPARES, "one graph pool per set of buffers"
-    assert all(b.graphs.keys() == {1, 2} for p in paths for b in p.spares)
+    assert all(b.runner.graphs.keys() == {1, 2} for p in paths for b in p.spares)

@@ -131,7 +131,7 @@ SLOW_SIZES = "past=128;1:5,2:7,3:7.6,4:8,5:11,6:8.4,7:8.6,8:9,9:9.2,10:9.4,16:11
 def test_padded_verification_matches_greedy(demo_lm, lossless_prompts, forward):
     """Issue 52: a tree of a slow size is verified padded to the next cheaper one (``CostCurve.verify_rows``); its
     padding rows change no token: greedy ids equal ``generate``'s, with drafts accepted and trees padded."""
-    from engine.core.paths import make_path
+    from engine.core.forward import make_path
     from engine.decoding.cost import CostCurve
 
     curve = CostCurve.from_spec(SLOW_SIZES)

@@ -180,7 +180,7 @@ def test_each_zero_gpu_call_captures_its_graphs_in_its_own_process_outside_the_r
     from test_graphs import CpuGraphed
 
     import app
-    from engine.core.paths import SPECS
+    from engine.core.forward import SPECS
     from engine.decoding.config import DecodeConfig
     from engine.product.runs.decoder import make_decoder
     from page import zerogpu

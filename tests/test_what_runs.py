@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.core import ggml
-from engine.core.forward import EagerPath
+from engine.core.forward import EagerPath, llamacpp
 from engine.product.bench import aggregate, markdown
 from engine.product.io.traces import RunHeader, TraceFormatError, export_run, load_run
 from engine.product.models import loading
@@ -37,8 +36,8 @@ class FileWeightsPath(EagerPath):
 
 @pytest.fixture
 def llama_cpp_present(monkeypatch):
-    """``ggml.installed()`` says yes, and the model's GGUF file is a path that need not exist (nothing opens it)."""
-    monkeypatch.setattr(ggml, "installed", lambda: True)
+    """``llamacpp.installed()`` says yes, and the model's GGUF file is a path that need not exist (nothing opens it)."""
+    monkeypatch.setattr(llamacpp, "installed", lambda: True)
     asked = []
     monkeypatch.setattr(loading.LoadedModel, "gguf", lambda self: asked.append(self.name) or Path("model.gguf"))
     return asked

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from engine.core.ggml_lib import weight_type
+from engine.core.forward.llamacpp import weight_type
 
 METHODS = ("llamacpp-ar", "llamacpp-lookup")
 LOOKUP = {"max_ngram_size": 2, "num_pred_tokens": 2}  # LlamaPromptLookupDecoding's settings (its README: 2 on a CPU)

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.forward import EagerPath, ForwardPath
-from engine.core.paths import baseline
+from engine.core.forward import EagerPath, ForwardPath, baseline
 from engine.core.tree import DraftTree
 from engine.decoding.cost import CONTEXT_TOLERANCE, NOISE_MS, CostCurve, CurveRefiner
 from engine.product.models.timing import Timings, cache_file, read_cache, time_forwards, write_cache

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.forward import ForwardPath, Longer, static_problem
-from engine.core.paths import SPECS, PathSpec, baseline, make_path, path_names
+from engine.core.forward import SPECS, ForwardPath, Longer, PathSpec, baseline, make_path, path_names, static_problem
 from engine.core.tree import DraftTree, Source
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
@@ -41,7 +40,7 @@ FORMAT = 5  # version of the cached choice file (2: the tree weighed is TREE_ROW
 # path for long generations, ``Longer``)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
-CHOICES = ("auto", *path_names())  # every path (engine.core.paths.SPECS)
+CHOICES = ("auto", *path_names())  # every path (engine.core.forward.SPECS)
 LONG = next(s for s in SPECS.values() if s.auto == "long")  # over a long context llama.cpp's attention without flash
 # attention costs less than the flash-attention paths'
 LONG_PATH = LONG.name

@@ -34,7 +34,7 @@ class LoadedModel:
     dtype_reason: str = ""  # why this dtype, e.g. "bf16: verifies 16 rows 1.6× faster than fp32 here" (auto)
     auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/models/precision.py)
     param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
-    forward_path: ForwardPath | None = None  # how trees run (engine/core/forward.py); None: the eager path
+    forward_path: ForwardPath | None = None  # how trees run (engine/core/forward/); None: the eager path
     forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 16-node tree 8% faster ..." (auto)
     source: ModelSource | None = None  # where it loaded from (private: a path is never shown)
 

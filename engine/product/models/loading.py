@@ -21,8 +21,8 @@ from typing import NamedTuple
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.core import attention, compat, ggml
-from engine.core.paths import runs_file
+from engine.core import attention, compat
+from engine.core.forward import llamacpp, runs_file
 from engine.product.models import forward_choice, kernels, precision
 from engine.product.models.engine_thread import EngineThread
 from engine.product.models.loaded import LoadedModel
@@ -142,7 +142,7 @@ def forward_wanted(lm: LoadedModel, want: str | None = None) -> tuple[str, Path 
         raise ModelLoadError(f"the {want} forward path runs the model file's own weights on llama.cpp's kernels, "
                              f"not {lm.precision} as the dtype asked: ask dtype auto with it, or another path")
     reads_file = file_path or (want == "auto" and allows_file_paths(lm.auto_dtype))
-    return want, lm.gguf() if reads_file and ggml.installed() else None
+    return want, lm.gguf() if reads_file and llamacpp.installed() else None
 
 
 def dtype_beside(forward: str | None, otherwise: str) -> str:

@@ -1,14 +1,16 @@
 """The forward paths, every one, and what each needs and costs: one explicit registry of facts (``SPECS``), so whoever
 picks a path (the forward choice, the loader, ZeroGPU, the GPU check, the scripts) reads facts, never names or
-classes.  A new path is its module plus one ``PathSpec`` line here.
+classes.  A new path is its module in this package plus one ``PathSpec`` line here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .forward import CompiledPath, EagerPath, ForwardPath, StaticPath
-from .ggml import GgmlNoFlashPath, GgmlPath, GgmlQ8CachePath
+from .eager import EagerPath
 from .graphs import GraphedCompiledPath, GraphedPath
+from .llamacpp import GgmlNoFlashPath, GgmlPath, GgmlQ8CachePath
+from .seam import ForwardPath
+from .static import CompiledPath, StaticPath
 
 #: What a path may need beyond torch: a CUDA device, a C++ compiler (torch.compile's CPU code), llama.cpp's library
 NEEDS = ("cuda", "compiler", "llama.cpp")

@@ -2,7 +2,7 @@
 
 On a GPU a small model's forward is launch-bound: the host issues a few hundred kernels per forward, each costing
 more host time than device time (docs/results.md, "On a GPU: the graphed path").  A CUDA graph records the kernels
-of one forward once and replays them with one launch.  The static path (``engine.core.forward``) keeps every address
+of one forward once and replays them with one launch.  The static path (``static``) keeps every address
 a forward touches fixed: the static KV cache and the per-bucket input frames (token ids, positions, the tree
 attention mask).
 
@@ -18,8 +18,11 @@ timer), never inside a verification: a bucket with no graph on the buffers a run
 (the model's own, never a compile), and the next ``prepare`` captures it.  On ZeroGPU every GPU call is a fresh fork
 of the server, whose buffers hold no graphs, so each call's first ``make_decoder`` captures them, outside the run's
 clock (docs/deploy.md).  A prepared set of buffers has ``capacity`` slots (at least ``GRAPH_CAPACITY``: a page run of
-512 new tokens with a prompt of ``forward.PROMPT_ROOM`` tokens and the largest bucket), the capacity the cost curve
+512 new tokens with a prompt of ``seam.PROMPT_ROOM`` tokens and the largest bucket), the capacity the cost curve
 is timed at too, so the curve prices the forward runs replay.
+
+One object owns a set's graphs: its ``GraphRunner`` (capture, the control blocks, the memory pool, replay), attached to
+the set's static buffers, so the graphs go wherever the buffers go (``pool.Spares``: to the next generation).
 
 Memory: each set of buffers (one generation's cache, frames and graphs: a "bucket set") captures into its own graph
 memory pool, so a replay on one set never writes into another set's memory (two generations at once: the page's AR
@@ -52,14 +55,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .forward import BUCKETS, CAPACITY_STEP, StaticForward, StaticPath, bucket
-from .transfer import upload_into
-from .tree import DraftTree, Source
+from ..transfer import upload_into
+from ..tree import DraftTree, Source
+from .pool import Spares
+from .seam import BUCKETS, CAPACITY_STEP, bucket, round_up
+from .static import StaticForward, StaticPath
 
 log = logging.getLogger(__name__)
 
 #: Least capacity (cache slots) of a graphed path's prepared buffers: 512 new tokens (the page's public cap), a
-#: 256-token prompt (``forward.PROMPT_ROOM``) and the largest bucket fit; a longer run's first generation runs
+#: 256-token prompt (``seam.PROMPT_ROOM``) and the largest bucket fit; a longer run's first generation runs
 #: uncaptured and ``prepare`` then grows the capacity to it.
 GRAPH_CAPACITY = 1024
 #: Held by every capture (and by whoever else must not start device work in the middle of one).
@@ -80,43 +85,107 @@ class Captured:
         return self.logits
 
 
+class GraphRunner:
+    """One set of static buffers' CUDA graphs, as SGLang's graph runner owns its own: the control blocks the captured
+    forwards read, the graph memory pool, each bucket's capture and its replay.  ``GraphedForward`` attaches one to
+    every set it allocates (``StaticBuffers.runner``); it goes with the buffers to the next generation and is dropped
+    with them when the cache regrows.
+
+    Args:
+        device: the buffers' CUDA device.
+        capacity: the buffers' cache slots.
+
+    Attributes:
+        graphs: rows -> the ``Captured`` forward of that bucket on these buffers; None: its capture failed.  Only
+            ``GraphedPath.prepare`` fills it.
+        pool: this set's CUDA graph memory pool (``torch.cuda.graph_pool_handle``), None before its first capture.
+    """
+
+    def __init__(self, device: torch.device, capacity: int) -> None:
+        self.device, self.capacity = device, capacity
+        self.graphs: dict[int, Captured | None] = {}
+        self.pool = None
+        self._controls: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def control(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device inputs a captured ``rows``-row forward reads: the control block, (2 rows + 2,) int64 (tokens,
+        parents, committed length, real rows), and the slot indices ``arange(capacity)``, int64."""
+        if rows not in self._controls:
+            self._controls[rows] = (torch.zeros(2 * rows + 2, dtype=torch.long, device=self.device),
+                                    torch.arange(self.capacity, dtype=torch.long, device=self.device))
+        return self._controls[rows]
+
+    def load(self, tree: DraftTree, rows: int, length: int) -> None:
+        """The cycle's one upload: ``tree`` padded to ``rows`` (padding: token 0, its own parent) at the committed
+        ``length``."""
+        n = len(tree)
+        parents = [0, *tree.parents[1:], *range(n, rows)]  # the root and each padding row: its own parent
+        upload_into(self.control(rows)[0], [*tree.tokens, *[0] * (rows - n), *parents, length, n])
+
+    def capture(self, rows: int, body, warmups: int) -> Captured | None:
+        """Capture ``body()`` (a ``rows``-row forward reading this runner's control block, loaded) into this set's
+        pool, after ``warmups`` eager calls on a side stream; None (and one log line) when the capture fails.  Holds
+        ``CAPTURE_LOCK``; ``capture_error_mode="thread_local"``."""
+        current, stream = torch.cuda.current_stream(self.device), torch.cuda.Stream(self.device)
+        with CAPTURE_LOCK:
+            stream.wait_stream(current)
+            try:
+                with torch.cuda.stream(stream):
+                    for _ in range(warmups):
+                        body()
+                current.wait_stream(stream)
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()  # one pool per set of buffers
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
+                    logits = body()  # (rows, |V|): the replay's output buffer
+            except Exception as exc:  # noqa: BLE001 - any capture failure: this bucket runs without a graph
+                log.warning("CUDA graph capture of %d rows failed (%s); that size runs without a graph", rows,
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                current.wait_stream(stream)
+                return None
+            current.wait_stream(stream)
+        return Captured(graph, logits)
+
+    def replay(self, tree: DraftTree, rows: int, length: int) -> torch.Tensor | None:
+        """Load ``tree`` and enqueue the ``rows``-bucket's graph (no host sync): its (rows, |V|) logits buffer; None
+        (nothing loaded) when that bucket has no graph here."""
+        captured = self.graphs.get(rows)
+        if captured is None:
+            return None
+        self.load(tree, rows, length)
+        return captured.replay()
+
+
 class GraphedForward(StaticForward):
-    """``StaticForward`` whose bucketed forwards replay the CUDA graphs captured on its buffers
-    (``StaticBuffers.graphs``, filled by ``GraphedPath.prepare`` only); a bucket without one runs the model's own
-    forward, uncaptured.  The graphs go with the buffers to the next generation and are dropped with them when the
-    cache regrows."""
+    """``StaticForward`` whose bucketed forwards replay the CUDA graphs its buffers' ``GraphRunner`` holds (captured
+    by ``GraphedPath.prepare`` only); a bucket without one runs the model's own forward, uncaptured."""
 
     def __init__(self, path: GraphedPath, max_length: int, max_rows: int) -> None:
         self.path = path
         self._unread = False  # a verified tree whose logits may still be read: no replay until it is committed
         super().__init__(path, max_length, max_rows)
 
+    def _allocate(self, want: int) -> None:
+        """``StaticForward._allocate``, with a fresh ``GraphRunner`` (no graphs) on the new buffers."""
+        super()._allocate(want)
+        self.buffers.runner = GraphRunner(self.device, self.capacity)
+
+    @property
+    def runner(self) -> GraphRunner:
+        return self.buffers.runner
+
     @property
     def graphs(self) -> dict[int, Captured | None]:
-        """rows -> the ``Captured`` forward of that bucket on these buffers; None: its capture failed."""
-        return self.buffers.graphs
-
-    def _control(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The device inputs a captured ``rows``-row forward reads: the control block, (2 rows + 2,) int64 (tokens,
-        parents, committed length, real rows), and the slot indices ``arange(capacity)``, int64."""
-        controls = self.buffers.controls
-        if rows not in controls:
-            controls[rows] = (torch.zeros(2 * rows + 2, dtype=torch.long, device=self.device),
-                              torch.arange(self.capacity, dtype=torch.long, device=self.device))
-        return controls[rows]
-
-    def _load(self, tree: DraftTree, rows: int) -> None:
-        """The cycle's one upload: ``tree`` padded to ``rows`` (padding: token 0, its own parent) at ``length``."""
-        n = len(tree)
-        parents = [0, *tree.parents[1:], *range(n, rows)]  # the root and each padding row: its own parent
-        upload_into(self._control(rows)[0], [*tree.tokens, *[0] * (rows - n), *parents, self.length, n])
+        """rows -> the ``Captured`` forward of that bucket on these buffers (``GraphRunner.graphs``)."""
+        return self.runner.graphs
 
     def _body(self, rows: int) -> torch.Tensor:
         """What a graph captures: the ``rows``-row frame's inputs built on the device from the control block, as
         ``StaticForward.verify`` builds them on the host (the same ids, positions, mask and write slot: padding rows
         carry token 0 at the committed length and see only the committed prefix), then the path's step.  Shapes
         depend on ``rows`` and the capacity alone.  Returns (rows, |V|) logits, the model's dtype."""
-        ctl, cols = self._control(rows)
+        ctl, cols = self.runner.control(rows)
         ids, pos, mask = self._frame(rows)
         tokens, parents, at, n = ctl[:rows], ctl[rows:2 * rows], ctl[2 * rows], ctl[2 * rows + 1]
         anc = torch.eye(rows, dtype=torch.bool, device=self.device)  # (rows, rows): j is i or an ancestor of i
@@ -152,14 +221,13 @@ class GraphedForward(StaticForward):
                                "reading its logits back) before verifying the next one")
         n = len(tree)
         rows = bucket(n, self.buckets)
-        captured = self.graphs.get(rows) if self.length + rows <= self.capacity else None
-        if captured is None:
+        replayed = self.runner.replay(tree, rows, self.length) if self.length + rows <= self.capacity else None
+        if replayed is None:
             logits = super().verify(tree)
             if rows <= self.buckets[-1]:
                 self.path.note_uncaptured(rows, self.capacity)
         else:
-            self._load(tree, rows)
-            logits = captured.replay()[:n]  # (n, |V|): padding rows' logits are never read
+            logits = replayed[:n]  # (n, |V|): padding rows' logits are never read
             self._rows = rows
         self._unread = True
         return logits
@@ -170,10 +238,6 @@ class GraphedForward(StaticForward):
     def commit(self, keep: list[int]) -> None:
         super().commit(keep)
         self._unread = False
-
-
-def _rounded(slots: int) -> int:
-    return -(-slots // CAPACITY_STEP) * CAPACITY_STEP
 
 
 class GraphedPath(StaticPath):
@@ -199,6 +263,8 @@ class GraphedPath(StaticPath):
         super().__init__(model)
         self.buckets = buckets
         self.capacity = GRAPH_CAPACITY
+        # kept first: sets of the capacity runs are prepared for, then those with more graphs
+        self.spares = Spares(self.SPARES, rank=lambda b: (b.capacity >= self.capacity, len(b.runner.graphs)))
         self._open = 0  # generations holding a set of buffers now
         self._wanted = 0  # the largest capacity a run needed and found no prepared buffers for
         self._warm: set[int] = set()  # buckets warmed up in this process
@@ -213,28 +279,23 @@ class GraphedPath(StaticPath):
 
     def take(self, want: int):
         """``StaticPath.take``, preferring the set with the most graphs; a miss is remembered for ``prepare``."""
-        with self._lock:
+        with self.spares.lock:
             self._open += 1
-            fits = [b for b in self.spares if b.capacity >= want]
-            if not fits:
+            chosen = self.spares.take(lambda b: b.capacity >= want, best=lambda b: (-len(b.runner.graphs), b.capacity))
+            if chosen is None:
                 self._wanted = max(self._wanted, want)
-                return None
-            chosen = min(fits, key=lambda b: (-len(b.graphs), b.capacity))
-            self.spares.remove(chosen)
             return chosen
 
-    def keep(self, held: list) -> None:
+    def keep(self, buffers) -> None:
         """``StaticPath.keep``, dropping first the sets smaller than ``capacity``, then those with fewer graphs."""
-        with self._lock:
+        with self.spares.lock:
             self._open -= 1
-            self.spares.append(held[0])
-            self.spares.sort(key=lambda b: (b.capacity >= self.capacity, len(b.graphs)), reverse=True)
-            del self.spares[self.SPARES:]
+            self.spares.keep(buffers)
 
     def note_uncaptured(self, rows: int, capacity: int) -> None:
         """A run verified ``rows`` rows on buffers of ``capacity`` slots without a graph: the next ``prepare``
         captures at that capacity; said once in the log."""
-        with self._lock:
+        with self.spares.lock:
             self._wanted = max(self._wanted, capacity)
             told, self._told = self._told, True
         if not told:
@@ -248,15 +309,17 @@ class GraphedPath(StaticPath):
         the seconds it took (about 0.1 s per capture for SmolLM2's shape on an H100)."""
         start = time.perf_counter()
         top = bucket(min(max(1, max_rows), self.buckets[-1]), self.buckets)
-        with self._lock:
-            self.capacity = max(self.capacity, _rounded(max_length + top), _rounded(self._wanted))
-            self.spares = [b for b in self.spares if b.capacity >= self.capacity]  # smaller sets serve no run
+        with self.spares.lock:
+            self.capacity = max(self.capacity, round_up(max_length + top, CAPACITY_STEP),
+                                round_up(self._wanted, CAPACITY_STEP))
+            self.spares.retain(lambda b: b.capacity >= self.capacity)  # smaller sets serve no run
             sets = max(1, self.SPARES - self._open)
         opened = [self.open(self.capacity - top, top) for _ in range(sets)]
         try:
             for forward in opened:
                 for rows in (r for r in self.buckets if r <= top and r not in forward.graphs):
-                    forward._load(DraftTree.chain([0] * rows, Source.ROOT), rows)  # any tree: the shapes matter
+                    any_tree = DraftTree.chain([0] * rows, Source.ROOT)  # the shapes matter, not the tokens
+                    forward.runner.load(any_tree, rows, forward.length)
                     forward.graphs[rows] = self._capture(forward, rows)
                     self._warm.add(rows)
         finally:
@@ -265,30 +328,10 @@ class GraphedPath(StaticPath):
         return time.perf_counter() - start
 
     def _capture(self, forward: GraphedForward, rows: int) -> Captured | None:
-        """Capture ``forward._body(rows)`` (its control block loaded) into the set's pool, after warm-up forwards on
-        a side stream; None (and one log line) when the capture fails.  Writes only past the committed length."""
-        device = forward.device
-        current, stream = torch.cuda.current_stream(device), torch.cuda.Stream(device)
-        with CAPTURE_LOCK:
-            stream.wait_stream(current)
-            try:
-                with torch.cuda.stream(stream):
-                    for _ in range(1 if rows in self._warm else self.WARMUPS):
-                        forward._body(rows)
-                current.wait_stream(stream)
-                if forward.buffers.pool is None:
-                    forward.buffers.pool = torch.cuda.graph_pool_handle()  # one pool per set of buffers
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=forward.buffers.pool, stream=stream,
-                                      capture_error_mode="thread_local"):
-                    logits = forward._body(rows)  # (rows, |V|): the replay's output buffer
-            except Exception as exc:  # noqa: BLE001 - any capture failure: this bucket runs without a graph
-                log.warning("CUDA graph capture of %d rows failed (%s); that size runs without a graph", rows,
-                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-                current.wait_stream(stream)
-                return None
-            current.wait_stream(stream)
-        return Captured(graph, logits)
+        """Capture ``forward._body(rows)`` (its control block loaded) with its buffers' ``GraphRunner``, after warm-up
+        forwards (``WARMUPS`` the first time this process captures that bucket, then one); None when it fails.
+        Writes only past the committed length."""
+        return forward.runner.capture(rows, lambda: forward._body(rows), 1 if rows in self._warm else self.WARMUPS)
 
 
 class GraphedCompiledPath(GraphedPath):
