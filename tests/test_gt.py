@@ -5,8 +5,9 @@ import random
 
 import pytest
 
-from engine.core.estimates import AcceptanceStats, PathCalibration
+from engine.core.estimates import AcceptanceStats
 from engine.core.tree import DraftTree, GhostNode, Source
+from engine.decoding.calibration import PathCalibration
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
 from engine.decoding.gt import calibrated_choice, speedup_optimal

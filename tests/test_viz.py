@@ -409,7 +409,7 @@ def test_a_cycle_title_says_what_none_accepted_means():
     happened (the bonus token only; an AR step; the prefill's token)."""
     from dataclasses import replace
 
-    from viz.tree_figure import default_title
+    from viz.tree_title import default_title
 
     tree_cycle = replace(make_trace(), accepted=(), new_tokens=(9,))
     assert "1 token (no draft accepted: the bonus token only)" in default_title(tree_cycle)

@@ -9,8 +9,9 @@ from engine.decoding.trace import CycleTrace
 from engine.product.runs.ledger import CycleLedger
 from engine.product.runs.run import SPEEDUP_PHASE
 from engine.sources import REGISTRY, info
-from viz.tree_figure import GhostMarks, chain_words, count_words
+from viz.tree_figure import GhostMarks
 from viz.tree_layout import visible_token
+from viz.tree_title import chain_words, count_words
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -21,7 +22,7 @@ def _q(token_text: Callable[[int], str], token: int) -> str:
 
 
 def confidence_note(trace: CycleTrace) -> str | None:
-    """How the §4.3 confidence shaped a tree cycle, in the title's words (``tree_figure.chain_words``), e.g.
+    """How the §4.3 confidence shaped a tree cycle, in the title's words (``tree_title.chain_words``), e.g.
     "confident match (0.90): chain extended 20 → 90 tokens, 2 laid as the spine, budget 84"; None when the match
     was not extended (or the trace predates these fields)."""
     if trace.mode != "tree" or trace.confidence is None or not trace.extended:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from engine.product.runs.run import decode_phase
 from engine.sources import REGISTRY
 from viz.explain import TOKEN_COLORS, ghost_words
-from viz.tree_figure import GhostMarks, count_words
+from viz.tree_figure import GhostMarks
+from viz.tree_title import count_words
 
 METHOD_LABELS = {"goose": "Goose (spine tree of the chosen sources)", **{i.name: i.method_label for i in REGISTRY},
                  "iso3": "Iso(3): balanced 3-ary tree", "iso5": "Iso(5): balanced 5-ary tree", "ar": "AR (no drafting)"}

@@ -3,7 +3,8 @@
 Layout: ``viz.tree_layout`` (a layered tidy tree, depth on the x axis, edges never crossing, folded to fit the
 rows and columns; ``show_all=True`` draws every node instead and the figure grows).  Nodes are coloured by source;
 the accepted path is drawn thick, rejected nodes faded, GT-pruned candidates as ghosts, and the bonus token as a
-star after the last accepted node.
+star after the last accepted node.  The title's words (cycle, mode, size, outcome, the spine's shape) are
+``viz.tree_title``'s.
 
 Projector geometry (the page's tree area at 1280×800 is about ``PLOT_WIDTH_PX`` wide and the figure
 ``FIG_HEIGHT_PX`` high): labels are ``LABEL_PX`` monospace, rows ``ROW_PX`` apart, and a label never
@@ -43,6 +44,7 @@ from viz.tree_layout import (
     tidy_layout,
     visible_token,
 )
+from viz.tree_title import SUBTITLE, default_title
 
 #: Node colours by source (``engine.sources.REGISTRY``); a figure's legend names the sources drawn in it.  goose-lens's
 #: sources, the bonus and the path mark are Okabe & Ito's colour-blind-safe set; the engines' drafters took four
@@ -77,66 +79,11 @@ def _text_width(label: str) -> float:
     return len(html.unescape(label)) * CHAR_PX
 
 
-def default_title(trace: CycleTrace) -> str:
-    """Cycle number, mode, size and outcome, e.g. "cycle 3 · tree · 40 nodes · 5 tokens (spine continuation)";
-    a tree cycle adds how the spine's match shaped it (Goose §4.3): its confidence, the chain (extended or not,
-    ``chain_words``) and the node budget on a second, smaller line, e.g. "confidence 0.90, chain extended 20 → 34
-    tokens, 9 laid as the spine, budget 96".  When EOS or max new tokens cut the accepted path, the title says how
-    many of its tokens were kept."""
-    n = len(trace.new_tokens)
-    cut = (f", cut at {n} of {len(trace.accepted) + 1} by EOS / max new tokens"
-           if trace.mode in ("tree", "bypass") and n < len(trace.accepted) + 1 else "")
-    note = _shape_note(trace)
-    return (f"cycle {trace.index} · {trace.mode} · {count_words(len(trace.tree), 'node')} · "
-            f"{count_words(n, 'token')} ({_outcome(trace)}{cut})" + (f"{SUBTITLE}{note[3:]}" if note else ""))
-
-
-def _outcome(trace: CycleTrace) -> str:
-    """The accepted path's kind in words (``CycleTrace.path_category``), its "none" said for what it is."""
-    if trace.path_category != "none":
-        return trace.path_category
-    if trace.mode == "prefill":
-        return "the prefill's own next token"
-    if trace.mode == "ar":  # drafts GT priced out are drawn as ghosts: the title says so instead of "no drafts"
-        ghosts = len(trace.ghosts)
-        would = f", {len(trace.ghost_hits)} would have been accepted" if trace.ghost_hits else ""
-        return (f"one AR step: GT kept none of {count_words(ghosts, 'draft')}{would}" if ghosts
-                else "one AR step: no drafts")
-    return "no draft accepted: the bonus token only"
-
-
-SUBTITLE = "<br><sup>"  # in a title text: what follows goes on the second, smaller line (``_title``)
-
-
 def _title(text: str) -> dict:
     """The figure's title layout: ``text`` up to ``SUBTITLE`` on top, the rest as plotly's subtitle below it."""
     head, _, rest = text.partition(SUBTITLE)
     return dict(text=head, y=0.985, x=0.01, font=dict(size=18),
                 subtitle=dict(text=rest.removesuffix("</sup>"), font=dict(size=13)) if rest else None)
-
-
-def count_words(n: int, noun: str) -> str:
-    """'1 token', '2 tokens'."""
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def _shape_note(trace: CycleTrace) -> str:
-    """Title suffix: the match confidence, the spine chain (extended or not) and the budget of a tree cycle."""
-    if trace.mode != "tree" or trace.budget is None:
-        return ""
-    if not trace.match_tokens or trace.confidence is None:
-        return f" · budget {trace.budget}"
-    return f" · confidence {trace.confidence:.2f}, {chain_words(trace)}, budget {trace.budget}"
-
-
-def chain_words(trace: CycleTrace) -> str:
-    """The spine's chain in the same words for the title and the sentence under the tree (``viz.explain``): what
-    the match offered, extended or not, and how much of it the tree laid as its spine (B r and GT bound it), e.g.
-    "chain extended 20 → 90 tokens, 2 laid as the spine" or "match 4 tokens, all laid as the spine"."""
-    laid = len(trace.tree.spine)
-    offered = (f"chain extended {trace.match_tokens} → {trace.chain_tokens} tokens" if trace.extended
-               else f"match {count_words(trace.match_tokens, 'token')}")
-    return offered + (", all laid as the spine" if laid >= trace.chain_tokens else f", {laid} laid as the spine")
 
 
 class GhostMarks(NamedTuple):

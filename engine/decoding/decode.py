@@ -186,8 +186,8 @@ class SpecDecoder:
         """Alg. 2 line 16: every source observes the forward; the acceptance estimates and the GT rate update."""
         at = len(s.tokens) - len(done.tokens)  # where this cycle's tokens start; the anchor is at at - 1
         if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
-            s.stats.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
-                                 plan.trusted.expected if plan.trusted else 0.0)
+            s.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
+                           plan.trusted.expected if plan.trusted else 0.0)
         verified = Verified(forward=plan.grafted, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
                             back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
                             finished=done.finished)
@@ -196,8 +196,8 @@ class SpecDecoder:
                 src.observe(verified)
         s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
         s.streak = s.streak + 1 if plan.mode == "ar" else 0
-        if s.stats.paths.pending:
-            s.stats.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None, self.resolved.path_calibration)
+        if s.paths.pending:
+            s.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None, self.resolved.path_calibration)
         if self.planner.rate_tracked:
             s.curve_ms += self.cost_curve.latency(len(plan.grafted))
         clock.lap("harvest")

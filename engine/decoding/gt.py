@@ -2,7 +2,7 @@
 
 Source: GT principle paper, §3.1 (Eqs. 6-9).  A node's benefit is its estimated acceptance
 α̂ (the product of the per-source, per-depth estimates along its path, ``DraftTree.est_accept``, or
-that mapped through the session's measured outcomes, ``estimates.PathCalibration``); its cost is the
+that mapped through the session's measured outcomes, ``calibration.PathCalibration``); its cost is the
 time it adds to the verification forward, Φ(N) in Eq. 6.  Eq. 9 turns this into one threshold c, which
 needs Φ linear in N.  On a CPU it is not (SmolLM2: T(2) ≈ 1.5 T(1), then nearly flat to 8, then
 growing), so instead of one chord of the curve we choose n over the whole measured curve T(n).  What a
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.estimates import PathCalibration
 from ..core.tree import DraftTree, GhostNode
+from .calibration import PathCalibration
 from .cost import CostCurve
 
 

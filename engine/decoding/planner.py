@@ -157,7 +157,7 @@ class Planner:
         kept for that until the output decides it."""
         if not self.config.gt.auto or plan.mode == "ar":
             return plan
-        calibration = s.stats.paths if self.resolved.path_calibration else None
+        calibration = s.paths if self.resolved.path_calibration else None
         tree, ghosts, choice, trusted = calibrated_choice(plan.tree, self.cost_curve, self.extra_rows, calibration,
                                                           rate=self._rate(s), ghosts=plan.ghosts)
         built = plan.tree if calibration is not None or s.stats.counterfactual else None

@@ -15,6 +15,7 @@ from ..core.estimates import AcceptanceStats
 from ..core.forward import TreeForward
 from ..core.tree import DraftTree
 from ..sources import Candidates, DraftSource
+from .calibration import PathCalibration
 from .gt import GtChoice
 from .trace import Mode
 
@@ -26,7 +27,9 @@ class Generation:
     forward: TreeForward  # the model on this generation's trees; owns its KV cache and committed length
     tokens: list[int]  # prompt + generated tokens: the context sources are asked about
     sources: tuple[DraftSource, ...]  # this generation's draft sources (engine/sources)
-    stats: AcceptanceStats
+    stats: AcceptanceStats  # per-source, per-depth counters and the spine EMA (the sources read them)
+    paths: PathCalibration = field(default_factory=PathCalibration)  # every built tree's outcome, for GT's size
+    # choice (``gt.calibrated_choice``); it feeds ``stats``' counters where they count every built node
     generator: torch.Generator | None = None  # sampling mode: every random draw of this generation
     output: list[int] = field(default_factory=list)
     cycles: int = 0
