@@ -1,5 +1,5 @@
 """What the handlers share: the views a frame is made of (the numbers, the cycle on screen), a warning frame, slow
-motion's pause, the visitor's own cost curve, and the command that reproduces a run."""
+motion's pause, and the command that reproduces a run."""
 from __future__ import annotations
 
 import shlex
@@ -10,7 +10,6 @@ import gradio as gr
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve, CostCurveError
 from engine.product.io.options import command_line
-from engine.product.models.cost_cache import curve_key
 from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.runs.ledger import cycle_ledger, outputs_after
@@ -112,11 +111,6 @@ def run_curve(run: Run):
 def sampled(run: Run) -> bool:
     """Whether ``run`` sampled (temperature > 0): its output then judges no draft it did not verify."""
     return float(run.config.get("temperature") or 0.0) > 0.0
-
-
-def session_curve(curve, lm: LoadedModel):
-    """The visitor's own re-measured cost curve when it belongs to ``lm`` (else None: the shared curve)."""
-    return curve if curve is not None and curve.key == curve_key(lm.model, lm.forward) else None
 
 
 def paused(seconds: float, control: dict) -> None:

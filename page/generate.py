@@ -116,8 +116,8 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         return
     control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     try:
-        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=setup.own_curve, memory=session.memory)
-        curve = setup.curve()
+        curve, read = setup.curve()  # the run's one choice of cost curve: what the page shows and what GT reads
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=read, memory=session.memory)
         run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
                   config=decoder.config.to_dict(), runs=lm.runs.to_dict(),
                   shown_curve=curve.spec() if curve is not None else None,

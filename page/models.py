@@ -17,7 +17,6 @@ from engine.product.models.loaded import LoadedModel
 from engine.product.models.model_source import DEMO_MODEL, ModelLoadError, sentence
 from engine.product.models.named import DEMO_NAMES, NAMED, SMOLLM2
 from engine.product.models.registry import ModelRegistry
-from page.frames import session_curve
 from page.settings import RANGES
 from page.zerogpu import ZERO_GPU, zero_gpu_refusal
 from viz.charts import cost_figure, cost_figure_pending
@@ -134,7 +133,7 @@ def on_race_board(frame: dict) -> dict:
 
 def measure_curve(lm: LoadedModel, models: ModelRegistry) -> Iterator[dict]:
     """``lm``'s shared cost curve measured now, on the engine thread (between runs), when this machine has none:
-    the status line says what is timed, its estimate and the seconds so far (``cached_cost_curve``'s steps), then
+    the status line says what is timed, its estimate and the seconds so far (``CurveStore.cached``'s steps), then
     what it measured and in how long; the lesson then reads the curve."""
     if lm.curves.known() is not None:
         return
@@ -244,7 +243,7 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     """The cost curve the visitor's runs read (their own, else the shared one) with c(B) at ``budget``."""
     lm = models.get(model_key)
     low, high, _ = RANGES["budget"]
-    shown = session_curve(curve, lm) or lm.curves.known()  # never measured here: not the
+    shown = lm.curves.own(curve) or lm.curves.known()  # never measured here: not the
     # engine thread
     if shown is None:
         return {"cost_plot": cost_figure_pending()}

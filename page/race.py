@@ -48,8 +48,8 @@ def race(settings: PageSettings, race_seconds: float = 0.0, session: Session = S
         return
     control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     stop = lambda: bool(control.get("stop"))  # noqa: E731
-    spec = make_decoder(lm, config, lm.eos_token_ids, cost_curve=setup.own_curve, memory=session.memory)
-    curve = setup.curve()
+    curve, read = setup.curve()  # the race's one choice of cost curve: the board's and AR's, and what GT reads
+    spec = make_decoder(lm, config, lm.eos_token_ids, cost_curve=read, memory=session.memory)
     ar = make_decoder(lm, config.with_(method="ar"), lm.eos_token_ids, cost_curve=curve)
     contest = Race({"AR": ar.generate(ids, stop),
                     METHOD_LABELS.get(config.method, config.method): spec.generate(ids, stop)})

@@ -51,7 +51,7 @@ def sweep(settings: PageSettings, sweep_param, sweep_values, session: Session = 
         yield problem(str(exc), "sweep_status")
         return
     control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
-    curve = setup.curve(needed=spec.needs_cost_curve(config))
+    curve = setup.curve(needed=spec.needs_cost_curve(config)).shown  # every run of the sweep reads this one
     yield {"sweep_status": sweep_board(None, len(spec.values))}
     # a run that parts from AR: a precision tie or a bug, as it arrives (AR replayed on the path the sweep ran)
     attributions = Attributions(lm.model, ids, lm.forward)

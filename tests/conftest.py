@@ -113,9 +113,9 @@ def _install_curve(lm, spec: str) -> None:
         for forward in (None, StaticPath(lm.model)):  # the eager path's and the static one's (the lossless tests run
             # both: a curve measured in the test would make their trees, and the drafts accepted, the machine's load's)
             curve = cost.CostCurve.from_spec(spec, key=cost.curve_key(lm.model, forward))
-            path = cost._cache_path(lm.model, None, forward)
+            path = cost.CURVES.file(lm.model, forward)
             assert cost.write_cost_curve(curve, path)
-            cost._loaded.pop(path, None)  # a curve measured before this fixture ran is not the one read
+            cost.CURVES.curves.pop(path, None)  # a curve measured before this fixture ran is not the one read
 
 
 @pytest.fixture(scope="session")

@@ -548,7 +548,6 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     from engine.product.models.cost_cache import curve_key
     from engine.product.models.registry import ModelRegistry
     from page.contract import Session
-    from page.frames import session_curve
     from page.generate import generate
     from page.settings import PageSettings
 
@@ -566,7 +565,7 @@ def test_a_visitors_own_cost_curve_drives_only_their_runs(demo_lm):
     assert all(t.gt_nodes == t.gt_candidates for t in last_cycles(flat))
     assert all(t.gt_nodes == 1 for t in last_cycles(steep))
     other = CostCurve((1, 128), (5.0, 5000.0), key="another model|cpu|fp32|torch")
-    assert session_curve(other, demo_lm) is None and session_curve(flat, demo_lm) is flat
+    assert demo_lm.curves.own(other) is None and demo_lm.curves.own(flat) is flat  # the model's owner decides
 
 
 @pytest.mark.full  # runs on the page: seconds each (the quick tier's page test is the API one above)

@@ -17,7 +17,7 @@ from engine.decoding.cost import (
     refine_curve,
     round_spread,
 )
-from engine.product.models.cost_cache import SIZES, cached_cost_curve, measure_cost_curve, write_cost_curve
+from engine.product.models.cost_cache import SIZES, CurveStore, measure_cost_curve, write_cost_curve
 from engine.product.runs.decoder import make_decoder
 
 
@@ -58,23 +58,24 @@ def test_measure_writes_nothing_and_the_cache_is_atomic_and_versioned(demo_lm, t
     curve = measure_cost_curve(demo_lm.model, sizes=(1, 8, 32), repeats=2)
     assert curve.nodes == (1, 8, 32) and all(ms > 0 for ms in curve.ms)
     assert not list(tmp_path.iterdir())
-    first = cached_cost_curve(demo_lm.model, cache_dir=tmp_path)
+    store = CurveStore(tmp_path)
+    first = store.cached(demo_lm.model)
     files = list(tmp_path.glob("cost/*"))
     assert [f.suffix for f in files] == [".json"]  # no temporary file left behind
-    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path) == first  # read back, not re-measured
+    assert store.cached(demo_lm.model) == first  # read back, not re-measured
     data = json.loads(files[0].read_text())
     data["format"] = FORMAT - 1  # an older format is measured again, not misread
     files[0].write_text(json.dumps(data))
     from engine.product.models import cost_cache as cost
-    cost._loaded.clear()
-    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).key == first.key
+    store = CurveStore(tmp_path)  # another process
+    assert store.cached(demo_lm.model).key == first.key
     assert json.loads(files[0].read_text())["format"] == FORMAT
     files[0].write_text(json.dumps(curve.to_dict() | {"key": first.key}))  # this key, other sizes: measured again
-    cost._loaded.clear()
-    assert cached_cost_curve(demo_lm.model, cache_dir=tmp_path).nodes == SIZES
+    store = CurveStore(tmp_path)  # another process
+    assert store.cached(demo_lm.model).nodes == SIZES
     files[0].write_text(json.dumps(first.to_dict()))  # this key and sizes, no stamp: measured in the old fixed order
-    cost._loaded.clear()
-    cached_cost_curve(demo_lm.model, cache_dir=tmp_path)
+    store = CurveStore(tmp_path)  # another process
+    store.cached(demo_lm.model)
     assert json.loads(files[0].read_text())["measurement"] == cost.MEASUREMENT  # measured again, and stamped
 
 
@@ -227,7 +228,7 @@ def _given_timing(given: list):
 
 
 def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
-    """``cached_cost_curve``: a flagged measurement is measured again and never written; two flagged ones give the
+    """``CurveStore.cached``: a flagged measurement is measured again and never written; two flagged ones give the
     quieter for this process only, with one warning; a flagged curve on disk (cached before the check) is measured
     again."""
     from engine.product.models import cost_cache as cost
@@ -239,33 +240,33 @@ def test_a_busy_curve_is_not_cached(demo_lm, tmp_path, monkeypatch, caplog):
     given = []
     monkeypatch.setattr(cost, "CurveTiming", _given_timing(given))
     monkeypatch.setattr(cost, "RETRY_PAUSE_S", 0.0)
-    monkeypatch.setattr(cost, "_loaded", {})
+    store = CurveStore(tmp_path)  # this process's shared curves
 
     given[:] = [busy, clean]  # busy, then idle: the second is cached
-    assert cached_cost_curve(model, cache_dir=tmp_path) == clean and not given
+    assert store.cached(model) == clean and not given
     (file,) = tmp_path.glob("cost/*.json")
     assert load_cost_curve(str(file)) == clean
 
     given[:] = [busy, busier]  # busy twice: the quieter one, in memory only
     with caplog.at_level("WARNING", logger=cost.__name__):
-        assert cached_cost_curve(model, refresh=True, cache_dir=tmp_path) == busy and not given
+        assert store.cached(model, refresh=True) == busy and not given
     assert load_cost_curve(str(file)) == clean  # the file keeps the last sound curve
     assert [r.levelname for r in caplog.records] == ["WARNING"] and "looked busy" in caplog.text \
         and "measured again at the next start" in caplog.text
-    assert cost.known_cost_curve(model, tmp_path) == busy  # this process reads it ...
-    cost._loaded.clear()
-    assert cost.known_cost_curve(model, tmp_path) == clean  # ... the next one reads the disk
+    assert store.known(model) == busy  # this process reads it ...
+    store = CurveStore(tmp_path)  # another process
+    assert store.known(model) == clean  # ... the next one reads the disk
 
     file.unlink()  # nothing cached yet, busy twice: nothing written
-    cost._loaded.clear()
+    store = CurveStore(tmp_path)  # another process
     given[:] = [busy, busier]
-    assert cached_cost_curve(model, cache_dir=tmp_path) == busy and not list(tmp_path.glob("cost/*.json"))
+    assert store.cached(model) == busy and not list(tmp_path.glob("cost/*.json"))
 
-    cost._loaded.clear()  # a busy curve cached before the check existed: not read, measured again
+    store = CurveStore(tmp_path)  # another process: a busy curve cached before the check existed is measured again
     assert write_cost_curve(busy, file)
-    assert cost.known_cost_curve(model, tmp_path) is None
+    assert store.known(model) is None
     given[:] = [clean]
-    assert cached_cost_curve(model, cache_dir=tmp_path) == clean and load_cost_curve(str(file)) == clean
+    assert store.cached(model) == clean and load_cost_curve(str(file)) == clean
 
 
 def test_a_curve_flagged_twice_alike_is_this_machines_own_and_cached(demo_lm, tmp_path, monkeypatch):
@@ -281,16 +282,16 @@ def test_a_curve_flagged_twice_alike_is_this_machines_own_and_cached(demo_lm, tm
     given = []
     monkeypatch.setattr(cost, "CurveTiming", _given_timing(given))
     monkeypatch.setattr(cost, "RETRY_PAUSE_S", 0.0)
-    monkeypatch.setattr(cost, "_loaded", {})
+    store = CurveStore(tmp_path)  # this process's shared curves
     given[:] = [kernel, alike]
-    assert cached_cost_curve(model, cache_dir=tmp_path) == kernel and not given
+    assert store.cached(model) == kernel and not given
     (file,) = tmp_path.glob("cost/*.json")
-    cost._loaded.clear()
-    assert cost.known_cost_curve(model, tmp_path) == kernel  # read back at the next start
+    store = CurveStore(tmp_path)  # another process
+    assert store.known(model) == kernel  # read back at the next start
     file.unlink()
-    cost._loaded.clear()
+    store = CurveStore(tmp_path)  # another process
     given[:] = [kernel, busier]  # flagged twice, not alike: load, as before
-    assert cached_cost_curve(model, cache_dir=tmp_path) == kernel and not list(tmp_path.glob("cost/*.json"))
+    assert store.cached(model) == kernel and not list(tmp_path.glob("cost/*.json"))
 
 
 def test_the_refined_curve_converges_to_observed_times():
@@ -347,8 +348,9 @@ def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(d
 
     monkeypatch.delenv(cost.REFINE_ENV, raising=False)
     prior = CostCurve(cost.SIZES, tuple(10.0 + n for n in cost.SIZES), key=cost.curve_key(demo_lm.model))
-    file = cost._cache_path(demo_lm.model, tmp_path)
-    monkeypatch.setitem(cost._loaded, file, prior)
+    store = CurveStore(tmp_path)
+    file = store.file(demo_lm.model)
+    store.curves[file] = prior
 
     def run(ms_of):  # a prefill, then six AR steps of one token each
         return [SimpleNamespace(mode="prefill", forward_rows=1, timings_ms={"forward": 99}, total_tokens=1)] \
@@ -356,7 +358,7 @@ def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(d
                for k in range(2, 8)]
 
     def refine(traces, prompt_tokens=128):
-        return cost.refine_cost_curve(demo_lm.model, traces, prompt_tokens, cache_dir=tmp_path)
+        return store.refine(demo_lm.model, traces, prompt_tokens)
 
     assert refine(run(lambda n: 11.5)) is None  # in the band
     assert refine(run(lambda n: 22.0) * 2, prompt_tokens=10) is None  # a short context: not compared with past 128
@@ -365,7 +367,7 @@ def test_a_run_that_disagrees_with_the_shared_curve_corrects_it_for_later_runs(d
     monkeypatch.delenv(cost.REFINE_ENV)
     fixed = refine(run(lambda n: 22.0) * 2)
     assert fixed is not None and fixed.latency(1) == pytest.approx(22.0, rel=0.2) and fixed.nodes == cost.SIZES
-    assert cost._loaded[file] is fixed and cost.known_cost_curve(demo_lm.model, tmp_path) is fixed
+    assert store.curves[file] is fixed and store.known(demo_lm.model) is fixed
     assert CostCurve.from_dict(json.loads(file.read_text())).ms == fixed.ms
 
 
@@ -433,12 +435,12 @@ def test_an_older_measurement_stamp_is_measured_again(demo_lm, tmp_path):
     curve = CostCurve(SIZES, tuple(5.0 + 0.1 * n for n in SIZES), 128, cost.curve_key(demo_lm.model))
     file = cost._cache_path(demo_lm.model, tmp_path)
     assert write_cost_curve(curve, file)
-    cost._loaded.clear()
-    assert cost.known_cost_curve(demo_lm.model, tmp_path) == curve
+    store = CurveStore(tmp_path)  # another process
+    assert store.known(demo_lm.model) == curve
     data = json.loads(file.read_text())
     file.write_text(json.dumps(data | {"measurement": cost.MEASUREMENT - 1}))  # a curve a refinement may have lifted
-    cost._loaded.clear()
-    assert cost.known_cost_curve(demo_lm.model, tmp_path) is None  # not trusted: measured again when needed
+    store = CurveStore(tmp_path)  # another process
+    assert store.known(demo_lm.model) is None  # not trusted: measured again when needed
 
 
 def test_a_slow_size_verifies_padded_with_the_same_logits_for_its_rows(demo_lm):

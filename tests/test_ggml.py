@@ -468,11 +468,10 @@ def sampling(path, smollm2_lm) -> tuple:
 def fixed_curve(monkeypatch, path, smollm2_lm):
     """GT "auto" reads SMOLLM2_CURVE for the path, not a curve measured on this machine's load: the same trees."""
     from engine.decoding.cost import CostCurve
-    from engine.product.models.cost_cache import curve_key
-    from engine.product.runs import decoder
+    from engine.product.models.cost_cache import CurveOwner, curve_key
 
     curve = CostCurve.from_spec(SMOLLM2_CURVE, key=curve_key(smollm2_lm.model, path))
-    monkeypatch.setattr(decoder, "cached_cost_curve", lambda model, path=None: curve)
+    monkeypatch.setattr(CurveOwner, "shared", lambda owner, say=None: curve)
 
 
 @pytest.mark.full  # N_SAMPLES generations on llama.cpp: ~30-60 s on 2 cores

@@ -2,8 +2,9 @@
 
 ``SpecDecoder`` (engine/decoding/decode.py) neither measures nor loads a cost curve and reads one resolved config;
 this factory gives it both: the curve the caller chose (a visitor's own re-measured curve, one loaded with
-``--cost-curve``), else the model's shared curve (``cost.cached_cost_curve``: measured once per model, device,
-dtype and torch version, cached on disk) when the GT rule reads one.
+``--cost-curve``, the page's run curve: ``CurveOwner.for_run``), else the model's shared curve, asked of its owner
+(``CurveOwner.shared``: measured once per model, device, dtype and torch version, cached on disk) when the GT rule
+reads one.
 """
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from engine.core.forward import PROMPT_ROOM, ForwardPath
 from engine.decoding.config import DecodeConfig, Resolved
 from engine.decoding.cost import CostCurve
 from engine.decoding.decode import SpecDecoder
-from engine.product.models.cost_cache import cached_cost_curve
+from engine.product.models.cost_cache import CurveOwner
 from engine.product.models.loaded import LoadedModel
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
             forward: ForwardPath | None = None) -> tuple[Resolved, CostCurve | None]:
     """``config`` resolved (``DecodeConfig.resolved``) and the cost curve it read: ``cost_curve``, else, when the GT
-    rule ("auto", "chord") reads one, the model's cached curve of the forward path that runs (``forward``; default
-    the eager path), measured here the first time on this machine.
+    rule ("auto", "chord") reads one, the model's shared curve of the forward path that runs (``forward``; default
+    the eager path), asked of its owner (``CurveOwner.shared``), measured here the first time on this machine.
 
     Raises:
         compat.UnsupportedModelError: a model tree verification cannot serve, before any forward (the curve's too).
@@ -30,7 +31,7 @@ def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
     """
     compat.check_model(model)
     if cost_curve is None and config.needs_cost_curve:
-        cost_curve = cached_cost_curve(model, path=forward)
+        cost_curve = CurveOwner(model, forward).shared()
     return config.resolved(cost_curve), cost_curve
 
 

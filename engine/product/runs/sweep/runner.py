@@ -24,7 +24,7 @@ def run_sweep(lm, prompt_ids: list[int], base_config: DecodeConfig, spec: SweepS
 
     Every run is made comparable with the others: each gets the same ``cost_curve`` object (GT "auto" sizes
     trees from it and "chord" reads its c from it, so one curve per run would make a curve's noise look like
-    the parameter's effect; resolve it once, e.g. ``cost.cached_cost_curve``; None: the first run that needs
+    the parameter's effect; resolve it once, e.g. ``CurveOwner.shared``; None: the first run that needs
     one resolves it and the rest reuse it), and a fresh source memory (``make_decoder(memory=None)``: the suffix
     source keeps earlier outputs, so a shared memory would let each run draft from the runs before it and the
     order of the values would decide τ).  AR runs with ``base_config``'s ``max_new_tokens`` (and temperature);
