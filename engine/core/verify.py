@@ -42,7 +42,7 @@ def _top_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     may be wrong (then ``greedy`` is not the argmax).
 
     Everything runs on fp32 logits (exact for bf16 / fp16 ones).  On a CPU torch's argmax of bf16 rows costs more
-    than the top-k and the softmax together (docs/results.md, "Where the time goes"), so reading it off the top-k
+    than the top-k and the softmax together (docs/history.md, "Where the time goes"), so reading it off the top-k
     saves that pass; the top-k costs the same on fp32 rows.  The top-k is taken on the logits,
     whose order the softmax keeps (in fp32 two distinct logits may round to one probability; their logits still
     order them).  The argmax, as ``torch.argmax`` defines it (the lowest index among tied maxima), is the lowest
