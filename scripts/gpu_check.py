@@ -39,6 +39,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
 from engine.core.forward import BUCKETS, SPECS  # noqa: E402
+from engine.core.tree import DraftTree  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.product.bench.aggregate import decode_rate, decode_tau, run_limit  # noqa: E402
 from engine.product.models.forward_choice import measure  # noqa: E402
@@ -47,6 +48,7 @@ from engine.product.models.named import WHEELS_ENV  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402
 from engine.product.runs.lossless import ar_logits, attribute  # noqa: E402
 from engine.product.runs.metrics import summarize  # noqa: E402
+from engine.sources.tr import TrSource  # noqa: E402
 
 #: SmolLM2-135M-Instruct's architecture (its config.json): what a random-weight model needs to time its T(n).
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -65,15 +67,54 @@ def paths_here(model) -> dict:
 
 
 def cost_curves(device: str, rounds: int) -> dict:
-    """T(n) in ms at ``BUCKETS`` per path on a random-weight SmolLM2-shaped model, and each path's first forward."""
+    """T(n) in ms at ``BUCKETS`` per path on a random-weight SmolLM2-shaped model, each path's first forward (s: the
+    graphed path's capture of that bucket), and the kernels one forward launches per path (``kernels_per_forward``)."""
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_config(LlamaConfig(**SMOLLM2), dtype=dtype).to(device).eval()
     first: dict = {}
-    ms = measure(model, paths_here(model), BUCKETS, repeats=rounds, first=first)
+    paths = paths_here(model)
+    ms = measure(model, paths, BUCKETS, repeats=rounds, first=first)
     return {"model": "random weights, SmolLM2-135M's configuration", "dtype": str(dtype).removeprefix("torch."),
             "sizes": list(BUCKETS), "ms": ms,
-            "first_s": {f"{name}/{n}": round(s, 3) for (name, n), s in first.items()}}
+            "first_s": {f"{name}/{n}": round(s, 3) for (name, n), s in first.items()},
+            "kernels": kernels_per_forward(model, paths)}
+
+
+def kernels_per_forward(model, paths: dict, rows: tuple[int, ...] = (1, 8), past: int = 128) -> dict:
+    """What one verification forward of a chain of ``rows`` nodes over ``past`` cached tokens launches, per path,
+    counted by torch's profiler after a warm-up forward (which captures the graphed path's bucket): on CUDA the device
+    kernels (a CUDA graph's replay included, where the profiler sees into it; the static path runs the same kernels
+    one launch each), the number a fused forward cuts (issue 72: a 135M forward is bound by its kernel count, not its
+    bytes); on a CPU the aten ops, a stand-in that checks the code.  Returns {path: {"rows": [counts at ``rows``],
+    "what": "cuda kernels" | "cpu aten ops"}}."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = next(model.parameters()).device.type == "cuda"
+    vocab = model.config.get_text_config().vocab_size
+    prefix = torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist()
+    counts: dict = {}
+    for name, path in paths.items():
+        path.prepare(past + max(rows) + 1, max(rows))
+        forward = path.open(past + max(rows) + 1, max(rows))
+        forward.prefill(prefix)
+        row = []
+        for n in rows:
+            tree = DraftTree.chain(prefix[:n], TrSource.info.source)
+            forward.verify(tree)  # the warm-up: a graphed path replays a captured bucket from here on
+            forward.commit([])
+            with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+                forward.verify(tree)
+                if cuda:
+                    torch.cuda.synchronize()
+            forward.commit([])
+            if cuda:
+                row.append(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA))
+            else:
+                row.append(sum(1 for e in prof.events() if e.name.startswith("aten::")))
+        counts[name] = {"rows": row, "what": "cuda kernels" if cuda else "cpu aten ops"}
+    return counts
 
 
 def shape_ar(device: str, tokens: int) -> dict:
@@ -236,6 +277,8 @@ def main(argv=None) -> int:
         report["cost_curves"] = cost_curves(args.device, args.rounds)
         for name, row in report["cost_curves"]["ms"].items():
             print(f"T(n) {name}: " + ", ".join(f"{n}: {t:.2f}" for n, t in zip(BUCKETS, row)), flush=True)
+        for name, kernels in report["cost_curves"]["kernels"].items():
+            print(f"{kernels['what']} per forward {name} (1, 8 rows): {kernels['rows']}", flush=True)
     if stage("SmolLM2-shaped AR"):
         report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
         print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)

@@ -105,3 +105,21 @@ def test_the_runs_stage_says_where_each_cycle_goes(gpu_check, demo_lm):
         assert {"draft", "build", "forward", "total"} <= set(stages)
         assert 0 < stages["forward"] <= stages["total"]
     assert out["eager/goose"]["accepted"] > 0 and "of_limit" in out["eager/goose"]
+
+
+def test_the_kernels_of_one_forward_are_counted_per_path(gpu_check):
+    """``kernels_per_forward`` (issue 72: what a fused forward cuts) on a two-layer SmolLM2-shaped model on the CPU,
+    where it counts aten ops as a stand-in for CUDA kernels: every path at every size, the same operations whatever
+    the path's cache, a few hundred per forward."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**{**gpu_check.SMOLLM2, "num_hidden_layers": 2}),
+                                             dtype=torch.float32).eval()
+    paths = gpu_check.paths_here(model)
+    counts = gpu_check.kernels_per_forward(model, paths, rows=(1, 8), past=16)
+    assert set(counts) == set(paths) >= {"eager", "static"}
+    for row in counts.values():
+        assert row["what"] == "cpu aten ops" and len(row["rows"]) == 2
+        assert all(100 < n < 5000 for n in row["rows"])
