@@ -110,7 +110,8 @@ def kernels_per_forward(model, paths: dict, rows: tuple[int, ...] = (1, 8), past
                     torch.cuda.synchronize()
             forward.commit([])
             if cuda:
-                row.append(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA))
+                row.append(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA  # kernels, not copies
+                               and not e.name.startswith(("Memcpy", "Memset"))))
             else:
                 row.append(sum(1 for e in prof.events() if e.name.startswith("aten::")))
         counts[name] = {"rows": row, "what": "cuda kernels" if cuda else "cpu aten ops"}
