@@ -52,6 +52,11 @@ class Spares(Generic[T]):
     def __contains__(self, item: object) -> bool:
         return any(s is item for s in self._sets)
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: nothing is kept any more (its owner opens nothing new either)."""
+        return self._closed
+
     def take(self, fits: Callable[[T], bool], best: Callable[[T], object]) -> T | None:
         """The fitting set with the lowest ``best`` key (the first of equals), now the caller's; None when none
         fits."""

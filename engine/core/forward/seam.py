@@ -169,7 +169,6 @@ def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int:
     return buckets[i] if i < len(buckets) else n
 
 
-
 def round_up(n: int, step: int) -> int:
     """``n`` rounded up to a multiple of ``step`` (a cache's capacity, a context's cells, rows a context is sized
     for)."""

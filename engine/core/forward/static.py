@@ -231,8 +231,8 @@ class CompiledPath(StaticPath):
     """The static path with trees padded to ``BUCKETS`` and the model's forward compiled by ``torch.compile``
     (inductor, ``dynamic=False``: one graph per bucket and cache capacity, compiled on its first use; the prefill
     stays eager, as transformers' ``StaticLayer`` asks).  Compiling needs a C++ compiler on a CPU; a failure to
-    compile raises on the first forward that needs it (``engine.product.compiled`` warms the buckets up and falls
-    back to the eager path with one sentence)."""
+    compile raises on the first forward that needs it (``engine.product.models.forward_choice.warm`` compiles the
+    buckets ahead of any run, and a failed compile falls back to the eager path with one sentence)."""
 
     name = "compiled"
     buckets = BUCKETS

@@ -8,8 +8,9 @@ tiled; each rounds unlike the row-by-row kernel, and the 8-bit activations make 
 ~0.7 (measured: an AR step past 256 used cells against the same row in a tree, 2 threads).  Both kernels need K and
 V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row kernel, and an AR step and a tree
 row are bit-identical at any length (tests/test_ggml.py).  The value type that costs less depends on the CPU (Q8_0
-values: an AR step 1.03-1.13x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "The KV
-cache's types"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward choice times both.  Over a
+values: an AR step 1.03-1.13x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "A second
+AVX-512 machine: the KV cache's values"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward
+choice times both.  Over a
 long context attention without flash attention costs less on a 2-core CPU, but rounds a batch's rows unlike one
 row: ``llamacpp-noflash``, asked for by name, its divergences attributed as ties within ``TIE_LOGITS``.  The
 price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where f16 would round
@@ -70,7 +71,6 @@ class GgmlPath(ForwardPath):
         self.max_seq = int(self._lib.llama_max_parallel_sequences())  # llama.cpp's LLAMA_MAX_SEQ
         self.kind = ContextKind(self._lib, self._model, self.threads, self.FLASH_ATTN, self.CACHE)  # every context's
         self.spares: Spares[LlamaContext] = Spares(self.SPARES, rank=lambda c: c.n_ctx)  # the largest kept first
-        self._closed = False
 
     def weights(self) -> str:
         """The GGUF file's weight type, which every forward here runs, e.g. "Q4_1" (never the torch model's dtype)."""
@@ -114,7 +114,7 @@ class GgmlPath(ForwardPath):
 
     def new_context(self, n_ctx: int, n_batch: int, n_seq: int) -> LlamaContext:
         """A new llama context of this path's kind.  Raises RuntimeError once the path is closed."""
-        if self._closed:
+        if self.spares.closed:
             raise RuntimeError("this llamacpp path is closed")
         return LlamaContext(self.kind, n_ctx, n_batch, n_seq)
 
@@ -132,9 +132,7 @@ class GgmlPath(ForwardPath):
 
     def close(self) -> None:
         """Free the kept contexts; no ``open`` after (open forwards keep theirs, and the weights, until gone)."""
-        with self.spares.lock:
-            self._closed = True
-            self.spares.close()
+        self.spares.close()
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         """llama.cpp's token ids of ``text``, no BOS or EOS; ``special``: "<|im_end|>" and the like become tokens."""
