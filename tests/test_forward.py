@@ -177,10 +177,11 @@ def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, mo
 
     timed = []
     monkeypatch.setattr(forward_choice, "measure",
-                        lambda model, paths: timed.append(sorted(paths)) or {"eager": [5.0, 9.0], "static": [4.0, 8.0]})
+                        lambda model, paths: timed.append(sorted(paths)) or {"eager": [5.0, 9.0], "fused": [4.5, 8.5],
+                                                                             "static": [4.0, 8.0]})
     first = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
     again = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)  # read from the cache
-    assert first.name == again.name == "static" and timed == [["eager", "static"]]
+    assert first.name == again.name == "static" and timed == [["eager", "fused", "static"]]
     assert "14%" in first.reason and first.ms == again.ms
     assert forward_choice.choose(demo_lm.model, "eager").name == "eager"
     with pytest.raises(ValueError, match="unknown forward path"):

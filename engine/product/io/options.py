@@ -25,8 +25,9 @@ def add_model_options(ap: argparse.ArgumentParser, *, device: str = "auto") -> N
                     "and says so)")
     ap.add_argument("--forward", default=None, choices=forward_choice.CHOICES,
                     help="how trees are forwarded: auto (default; $GOOSE_LENS_FORWARD overrides: the fastest path "
-                         "measured here, once), eager, static, compiled (torch.compile; minutes to compile), graphed "
-                         "(CUDA graphs), llamacpp (the model's own GGUF file on llama.cpp's CPU kernels)")
+                         "measured here, once), eager, static, fused (concatenated projections on the static cache), "
+                         "compiled (torch.compile; minutes to compile), graphed (CUDA graphs; graphed-fused: of the "
+                         "fused step), llamacpp (the model's own GGUF file on llama.cpp's CPU kernels)")
 
 
 def generate_parser() -> argparse.ArgumentParser:
