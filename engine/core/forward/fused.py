@@ -3,10 +3,11 @@
 A stock transformers Llama-family layer launches three matmuls for q, k and v and two for the MLP's gate and up
 projections, each behind a module call; ``FusedDecoder`` builds, once, one (q + k + v) weight and one (gate + up)
 weight per layer from the model's own weights (copies: the model is left as it is) and runs the layer as few
-operations: an RMS norm (``torch.nn.functional.rms_norm``), one matmul for q, k and v, transformers' own rotary
-embedding, transformers' ``StaticLayer.update`` (the KV cache write), one SDPA over the static cache with the tree
-attention mask, the output projection, a second RMS norm, one matmul for gate and up, SiLU times up, the down
-projection.  The prefill stays transformers' own forward (``StaticForward.prefill``); both write the same cache.
+operations: an RMS norm (``torch.nn.functional.rms_norm``), one matmul for q, k and v, one rotation of q and k
+together (transformers' rotary embedding's cos and sin, computed once a forward), the keys and values written into
+transformers' ``StaticCache`` at slots computed once a forward, one SDPA over the cache with the tree attention mask,
+the output projection, a second RMS norm, one matmul for gate and up, SiLU times up, the down projection.  The
+prefill stays transformers' own forward (``StaticForward.prefill``); both write the same cache.
 
 * ``"fused"``: ``StaticPath`` with the fused step (any device; on a CPU it drops the per-module overhead a small
   model's forward is made of).
@@ -21,7 +22,7 @@ A layout that matches but computes otherwise (Gemma 1 scales its embeddings and 
 
 Sources: gpt-fast (a static KV cache and a decode step written as the arithmetic it is, with fused QKV weights);
 vLLM's ``QKVParallelLinear`` / ``MergedColumnParallelLinear`` (the concatenated projections); transformers'
-``LlamaDecoderLayer`` (the computation reproduced, its rotary embedding and cache write reused).
+``LlamaDecoderLayer`` (the computation reproduced, its rotary embedding module reused).
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 - torch's own name for it
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .graphs import GraphedPath
 from .seam import BUCKETS
@@ -119,18 +119,20 @@ class FusedLayer(nn.Module):
         self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
         self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, slots: torch.Tensor,
                 cache) -> torch.Tensor:
-        """h: (1, rows, hidden); cos, sin: (1, rows, d); mask: (1, 1, rows, capacity); returns (1, rows, hidden)."""
+        """h: (1, rows, hidden); cos, sin: (1, rows, 1, d); mask: (1, 1, rows, capacity); slots: (rows,) int64, the
+        cache slots the rows' keys and values are written to; returns (1, rows, hidden)."""
         rows = h.shape[1]
         x = _rms_norm(h, self.norm1, self.eps1)
-        q, k, v = F.linear(x, self.qkv, self.qkv_bias).split(self.split, dim=-1)  # (1, rows, ·) each
-        q = q.view(1, rows, -1, self.head_dim).transpose(1, 2)  # (1, heads, rows, d)
-        k = k.view(1, rows, -1, self.head_dim).transpose(1, 2)  # (1, kv heads, rows, d)
-        v = v.view(1, rows, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        keys, values = cache.update(k, v, self.index)  # (1, kv heads, capacity, d): written at the committed length
-        att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
+        qk, v = F.linear(x, self.qkv, self.qkv_bias).split((self.split[0] + self.split[1], self.split[2]), dim=-1)
+        qk = _rotate(qk.view(1, rows, -1, self.head_dim), cos, sin)  # (1, rows, heads + kv heads, d): q and k at once
+        q, k = qk.split((self.split[0] // self.head_dim, self.split[1] // self.head_dim), dim=2)
+        q = q.transpose(1, 2)  # (1, heads, rows, d)
+        layer = cache.layers[self.index]
+        layer.keys.index_copy_(2, slots, k.transpose(1, 2))  # (1, kv heads, capacity, d): the rows written ...
+        layer.values.index_copy_(2, slots, v.view(1, rows, -1, self.head_dim).transpose(1, 2))  # ... at their slots
+        att = F.scaled_dot_product_attention(q, layer.keys, layer.values, attn_mask=mask, scale=self.scaling,
                                              enable_gqa=self.gqa)  # (1, heads, rows, d)
         h = h + F.linear(att.transpose(1, 2).reshape(1, rows, -1), self.o)
         x = _rms_norm(h, self.norm2, self.eps2)
@@ -138,13 +140,23 @@ class FusedLayer(nn.Module):
         return h + F.linear(self.act(gate) * up, self.down)
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotary embedding (``apply_rotary_pos_emb``: x·cos + rotate_half(x)·sin, the same operations in
+    the same dtype) on q and k together.  x: (1, rows, heads, d); cos, sin: (1, rows, 1, d)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 class FusedDecoder(nn.Module):
     """A Llama-family causal LM's tree forward over a static cache, as ``FusedLayer``s (the step of the fused paths).
 
     Called as the static paths call the model: ``step(input_ids=(1, rows) int64, attention_mask=(1, 1, rows,
     capacity) model dtype, position_ids=(1, rows) int64, cache=StaticCache, use_cache=True)``; returns
-    ``DecoderOutput`` with (1, rows, |V|) logits.  The embeddings, the rotary embedding, the final norm and the output
-    head are the model's own modules; the layers' projections are copied once (SmolLM2-135M: 0.4 GB in fp32).
+    ``DecoderOutput`` with (1, rows, |V|) logits.  The cache must be initialised and its first layer's
+    ``cumulative_length`` hold the slot the rows start at (the static paths set every layer's before each forward);
+    the rows' keys and values go to that slot and on, and ``cumulative_length`` is left as it was.  The embeddings,
+    the rotary embedding, the final norm and the output head are the model's own modules; the layers' projections
+    are copied once (SmolLM2-135M: 0.4 GB in fp32).
 
     Raises:
         ValueError: ``fused_problem``'s sentence, or ``agreement_problem``'s.
@@ -167,8 +179,12 @@ class FusedDecoder(nn.Module):
                 use_cache: bool = True) -> DecoderOutput:
         h = self.embed(input_ids)  # (1, rows, hidden)
         cos, sin = self.rotary(h, position_ids)  # (1, rows, d) each
+        cos, sin = cos[:, :, None], sin[:, :, None]  # (1, rows, 1, d): one rotation for every head of q and k
+        rows = input_ids.shape[1]
+        # the slots the static paths write at: the committed length (set by them before each forward) and on
+        slots = cache.layers[0].cumulative_length + torch.arange(rows, device=input_ids.device)  # (rows,)
         for layer in self.layers:
-            h = layer(h, cos, sin, attention_mask, cache)
+            h = layer(h, cos, sin, attention_mask, slots, cache)
         return DecoderOutput(self.head(_rms_norm(h, self.norm, self.eps)))  # (1, rows, |V|)
 
 
@@ -177,20 +193,29 @@ def agreement_problem(model, step: FusedDecoder, tokens: int = 4) -> str | None:
     """Why ``step`` does not compute ``model``'s logits (one sentence), or None: one causal forward of ``tokens``
     tokens by each, on a fresh static cache of their own, compared within the dtype's rounding (fp32: 1e-3 of the
     logits' scale; half precision: 5e-2).  It catches a layer laid out as Llama's that computes otherwise."""
-    from transformers import StaticCache
-
     ids = torch.arange(1, tokens + 1, device=model.device)[None] % model.config.get_text_config().vocab_size
     pos = torch.arange(tokens, device=model.device)[None]  # (1, tokens)
     mask = torch.full((1, 1, tokens, tokens), torch.finfo(model.dtype).min, dtype=model.dtype, device=model.device)
     mask = mask.triu(1)  # (1, 1, tokens, tokens): causal
-    want = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                 cache=StaticCache(config=model.config, max_cache_len=tokens), use_cache=True).logits.float()
-    got = step(input_ids=ids, attention_mask=mask, position_ids=pos,
-               cache=StaticCache(config=model.config, max_cache_len=tokens)).logits.float()
+    want = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=_cache(model, tokens),
+                 use_cache=True).logits.float()
+    got = step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=_cache(model, tokens)).logits.float()
     scale = want.abs().max().clamp(min=1.0)
     tolerance = 1e-3 if model.dtype == torch.float32 else 5e-2
     error = float((got - want).abs().max() / scale)
     return None if error <= tolerance else f"its layers compute other logits than Llama's ({error:.2g} of their scale)"
+
+
+def _cache(model, slots: int):
+    """A fresh static cache of ``slots`` slots for ``model``, initialised (its tensors exist before any forward)."""
+    from transformers import StaticCache
+
+    text = model.config.get_text_config()
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    cache = StaticCache(config=model.config, max_cache_len=slots)
+    cache.early_initialization(1, heads, head_dim, model.dtype, model.device)
+    return cache
 
 
 class FusedPath(StaticPath):
