@@ -4,12 +4,13 @@
   ``ForwardPath`` (a model's way of running trees, shared by its generations), and the sizes the paths share.
 * One module per path: ``eager`` (transformers' ``DynamicCache``, the reference), ``static`` (a ``StaticCache`` sized
   to the run, and its ``torch.compile`` form), ``graphs`` (the static forward captured as CUDA graphs, one
-  ``GraphRunner`` per set of buffers), ``llamacpp`` (llama.cpp's kernels on the model's own GGUF file: binding,
+  ``GraphRunner`` per set of buffers), ``fused`` (the static and graphed paths with a decoder step of concatenated
+  projections), ``llamacpp`` (llama.cpp's kernels on the model's own GGUF file: binding,
   contexts, tree attention by sequence ids, the paths).
 * ``pool``: the buffers a finished generation hands to the next, the same on every path that keeps them.
 * ``registry``: ``SPECS``, one explicit ``PathSpec`` of facts per path (what it needs, what its weights are, how
   ``auto`` treats it, what preparing it costs); callers decide by these facts, never by a path's name or class
-  (tests/test_forward.py checks it).  An eighth path is one module here plus one ``PathSpec`` line.
+  (tests/test_forward.py checks it).  A new path is one module here plus one ``PathSpec`` line.
 
 The names below are what the layers above use; a path's own module is imported for what only it offers.
 """
