@@ -35,9 +35,9 @@ from engine.product.models.timing import cache_file, read_cache, time_forwards, 
 log = logging.getLogger(__name__)
 
 ENV = "GOOSE_LENS_FORWARD"  # auto | a registered path's name: the path every command and the page use
-FORMAT = 5  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
+FORMAT = 6  # version of the cached choice file (2: the tree weighed is TREE_ROWS = 4 rows; 3: timed between AR
 # steps, charged the step after it: ``timing.time_forwards``; 4: llama.cpp's paths with either KV cache; 5: the
-# path for long generations, ``Longer``)
+# path for long generations, ``Longer``; 6: the fused paths measured too)
 TREE_ROWS = 4  # the tree weighed beside one AR step: about the size GT keeps on a CPU, where rows cost arithmetic
 # (16 weighed a tree GT rarely builds there; docs/results.md, "The forward paths")
 CHOICES = ("auto", *path_names())  # every path (engine.core.forward.SPECS)
