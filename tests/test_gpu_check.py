@@ -123,3 +123,8 @@ def test_the_kernels_of_one_forward_are_counted_per_path(gpu_check):
     for row in counts.values():
         assert row["what"] == "cpu aten ops" and len(row["rows"]) == 2
         assert all(100 < n < 5000 for n in row["rows"])
+
+
+def test_the_compiled_stage_has_nothing_to_compile_on_a_cpu(gpu_check):
+    """The paths compiled inside CUDA graphs need CUDA: on a CPU the stage runs none (and compiles nothing)."""
+    assert gpu_check.compiled_paths("cpu", 1) == {}

@@ -13,6 +13,9 @@ prefill stays transformers' own forward (``StaticForward.prefill``); both write 
   model's forward is made of).
 * ``"graphed-fused"``: ``GraphedPath`` with the fused step captured in each bucket's CUDA graph (fewer kernels a
   replay: issue 72's question, answered by ``scripts/gpu_check.py``).
+* ``"graphed-fused-compiled"``: the same with ``torch.compile`` (inductor) over the fused step inside each graph, so
+  what the step leaves unfused (the norms' casts and scale, the rotation, SiLU times up, the residual adds) becomes a
+  few generated kernels; it compiles in ``prepare``, minutes a bucket, so ``auto`` measures it only where asked.
 
 Which models: ``fused_problem`` accepts a decoder whose layers hold exactly the stock Llama parts (q/k/v/o
 projections; gate/up/down projections and an activation; two RMS norms): Llama, SmolLM2, Mistral, Qwen2 (its q/k/v
@@ -32,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 - torch's own name for it
 
-from .graphs import GraphedPath
+from .graphs import GraphedCompiledPath, GraphedPath
 from .seam import BUCKETS
 from .static import StaticPath, static_problem
 
@@ -252,3 +255,19 @@ class GraphedFusedPath(GraphedPath):
     @classmethod
     def problem(cls, model, gguf=None) -> str | None:
         return GraphedPath.problem(model) or fused_problem(model)
+
+
+class GraphedFusedCompiledPath(GraphedFusedPath):
+    """``GraphedFusedPath`` capturing ``torch.compile(FusedDecoder, mode=GraphedCompiledPath.MODE)`` in each graph:
+    the fused step's elementwise work fused by inductor, its matmuls and SDPA kept; compiled in ``prepare`` (minutes a
+    bucket the first time; inductor's cache keeps them).  CUDA only; not for ZeroGPU, which has no ``torch.compile``.
+
+    Raises:
+        ValueError: as ``GraphedFusedPath``.
+    """
+
+    name = "graphed-fused-compiled"
+
+    def __init__(self, model, buckets: tuple[int, ...] = BUCKETS) -> None:
+        super().__init__(model, buckets)
+        self.step = torch.compile(self.step, mode=GraphedCompiledPath.MODE, dynamic=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .eager import EagerPath
-from .fused import FusedPath, GraphedFusedPath
+from .fused import FusedPath, GraphedFusedCompiledPath, GraphedFusedPath
 from .graphs import GraphedCompiledPath, GraphedPath
 from .llamacpp import GgmlNoFlashPath, GgmlPath, GgmlQ8CachePath
 from .seam import ForwardPath
@@ -77,6 +77,7 @@ SPECS: dict[str, PathSpec] = {spec.name: spec for spec in (
     PathSpec(GraphedPath, frozenset({"cuda"}), prepare="capture"),
     PathSpec(GraphedFusedPath, frozenset({"cuda"}), prepare="capture"),
     PathSpec(GraphedCompiledPath, frozenset({"cuda", "compiler"}), auto="asked", prepare="compile"),
+    PathSpec(GraphedFusedCompiledPath, frozenset({"cuda", "compiler"}), auto="asked", prepare="compile"),
 )}
 
 
