@@ -252,3 +252,28 @@ def test_captures_use_a_pool_per_set_thread_local_mode_and_one_lock(demo_lm, mon
     pools = {id(b.runner.pool) for p in paths for b in p.spares}
     assert len(pools) == 2 * GraphedPath.SPARES, "one graph pool per set of buffers"
     assert all(b.runner.graphs.keys() == {1, 2} for p in paths for b in p.spares)
+
+
+def test_a_paths_preparation_before_a_run_is_said_on_the_console(demo_lm, caplog):
+    """Issue 72 item 3: each ZeroGPU call captures its buckets again; make_decoder says how long, outside the run's
+    clock (a CPU stand-in whose preparation takes 0.3 s, named as the graphed path)."""
+    import logging
+
+    from engine.core.forward import StaticPath
+    from engine.decoding.config import DecodeConfig
+    from engine.product.runs.decoder import make_decoder
+
+    class SlowToPrepare(StaticPath):
+        name = "graphed"
+
+        def prepare(self, max_length: int, max_rows: int = 1) -> float:
+            return 0.3
+
+    config = DecodeConfig.of(max_new_tokens=4, gt_threshold=0.1)
+    with caplog.at_level(logging.INFO, logger="engine.product.runs.decoder"):
+        make_decoder(demo_lm.model, config, forward=SlowToPrepare(demo_lm.model))
+    assert "forward path graphed: CUDA graphs captured before the run in 0.30 s" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="engine.product.runs.decoder"):
+        make_decoder(demo_lm.model, config, forward=StaticPath(demo_lm.model))
+    assert "before the run" not in caplog.text  # nothing to prepare: nothing said

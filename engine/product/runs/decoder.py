@@ -8,15 +8,20 @@ reads one.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from engine.core import compat
-from engine.core.forward import PROMPT_ROOM, ForwardPath
+from engine.core.forward import PROMPT_ROOM, SPECS, ForwardPath
 from engine.decoding.config import DecodeConfig, Resolved
 from engine.decoding.cost import CostCurve
 from engine.decoding.decode import SpecDecoder
 from engine.product.models.cost_cache import CurveOwner
 from engine.product.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+#: A path's preparation is said on the console from this long (s): a ZeroGPU call's captures, a bucket compiled late
+SAID_FROM_S = 0.05
 
 
 def resolve(model, config: DecodeConfig, cost_curve: CostCurve | None = None,
@@ -42,7 +47,8 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
     config (``decoder.config`` its ``DecodeConfig``) and ``decoder.cost_curve`` the curve it read.  ``model``: a
     transformers causal LM, or a ``LoadedModel``, whose model runs on its own forward path (``LoadedModel.forward``)
     unless ``forward`` names another.  The path is prepared here, before the run's clock, for a run of max new tokens
-    after a prompt of up to ``forward.PROMPT_ROOM`` tokens (``ForwardPath.prepare``: the graphed path captures).
+    after a prompt of up to ``forward.PROMPT_ROOM`` tokens (``ForwardPath.prepare``: the graphed path captures); a
+    preparation of ``SAID_FROM_S`` or more is one line on the console (on ZeroGPU, each GPU call's captures).
 
     Raises:
         compat.UnsupportedModelError, ConfigError: as ``resolve``.
@@ -53,5 +59,11 @@ def make_decoder(model, config: DecodeConfig, eos_token_ids: Iterable[int] = (),
     forward = options.pop("forward", None)
     config, curve = resolve(model, config, cost_curve, forward)
     if forward is not None:  # before the run's clock: the graphed path captures here (each ZeroGPU call's first)
-        forward.prepare(config.config.max_new_tokens + PROMPT_ROOM, config.config.max_budget + config.config.extra_rows)
+        took = forward.prepare(config.config.max_new_tokens + PROMPT_ROOM,
+                               config.config.max_budget + config.config.extra_rows)
+        if took >= SAID_FROM_S:
+            spec = SPECS.get(forward.name)
+            log.info("forward path %s: %s before the run in %.2f s (outside its clock)", forward.name,
+                     {"capture": "CUDA graphs captured", "compile": "compiled and captured"}.get(
+                         spec.prepare if spec else "", "prepared"), took)
     return SpecDecoder(forward if forward is not None else model, config, eos_token_ids, cost_curve=curve, **options)
