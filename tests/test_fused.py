@@ -87,3 +87,19 @@ def test_the_graphed_fused_paths_need_cuda(demo_lm):
         assert SPECS[name].problem(demo_lm.model) == "CUDA graphs need a model on a CUDA device"
         with pytest.raises(ValueError, match="CUDA"):
             SPECS[name].make(demo_lm.model)
+
+
+def test_the_fused_step_traces_whole_for_inductor(demo_lm):
+    """graphed-fused-compiled compiles the fused step inside each CUDA graph: dynamo must trace a tree forward over the
+    static cache as one graph (a break would leave eager pieces between compiled ones).  Traced on the CPU."""
+    import torch._dynamo
+
+    path = FusedPath(demo_lm.model)
+    forward = path.open(64, 8)
+    forward.prefill(list(range(3, 20)))
+    ids, pos, mask = forward._frame(8)
+    forward._seek(forward.length)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(path.step)(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                                 cache=forward.cache, use_cache=True)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
