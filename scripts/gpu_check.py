@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
         print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
     if args.compiled and stage("compiled paths"):
-        report["compiled"] = compiled_paths(args.device, args.rounds)
+        report["compiled_paths"] = compiled_paths(args.device, args.rounds)
     write()
     print(f"written {args.out} ({report['seconds']} s)")
     bugs = sum(row["bugs"] for runs_ in report["lossless"].values() for row in runs_.values())

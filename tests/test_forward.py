@@ -71,6 +71,18 @@ def test_static_path_scores_like_the_eager_one_after_a_commit(demo_lm, keep):
     assert torch.equal(static.argmax(-1), eager.argmax(-1))
 
 
+def test_a_static_cache_holds_every_layer_in_one_tensor_unless_compiled(demo_lm):
+    """So a commit moves the kept rows of every layer in two operations, not four per layer (the commit above checks
+    the values); a compiled path keeps transformers' own tensors, which its graphs were traced on."""
+    model = demo_lm.model
+    forward = StaticPath(model).open(32, 4)
+    kv, layers = forward.buffers.kv, forward.cache.layers
+    assert kv.shape[:2] == (2 * len(layers), 1) and kv.shape[3] == forward.capacity
+    assert all(layer.keys.data_ptr() == kv[2 * i].data_ptr() and layer.values.data_ptr() == kv[2 * i + 1].data_ptr()
+               for i, layer in enumerate(layers))
+    assert CompiledPath(model, buckets=(4,)).open(32, 4).buffers.kv is None  # torch.compile traces on first use only
+
+
 @torch.no_grad()
 def test_padding_rows_never_change_an_output(demo_lm):
     """A 7-node tree padded to 8 rows: whatever the padding row holds, the tree's rows' logits are bit for bit

@@ -91,10 +91,11 @@ def test_the_graphed_fused_paths_need_cuda(demo_lm):
 
 def test_the_fused_step_traces_whole_for_inductor(demo_lm):
     """graphed-fused-compiled compiles the fused step inside each CUDA graph: dynamo must trace a tree forward over the
-    static cache as one graph (a break would leave eager pieces between compiled ones).  Traced on the CPU."""
+    static cache as one graph (a break would leave eager pieces between compiled ones).  Traced on the CPU, on the
+    cache a compiling path keeps (transformers' own tensors, each layer's apart: ``StaticBuffers.kv`` is None)."""
     import torch._dynamo
 
-    path = FusedPath(demo_lm.model)
+    path = type("CompiledFused", (FusedPath,), {"compiles": True})(demo_lm.model)  # a compiled path's cache: unpacked
     forward = path.open(64, 8)
     forward.prefill(list(range(3, 20)))
     ids, pos, mask = forward._frame(8)

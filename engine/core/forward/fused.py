@@ -267,6 +267,7 @@ class GraphedFusedCompiledPath(GraphedFusedPath):
     """
 
     name = "graphed-fused-compiled"
+    compiles = True
 
     def __init__(self, model, buckets: tuple[int, ...] = BUCKETS) -> None:
         super().__init__(model, buckets)

@@ -180,6 +180,7 @@ class GraphedForward(StaticForward):
         """rows -> the ``Captured`` forward of that bucket on these buffers (``GraphRunner.graphs``)."""
         return self.runner.graphs
 
+    @torch.no_grad()  # as every forward of the seam: a capture records no autograd history
     def _body(self, rows: int) -> torch.Tensor:
         """What a graph captures: the ``rows``-row frame's inputs built on the device from the control block, as
         ``StaticForward.verify`` builds them on the host (the same ids, positions, mask and write slot: padding rows
@@ -346,6 +347,7 @@ class GraphedCompiledPath(GraphedPath):
 
     name = "graphed-compiled"
     MODE = "max-autotune-no-cudagraphs"
+    compiles = True
 
     def __init__(self, model, buckets: tuple[int, ...] = BUCKETS) -> None:
         super().__init__(model, buckets)

@@ -56,12 +56,32 @@ class StaticBuffers:
         frames: rows -> the persistent inputs of a forward of that many rows (``StaticForward._frame``).
         runner: the graphed path's ``graphs.GraphRunner`` on this cache and these frames (its CUDA graphs, the
             control blocks they read, their memory pool); None on every other path.
+        kv: (2 · layers, 1, kv heads, capacity, head dim), every layer's keys and values (layer i's ``keys`` and
+            ``values`` are its views 2i and 2i + 1), so a commit moves the kept rows of every layer in two operations
+            (``pack_layers``); None on a compiled path (its graphs keep transformers' own tensors) or where the layers
+            differ in shape.
     """
 
     cache: StaticCache
     capacity: int
     frames: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     runner: object = None
+    kv: torch.Tensor | None = None
+
+
+def pack_layers(cache: StaticCache) -> torch.Tensor | None:
+    """Every layer's keys and values of an initialised ``cache`` moved into one tensor, (2 · layers, 1, kv heads,
+    capacity, head dim), each layer's ``keys`` and ``values`` becoming its views 2i and 2i + 1 (their contents
+    copied; transformers' ``StaticLayer`` writes through the views as before).  Returns the tensor, or None, the cache
+    left as it was, when the layers differ in shape, dtype or device (a model whose layers are not alike)."""
+    first = cache.layers[0].keys
+    tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    if any(t.shape != first.shape or t.dtype != first.dtype or t.device != first.device for t in tensors):
+        return None
+    kv = torch.stack(tensors)  # (2 · layers, 1, kv heads, capacity, head dim)
+    for i, layer in enumerate(cache.layers):
+        layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+    return kv
 
 
 class StaticForward(TreeForward):
@@ -77,7 +97,7 @@ class StaticForward(TreeForward):
 
     def __init__(self, path: StaticPath, max_length: int, max_rows: int) -> None:
         self.model, self.step, self.buckets = path.model, path.step, path.buckets
-        self.compiled = self.step is not self.model  # a compiled step: every size that may vary is marked dynamic
+        self.compiled = path.compiles  # a compiled step: every size that may vary is marked dynamic
         self.device, self.dtype = torch.device(self.model.device), self.model.dtype
         self.length = 0
         self._rows = 0  # rows (padding included) of the last verified tree
@@ -117,11 +137,14 @@ class StaticForward(TreeForward):
             for new_layer, old_layer in zip(cache.layers, old.cache.layers):
                 new_layer.keys[..., :self.length, :] = old_layer.keys[..., :self.length, :]
                 new_layer.values[..., :self.length, :] = old_layer.values[..., :self.length, :]
+        kv = None
         if self.compiled:  # one graph per bucket whatever the run's length (the capacity is symbolic)
             for layer in cache.layers:
                 torch._dynamo.mark_dynamic(layer.keys, 2)
                 torch._dynamo.mark_dynamic(layer.values, 2)
-        self._lease.value = StaticBuffers(cache, capacity)
+        else:  # a commit moves every layer's kept rows at once
+            kv = pack_layers(cache)
+        self._lease.value = StaticBuffers(cache, capacity, kv=kv)
 
     def _frame(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The persistent inputs of a forward of ``rows`` rows: ids (1, rows) int64, positions (1, rows) int64,
@@ -185,9 +208,13 @@ class StaticForward(TreeForward):
         if keep != list(range(k)):  # rows out of place: gathered, then written at at .. at + k - 1
             src = upload([at + i for i in keep], torch.long, self.device)  # (k,)
             dst = upload(list(range(at, at + k)), torch.long, self.device)  # (k,)
-            for layer in self.cache.layers:
-                for kv in (layer.keys, layer.values):  # (1, heads, capacity, head_dim) each
-                    kv.index_copy_(2, dst, kv.index_select(2, src))
+            packed = self.buffers.kv
+            if packed is not None:  # every layer's keys and values at once: (2 · layers, 1, heads, capacity, head_dim)
+                packed.index_copy_(3, dst, packed.index_select(3, src))
+            else:
+                for layer in self.cache.layers:
+                    for kv in (layer.keys, layer.values):  # (1, heads, capacity, head_dim) each
+                        kv.index_copy_(2, dst, kv.index_select(2, src))
         self.length += k
         self._rows = 0
 
@@ -203,6 +230,7 @@ class StaticPath(ForwardPath):
 
     name = "static"
     buckets: tuple[int, ...] | None = None
+    compiles = False  # its step is the model, or a module of plain operations (the fused step), never compiled
     #: Finished generations' buffers kept for the next: two, as the page runs AR beside a generation (each keeps
     #: its own); each is one static cache of the model (SmolLM2-135M, 512 slots, fp32: 24 MB).
     SPARES = 2
@@ -236,6 +264,7 @@ class CompiledPath(StaticPath):
 
     name = "compiled"
     buckets = BUCKETS
+    compiles = True
 
     def __init__(self, model, buckets: tuple[int, ...] = BUCKETS) -> None:
         super().__init__(model)
