@@ -37,7 +37,7 @@ from torch.nn import functional as F  # noqa: N812 - torch's own name for it
 
 from .graphs import GraphedCompiledPath, GraphedPath
 from .seam import BUCKETS
-from .static import StaticPath, static_problem
+from .static import StaticPath, initialised_cache, static_problem
 
 #: The parts a fusable layer holds, by where they sit (names as transformers' Llama, Mistral and Qwen2 give them).
 LAYER_PARTS = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
@@ -200,25 +200,13 @@ def agreement_problem(model, step: FusedDecoder, tokens: int = 4) -> str | None:
     pos = torch.arange(tokens, device=model.device)[None]  # (1, tokens)
     mask = torch.full((1, 1, tokens, tokens), torch.finfo(model.dtype).min, dtype=model.dtype, device=model.device)
     mask = mask.triu(1)  # (1, 1, tokens, tokens): causal
-    want = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=_cache(model, tokens),
-                 use_cache=True).logits.float()
-    got = step(input_ids=ids, attention_mask=mask, position_ids=pos, cache=_cache(model, tokens)).logits.float()
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+    want = model(**inputs, cache=initialised_cache(model, tokens), use_cache=True).logits.float()
+    got = step(**inputs, cache=initialised_cache(model, tokens)).logits.float()
     scale = want.abs().max().clamp(min=1.0)
     tolerance = 1e-3 if model.dtype == torch.float32 else 5e-2
     error = float((got - want).abs().max() / scale)
     return None if error <= tolerance else f"its layers compute other logits than Llama's ({error:.2g} of their scale)"
-
-
-def _cache(model, slots: int):
-    """A fresh static cache of ``slots`` slots for ``model``, initialised (its tensors exist before any forward)."""
-    from transformers import StaticCache
-
-    text = model.config.get_text_config()
-    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    cache = StaticCache(config=model.config, max_cache_len=slots)
-    cache.early_initialization(1, heads, head_dim, model.dtype, model.device)
-    return cache
 
 
 class FusedPath(StaticPath):

@@ -69,6 +69,17 @@ class StaticBuffers:
     kv: torch.Tensor | None = None
 
 
+def initialised_cache(model, slots: int) -> StaticCache:
+    """transformers' ``StaticCache`` of ``slots`` slots for ``model``, initialised in the model's dtype on its device
+    (``early_initialization``: its tensors exist before any forward, compiled or not)."""
+    text = model.config.get_text_config()
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    cache = StaticCache(config=model.config, max_cache_len=slots)
+    cache.early_initialization(1, heads, head_dim, model.dtype, torch.device(model.device))
+    return cache
+
+
 def pack_layers(cache: StaticCache) -> torch.Tensor | None:
     """Every layer's keys and values of an initialised ``cache`` moved into one tensor, (2 · layers, 1, kv heads,
     capacity, head dim), each layer's ``keys`` and ``values`` becoming its views 2i and 2i + 1 (their contents
@@ -127,11 +138,7 @@ class StaticForward(TreeForward):
         """A static cache of at least ``want`` slots (a multiple of ``CAPACITY_STEP``), the committed rows copied;
         new frames (and no graphs) for it."""
         capacity = round_up(want, CAPACITY_STEP)
-        text = self.model.config.get_text_config()
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
-        cache.early_initialization(1, heads, head_dim, self.dtype, self.device)  # before any (compiled) forward
+        cache = initialised_cache(self.model, capacity)  # before any (compiled) forward
         old = self._lease.value
         if old is not None:
             for new_layer, old_layer in zip(cache.layers, old.cache.layers):
