@@ -184,13 +184,23 @@ def test_compiled_path_is_lossless_in_fp32(demo_lm, compiled_demo, method):
     assert method == "ar" or accepted > 0, "inconclusive: no draft token was accepted"
 
 
+def _rounds(ms: dict[str, list[float]], spread: float = 0.0):
+    """A forward choice's ``timings`` whose 7 rounds per path and size have medians ``ms`` ({path: [T(1), T(4)]}),
+    spread evenly by ``spread`` of each median around it."""
+    from engine.product.models.forward_choice import TREE_ROWS
+    from engine.product.models.timing import Timings
+
+    steps = (-3, -2, -1, 0, 1, 2, 3)
+    return Timings({(name, n): [t * (1 + spread * k / 2) for k in steps]
+                    for name, row in ms.items() for n, t in zip((1, TREE_ROWS), row)}, {})
+
+
 def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, monkeypatch):
     from engine.product.models import forward_choice
 
     timed = []
-    monkeypatch.setattr(forward_choice, "measure",
-                        lambda model, paths: timed.append(sorted(paths)) or {"eager": [5.0, 9.0], "fused": [4.5, 8.5],
-                                                                             "static": [4.0, 8.0]})
+    monkeypatch.setattr(forward_choice, "timings", lambda model, paths: timed.append(sorted(paths)) or _rounds(
+        {"eager": [5.0, 9.0], "fused": [4.5, 8.5], "static": [4.0, 8.0]}))
     first = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
     again = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)  # read from the cache
     assert first.name == again.name == "static" and timed == [["eager", "fused", "static"]]
@@ -198,6 +208,25 @@ def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, mo
     assert forward_choice.choose(demo_lm.model, "eager").name == "eager"
     with pytest.raises(ValueError, match="unknown forward path"):
         forward_choice.choose(demo_lm.model, "fast")
+
+
+def test_a_measurement_on_a_busy_machine_serves_its_process_but_is_not_cached(demo_lm, tmp_path, monkeypatch,
+                                                                             caplog):
+    """Rounds spread as a busy machine spreads them (the cost curve's own check, ``CostCurve.problem``): the choice
+    serves, one warning says why it is not kept, and the next start measures again."""
+    import logging
+
+    from engine.product.models import forward_choice
+
+    calls = []
+    monkeypatch.setattr(forward_choice, "timings", lambda model, paths: calls.append(1) or _rounds(
+        {"eager": [5.0, 9.0], "fused": [4.5, 8.5], "static": [4.0, 8.0]}, spread=0.5))
+    with caplog.at_level(logging.WARNING, logger="engine.product.models.forward_choice"):
+        first = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
+    assert first.name == "static" and "looked busy" in caplog.text and "not cached" in caplog.text
+    assert forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path).name == "static" and len(calls) == 2
+    assert forward_choice.busy_problem(_rounds({"eager": [5.0, 9.0]}, spread=0.1)) is None  # an idle spread
+    assert "exceeds T(4)" in forward_choice.busy_problem(_rounds({"eager": [12.0, 9.0]}))  # an AR step dearer than 4
 
 
 def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentence(demo_lm, tmp_path, monkeypatch):
@@ -221,9 +250,9 @@ def test_auto_keeps_a_measured_faster_compiled_path_compiled_for_every_bucket(de
     from engine.product.models import forward_choice
 
     monkeypatch.setattr(forward_choice, "compiler_problem", lambda: None)
-    monkeypatch.setattr(forward_choice, "measure", lambda model, paths: {
+    monkeypatch.setattr(forward_choice, "timings", lambda model, paths: _rounds({
         "eager": [5.0, 9.0], "static": [5.0, 9.0], "compiled": [3.0, 7.0]} if "compiled" in paths else
-        {"eager": [5.0, 9.0], "static": [5.0, 9.0]})
+        {"eager": [5.0, 9.0], "static": [5.0, 9.0]}))
     warmed = []
     monkeypatch.setattr(forward_choice, "warm", lambda path: warmed.append(path.name) or 1.0)
     assert forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path).name == "eager"  # not measured yet

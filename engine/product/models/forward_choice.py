@@ -28,9 +28,10 @@ import torch
 
 from engine.core.forward import SPECS, ForwardPath, Longer, PathSpec, baseline, make_path, path_names, static_problem
 from engine.core.tree import DraftTree, Source
+from engine.decoding.cost import CostCurve
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
-from engine.product.models.timing import cache_file, read_cache, time_forwards, write_cache
+from engine.product.models.timing import Timings, cache_file, read_cache, time_forwards, write_cache
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +85,11 @@ def use_cache_root(cache_dir: str | Path | None = None) -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root(cache_dir) / "inductor"))
 
 
-def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, TREE_ROWS), past: int = 128,
-            repeats: int = 7, first: dict | None = None) -> dict[str, list[float]]:
-    """Median ms of one verification forward of each of ``sizes`` nodes (a chain) over ``past`` cached tokens, with
-    the loop's read-back, per path, by the project's one timer (``timing.time_forwards``: pairs in a new order each
-    round; the warm-up round compiles or captures a path's buckets).  Returns {path name: [T(n) for n in sizes]};
-    ``first``, when given, gets {(path name, n): seconds of that first forward}."""
+def timings(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, TREE_ROWS), past: int = 128,
+            repeats: int = 7) -> Timings:
+    """Every timed round of one verification forward of each of ``sizes`` nodes (a chain) over ``past`` cached tokens,
+    with the loop's read-back, per path, by the project's one timer (``timing.time_forwards``: pairs in a new order
+    each round; the warm-up round compiles or captures a path's buckets, its seconds in ``first``)."""
     vocab = model.config.get_text_config().vocab_size
     prefix = torch.randint(0, vocab, (past,), generator=torch.Generator().manual_seed(0)).tolist()
     forwards = {}
@@ -97,10 +97,29 @@ def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, T
         path.prepare(past + max(sizes) + 1, max(sizes))  # captures and compiles (graphed paths) before the timer
         forwards[name] = path.open(past + max(sizes) + 1, max(sizes))
         forwards[name].prefill(prefix)
-    timed = time_forwards(forwards, tuple(sizes), vocab, model.device, repeats)
+    return time_forwards(forwards, tuple(sizes), vocab, model.device, repeats)
+
+
+def measure(model, paths: dict[str, ForwardPath], sizes: tuple[int, ...] = (1, TREE_ROWS), past: int = 128,
+            repeats: int = 7, first: dict | None = None) -> dict[str, list[float]]:
+    """Median ms of one verification forward of each of ``sizes`` nodes per path (``timings``).  Returns {path name:
+    [T(n) for n in sizes]}; ``first``, when given, gets {(path name, n): seconds of that first forward}."""
+    timed = timings(model, paths, sizes, past, repeats)
     if first is not None:
         first.update(timed.first)
     return timed.medians(tuple(sizes))
+
+
+def busy_problem(timed: Timings, sizes: tuple[int, ...] = (1, TREE_ROWS)) -> str | None:
+    """Why a measurement of the paths looks taken on a busy machine (one sentence), or None: any path's figures fail
+    the cost curve's own check (``CostCurve.problem``: a size dearer than a larger one beyond the noise band, or the
+    rounds spread beyond what an idle machine shows)."""
+    for name, ms in timed.medians(sizes).items():
+        curve = CostCurve(tuple(sizes), tuple(ms), spread=tuple(timed.spread(name, n) for n in sizes))
+        problem = curve.problem()
+        if problem is not None:
+            return f"the {name} path: {problem}"
+    return None
 
 
 def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
@@ -223,8 +242,9 @@ def _read(model, cache_dir: str | Path | None, gguf=None) -> dict | None:
 def _measure(model, base: ForwardPath, compiled: bool, cache_dir: str | Path | None, gguf=None) -> dict:
     """Time the paths "auto" measures (``PathSpec.auto``: the eager and static paths, the graphed one on CUDA,
     llama.cpp's for a model from a ``.gguf`` file where llama-cpp-python is installed, and, with ``compiled``, those
-    measured only when asked, where they compile), decide, and cache the result; returns it ({"path", "reason",
-    "ms"})."""
+    measured only when asked, where they compile), decide, and cache the result unless the machine looked busy while
+    the paths were timed (``busy_problem``: then the choice serves this process alone); returns it ({"path",
+    "reason", "ms"})."""
     paths = {BASELINE: base}
     for spec in SPECS.values():  # llama.cpp: loads in a second; CUDA graphs: captures cost milliseconds
         if spec.auto == "measured" and not spec.baseline and spec.problem(model, gguf) is None:
@@ -242,7 +262,7 @@ def _measure(model, base: ForwardPath, compiled: bool, cache_dir: str | Path | N
             paths[spec.name] = spec.make(model, gguf)
     start = time.perf_counter()
     try:
-        ms = measure(model, paths)
+        timed = timings(model, paths)
     except Exception as exc:  # noqa: BLE001 - inductor's refusals take many forms: measured without it
         if not {spec.name for spec in asked} & set(paths):
             raise
@@ -250,13 +270,19 @@ def _measure(model, base: ForwardPath, compiled: bool, cache_dir: str | Path | N
         log.warning("forward path: compiling the forward failed: %s", first_line(exc))
         for spec in asked:
             paths.pop(spec.name, None)
-        ms = measure(model, paths)
+        timed = timings(model, paths)
+    ms = timed.medians((1, TREE_ROWS))
     name, reason = decide(ms)
     longer = _longer(model, name, paths[name], gguf)
     log.info("forward path: %s%s%s (measured in %.0f s; T(1), T(%d) in ms: %s)", reason, note,
              f"; {longer['reason']}" if longer and longer["from"] else "", time.perf_counter() - start, TREE_ROWS, ms)
     data = {"format": FORMAT, "key": _key(model, gguf), "path": name, "reason": reason + note, "ms": ms,
             "longer": longer}
+    busy = busy_problem(timed)
+    if busy is not None:  # the choice serves this process; a quieter start measures again
+        log.warning("forward path: the machine looked busy while the paths were timed (%s), so this choice is not "
+                    "cached and the paths will be measured again at the next start", busy)
+        return data
     write_cache(_cache_file(model, cache_dir, gguf), data)  # a read-only cache only costs a re-measurement next time
     return data
 
