@@ -277,3 +277,29 @@ def test_a_paths_preparation_before_a_run_is_said_on_the_console(demo_lm, caplog
     with caplog.at_level(logging.INFO, logger="engine.product.runs.decoder"):
         make_decoder(demo_lm.model, config, forward=StaticPath(demo_lm.model))
     assert "before the run" not in caplog.text  # nothing to prepare: nothing said
+
+
+def test_the_fused_step_captured_gives_the_fused_static_paths_logits_and_generates_tokens(demo_lm, timed):
+    """graphed-fused (issue 72) on the CPU stand-in: the captured body, its inputs built from the control block, runs
+    the fused step as the fused static path runs it (bit for bit), and a Goose generation on it is lossless."""
+    from engine.core.forward.fused import FusedPath, GraphedFusedPath
+
+    class CpuGraphedFused(CpuGraphed, GraphedFusedPath):
+        name = "cpu-graphed-fused"  # not registered
+
+    model = demo_lm.model
+    graphed, fused = CpuGraphedFused(model, buckets=(1, 4, 8, 32)), FusedPath(model)
+    fused.buckets = graphed.buckets
+    graphed.prepare(64, 32)
+    prompt = demo_lm.encode_prompt(CODE, chat=False)
+    a, b = graphed.open(len(prompt) + 64, 32), fused.open(graphed.capacity - 32, 32)
+    a.prefill(prompt)
+    b.prefill(prompt)
+    for tree in TREES:
+        assert torch.equal(a.verify(tree), b.verify(tree))
+        a.commit([0])
+        b.commit([0])
+    config = DecodeConfig(max_new_tokens=24)
+    traces = list(make_decoder(model, config, (), forward=graphed).generate(prompt))
+    assert [t for c in traces for t in c.new_tokens] == greedy_reference(model, prompt, 24)
+    assert sum(len(c.accepted) for c in traces) > 0, "inconclusive: no draft token was accepted"
