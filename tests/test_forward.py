@@ -227,6 +227,7 @@ def test_a_measurement_on_a_busy_machine_serves_its_process_but_is_not_cached(de
     assert forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path).name == "static" and len(calls) == 2
     assert forward_choice.busy_problem(_rounds({"eager": [5.0, 9.0]}, spread=0.1)) is None  # an idle spread
     assert "exceeds T(4)" in forward_choice.busy_problem(_rounds({"eager": [12.0, 9.0]}))  # an AR step dearer than 4
+    assert "a median of -1 ms" in forward_choice.busy_problem(_rounds({"eager": [5.0, -1.0]}))  # noise past zero
 
 
 def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentence(demo_lm, tmp_path, monkeypatch):

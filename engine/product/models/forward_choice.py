@@ -28,7 +28,7 @@ import torch
 
 from engine.core.forward import SPECS, ForwardPath, Longer, PathSpec, baseline, make_path, path_names, static_problem
 from engine.core.tree import DraftTree, Source
-from engine.decoding.cost import CostCurve
+from engine.decoding.cost import CostCurve, CostCurveError
 from engine.product.models.cost_cache import curve_key
 from engine.product.models.paths import cache_root
 from engine.product.models.timing import Timings, cache_file, read_cache, time_forwards, write_cache
@@ -115,8 +115,10 @@ def busy_problem(timed: Timings, sizes: tuple[int, ...] = (1, TREE_ROWS)) -> str
     the cost curve's own check (``CostCurve.problem``: a size dearer than a larger one beyond the noise band, or the
     rounds spread beyond what an idle machine shows)."""
     for name, ms in timed.medians(sizes).items():
-        curve = CostCurve(tuple(sizes), tuple(ms), spread=tuple(timed.spread(name, n) for n in sizes))
-        problem = curve.problem()
+        try:
+            problem = CostCurve(tuple(sizes), tuple(ms), spread=tuple(timed.spread(name, n) for n in sizes)).problem()
+        except CostCurveError:  # a median not positive: what a step after a step charged it went negative
+            problem = f"a median of {min(ms):.3g} ms"
         if problem is not None:
             return f"the {name} path: {problem}"
     return None
