@@ -212,8 +212,9 @@ def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, mo
 
 def test_a_measurement_on_a_busy_machine_serves_its_process_but_is_not_cached(demo_lm, tmp_path, monkeypatch,
                                                                              caplog):
-    """Rounds spread as a busy machine spreads them (the cost curve's own check, ``CostCurve.problem``): the choice
-    serves, one warning says why it is not kept, and the next start measures again."""
+    """Rounds spread as a busy machine spreads them (the cost curve's own criterion, ``cost.MAX_SPREAD``): the choice
+    serves, one warning says why it is not kept, and the next start measures again.  A size dearer than a larger one
+    is no load (a kernel slower at that size, reproducibly): it is cached."""
     import logging
 
     from engine.product.models import forward_choice
@@ -226,8 +227,8 @@ def test_a_measurement_on_a_busy_machine_serves_its_process_but_is_not_cached(de
     assert first.name == "static" and "looked busy" in caplog.text and "not cached" in caplog.text
     assert forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path).name == "static" and len(calls) == 2
     assert forward_choice.busy_problem(_rounds({"eager": [5.0, 9.0]}, spread=0.1)) is None  # an idle spread
-    assert "exceeds T(4)" in forward_choice.busy_problem(_rounds({"eager": [12.0, 9.0]}))  # an AR step dearer than 4
-    assert "a median of -1 ms" in forward_choice.busy_problem(_rounds({"eager": [5.0, -1.0]}))  # noise past zero
+    assert "spread by 75 %" in forward_choice.busy_problem(_rounds({"eager": [5.0, 9.0]}, spread=0.5))
+    assert forward_choice.busy_problem(_rounds({"eager": [12.0, 9.0]})) is None  # an AR step dearer than 4: no load
 
 
 def test_a_compile_that_cannot_run_or_fails_leaves_the_eager_path_with_a_sentence(demo_lm, tmp_path, monkeypatch):
