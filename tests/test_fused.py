@@ -76,6 +76,10 @@ def test_a_model_the_fused_step_cannot_compute_says_why():
     with torch.no_grad():
         step.layers[1].gate_up.mul_(1.5)
     assert "compute other logits than Llama's" in agreement_problem(llama, step)
+    attn = llama.model.layers[0].self_attn
+    attn.q_proj.bias = torch.nn.Parameter(torch.zeros(attn.q_proj.out_features))  # q biased, k and v not
+    assert "do not all carry a bias" in fused_problem(llama)
+    attn.q_proj.bias = None
     llama.model.layers[0].mlp.up_proj = torch.nn.Identity()  # a kernel of another kind where a projection was
     assert "not plain linear layers" in fused_problem(llama)
 

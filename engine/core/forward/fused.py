@@ -72,6 +72,8 @@ def fused_problem(model) -> str | None:
         projections = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
         if not all(type(p) is nn.Linear for p in projections):
             return "its projections are not plain linear layers (packed or quantized kernels serve them already)"
+        if len({p.bias is None for p in (attn.q_proj, attn.k_proj, attn.v_proj)}) > 1:
+            return "its q, k and v projections do not all carry a bias, or all none"
         if attn.o_proj.bias is not None or any(p.bias is not None for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
             return "its output or MLP projections carry a bias"
         if any(_eps(norm) is None for norm in (layer.input_layernorm, layer.post_attention_layernorm)):
