@@ -10,11 +10,10 @@ V of the same f16 or f32 type, so with Q8_0 keys every row takes the row-by-row 
 row are bit-identical at any length (tests/test_ggml.py).  The value type that costs less depends on the CPU (Q8_0
 values: an AR step 1.03-1.13x of f16's on one AVX-512 machine, 0.75-0.88x on another; docs/results.md, "A second
 AVX-512 machine: the KV cache's values"), so each is a path (``llamacpp``, ``llamacpp-q8cache``) and the forward
-choice times both.  Over a
-long context attention without flash attention costs less on a 2-core CPU, but rounds a batch's rows unlike one
-row: ``llamacpp-noflash``, asked for by name, its divergences attributed as ties within ``TIE_LOGITS``.  The
-price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where f16 would round
-otherwise.
+choice times both.  Over a long context attention without flash attention costs less on a 2-core CPU, but rounds a
+batch's rows unlike one row: ``llamacpp-noflash``, asked for by name, its divergences attributed as ties within
+``TIE_LOGITS``.  The price of Q8_0 keys: this path's text may part from llama.cpp's default (``llamacpp-ar``) where
+f16 would round otherwise.
 
 Source: llama.cpp ``include/llama.h`` (``llama_context_params``: ``type_k``, ``type_v``, ``flash_attn_type``),
 ``ggml-cpu/ops.cpp`` (``flash_attn_ext``).
