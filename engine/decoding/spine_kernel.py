@@ -1,0 +1,258 @@
+"""Alg. 1 steps 2-4 compiled (numba): the root and spine branches, then the best-first extension, reading TR's
+adjacency table in its arrays, so a tree's hundreds of lookups, comparisons and heap operations cost no Python.
+
+Source: Goose paper, Algorithm 1 (BUILDSPINETREE) steps 2-4, Appendix B.1 (duplicate exclusion) and C.1
+(successors scored < 0.01 pruned; the table); GT principle paper, §3 (the threshold c, ``TreeBuilder.add``).
+
+``spine_tree.py`` states the same steps in Python (``_spine_branches``, ``_attach``, ``_extend_best_first``), for
+any branch sources; this kernel is their exact equivalent for the one table-backed branch source (TR), node for
+node and ghost for ghost (tests/test_spine_kernel.py compares them on random tables).  The two must change together.
+
+Tree state travels as arrays of the builder's budget B (``TreeArrays``): node i's token, parent (-1 for the root),
+score, path estimate and depth; ghosts (parent, token, score, estimate) in their own arrays.  Each node's children
+are a linked list in insertion order (``first_child``, ``next_sibling``), so "the first child carrying a token" is
+the builder's ``child_with``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from ..core.tree import Built, DraftTree, GhostNode, TreeBuilder
+from ..sources.adjacency import row_slot
+from ..sources.base import DraftSource
+from .config import DecodeConfig
+
+_NONE = -1
+
+
+class TreeArrays(NamedTuple):
+    """A tree under construction, as the kernel takes it (each (B,) sized, B the budget)."""
+
+    tokens: np.ndarray  # (B,) int64
+    parents: np.ndarray  # (B,) int64, -1 for the root
+    scores: np.ndarray  # (B,) float64 the score shown
+    est: np.ndarray  # (B,) float64 path estimate
+    depth: np.ndarray  # (B,) int64
+    ghost_parent: np.ndarray  # (B,) int64
+    ghost_token: np.ndarray  # (B,) int64
+    ghost_score: np.ndarray  # (B,) float64
+    ghost_est: np.ndarray  # (B,) float64
+
+
+class Limits(NamedTuple):
+    """The builder's limits and Alg. 1's shares (all scalars)."""
+
+    budget: int  # B, root included
+    max_depth: int  # the builder's depth bound (D, or B when D bounds branches only)
+    branch_depth: int  # D: branch leaves at this depth are not extended (step 4)
+    min_est: float  # c: a node whose path estimate is below it becomes a ghost
+    min_score: float  # successors scored below it are skipped (C.1)
+    spine_branch_ratio: float  # rho
+    spine_branch_min: int  # branches a spine node gets at least, while the share lasts
+    prev_of_root: int  # the token before the anchor (-1: none)
+
+
+@njit(cache=True)
+def _add(t, kids, count, lim, parent, token, score, p):
+    """``TreeBuilder.add``: the new node's index, or -1 when the budget, the depth or c refuses it (c: a ghost,
+    while fewer than B ghosts were kept)."""
+    n = count[0]
+    if n >= lim[0] or t[4][parent] >= lim[1]:
+        return -1
+    est = t[3][parent] * p
+    if est < lim[3]:
+        g = count[1]
+        if g < lim[0]:
+            t[5][g], t[6][g], t[7][g], t[8][g] = parent, token, score, est
+            count[1] = g + 1
+        return -1
+    t[0][n], t[1][n], t[2][n], t[3][n], t[4][n] = token, parent, score, est, t[4][parent] + 1
+    first, nxt, last = kids
+    first[n], nxt[n], last[n] = -1, -1, -1
+    if first[parent] == -1:
+        first[parent] = n
+    else:
+        nxt[last[parent]] = n
+    last[parent] = n
+    count[0] = n + 1
+    return n
+
+
+@njit(cache=True)
+def _child_with(t, kids, parent, token, below):
+    """The first child of ``parent`` carrying ``token`` among nodes below index ``below``, or -1."""
+    c = kids[0][parent]
+    while c != -1 and c < below:
+        if t[0][c] == token:
+            return c
+        c = kids[1][c]
+    return -1
+
+
+@njit(cache=True)
+def _row(t, table, lim, node):
+    """(ids, scores, estimated acceptances) of ``node``'s successors in TR's table, best first; empty when none.
+    The estimate is the score, or min(1, score x calibration[depth + 1]) (``TrSource.rate``)."""
+    uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib = table
+    prev = lim[7] if node == 0 else t[0][t[1][node]]
+    in_bigram, slot = row_slot(uni_slot, bigram, prev, t[0][node])
+    if slot == _NONE:
+        return uni_ids[0, :0], uni_scores[0, :0], uni_scores[0, :0].copy()
+    if in_bigram:
+        ids, scores = bi_ids[slot, : bi_len[slot]], bi_scores[slot, : bi_len[slot]]
+    else:
+        ids, scores = uni_ids[slot, : uni_len[slot]], uni_scores[slot, : uni_len[slot]]
+    p = scores.copy()
+    if calib.shape[0]:
+        for j in range(p.shape[0]):
+            p[j] = min(1.0, scores[j] * calib[t[4][node] + 1])
+    return ids, scores, p
+
+
+@njit(cache=True)
+def _attach(t, kids, count, lim, table, node, n_wanted, seeds):
+    """``spine_tree._attach``: up to ``n_wanted`` top successors of ``node`` scored at least the minimum, not
+    already its children when the call began; the nodes added join ``seeds``."""
+    below = count[0]  # children added from here on are not "taken"
+    ids, scores, p = _row(t, table, lim, node)
+    added = 0
+    for j in range(ids.shape[0]):
+        if added >= n_wanted:
+            break
+        if scores[j] < lim[4]:
+            continue
+        if _child_with(t, kids, node, ids[j], below) == -1:
+            child = _add(t, kids, count, lim, node, ids[j], scores[j], p[j])
+            if child != -1:
+                seeds.append(child)
+                added += 1
+
+
+@njit(cache=True)
+def _push_successors(t, kids, count, lim, table, node, heap, ranked, turn):
+    """Step 4's k-way merge: rank ``node``'s successors by path estimate (ties in the table's order) into
+    ``ranked`` (keys, ids, scores, estimates, how many) and put the best in the heap; returns the next turn."""
+    if count[0] >= lim[0] or t[4][node] >= lim[1] or t[4][node] >= lim[2]:
+        return turn
+    ids, scores, p = _row(t, table, lim, node)
+    keys, toks, scs, ps = ranked[0][node], ranked[1][node], ranked[2][node], ranked[3][node]
+    m = 0
+    for j in range(ids.shape[0]):
+        if scores[j] >= lim[4]:
+            key = -t[3][node] * p[j]
+            i = m  # insertion sort, stable: equal keys keep the table's order
+            while i > 0 and keys[i - 1] > key:
+                keys[i], toks[i], scs[i], ps[i] = keys[i - 1], toks[i - 1], scs[i - 1], ps[i - 1]
+                i -= 1
+            keys[i], toks[i], scs[i], ps[i] = key, ids[j], scores[j], p[j]
+            m += 1
+    ranked[4][node] = m
+    if m:
+        heapq.heappush(heap, (keys[0], turn, 0, node))
+        return turn + 1
+    return turn
+
+
+@njit(cache=True)
+def grow(tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est, count, spine_nodes,
+         lim, uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib):
+    """Alg. 1 steps 2-4 (best-first) on a tree of ``count[0]`` nodes and ``count[1]`` ghosts (steps 1 and 1b laid),
+    in place: ``count`` ends with the new totals.
+
+    Args (arrays come one by one: numba unboxes a tuple of them ten times slower):
+        tokens ... ghost_est: ``TreeArrays``' fields, (B,) each.
+        count: (2,) int64 nodes, ghosts.
+        spine_nodes: (n_spine + 1,) int64 the spine's node indices, root first.
+        lim: ``Limits`` as a tuple.
+        uni_slot ... bi_len, bigram: TR's table (``engine.sources.adjacency``).
+        calib: (B + 2,) float64 TR's calibration per depth, or (0,) when TR's estimates are its scores.
+    """
+    t = (tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est)
+    table = (uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib)
+    budget = lim[0]
+    first, nxt, last = np.full(budget, -1, np.int64), np.full(budget, -1, np.int64), np.full(budget, -1, np.int64)
+    for i in range(1, count[0]):  # the laid nodes' children, in insertion order
+        par = parents[i]
+        if first[par] == -1:
+            first[par] = i
+        else:
+            nxt[last[par]] = i
+        last[par] = i
+    kids = (first, nxt, last)
+    # steps 2-3: root branches, then spine branches by harmonic decay
+    seeds = [0]
+    seeds.pop()
+    n_spine = spine_nodes.shape[0] - 1
+    left = budget - count[0]
+    n_root = math.floor(left * (1 - lim[5])) if n_spine else left
+    _attach(t, kids, count, lim, table, 0, n_root, seeds)
+    share = left - n_root
+    harmonic = 0.0
+    for j in range(1, n_spine + 1):
+        harmonic += 1 / j
+    for i in range(1, n_spine + 1):
+        n_wanted = min(share, max(lim[6], math.floor((left - n_root) * (1 / i) / harmonic)))
+        if n_wanted <= 0:
+            break
+        share -= n_wanted
+        _attach(t, kids, count, lim, table, spine_nodes[i], n_wanted, seeds)
+    # step 4: best-first, one heap over the tree; each node's ranked successors enter one at a time
+    width = uni_ids.shape[1]
+    ranked = (np.empty((budget, width), np.float64), np.empty((budget, width), np.int64),
+              np.empty((budget, width), np.float64), np.empty((budget, width), np.float64), np.zeros(budget, np.int64))
+    heap = [(0.0, 0, 0, 0)]
+    heap.pop()
+    turn = 0
+    for node in seeds:
+        turn = _push_successors(t, kids, count, lim, table, node, heap, ranked, turn)
+    while len(heap) and count[0] < budget:
+        _, node_turn, rank, parent = heapq.heappop(heap)
+        if rank + 1 < ranked[4][parent]:  # the parent's next best successor takes its place
+            heapq.heappush(heap, (ranked[0][parent, rank + 1], node_turn, rank + 1, parent))
+        token = ranked[1][parent, rank]
+        if _child_with(t, kids, parent, token, budget) != -1:
+            continue
+        child = _add(t, kids, count, lim, parent, token, ranked[2][parent, rank], ranked[3][parent, rank])
+        if child == -1:
+            break  # budget full, or the best remaining candidate is below c (so are all the others)
+        turn = _push_successors(t, kids, count, lim, table, child, heap, ranked, turn)
+
+
+def grow_on_table(b: TreeBuilder, spine_nodes: list[int], cfg: DecodeConfig, branch: DraftSource,
+                  context: Sequence[int]) -> Built:
+    """Alg. 1 steps 2-4 (best-first) by the compiled ``grow``, on the builder ``b`` where steps 1 and 1b are laid,
+    the successors read from ``branch``'s table (``successor_table``, TR's); returns the built tree and its ghosts,
+    the same as ``spine_tree``'s Python steps would (``b`` itself is left as steps 1-1b left it).
+
+    Args:
+        b: the builder (budget B, its depth bound, c).
+        spine_nodes: the spine's node indices, root first (``_lay_spine``).
+        cfg: ``tree`` (rho, D, the minimum score) and ``variant`` (``spine_branch_min``).
+        branch: the one branch source, offering ``successor_table(depths)``.
+        context: committed tokens ending with the anchor (the token before it keys the root's bigram row).
+    """
+    budget, n, g = b.budget, len(b.tokens), len(b.ghosts)
+    tokens, parents, depth = (np.zeros(budget, np.int64) for _ in range(3))
+    scores, est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
+    tokens[:n], parents[:n], scores[:n], est[:n], depth[:n] = b.tokens, [-1, *b.parents[1:]], b.scores, b.est, b.depth
+    ghost_parent, ghost_token = np.zeros(budget, np.int64), np.zeros(budget, np.int64)
+    ghost_score, ghost_est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
+    count = np.array([n, g], np.int64)
+    lim = Limits(budget, b.max_depth, cfg.tree.max_depth, b.min_est, cfg.tree.min_score, cfg.tree.spine_branch_ratio,
+                 cfg.variant.spine_branch_min, context[-2] if len(context) > 1 else _NONE)
+    grow(tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est, count,
+         np.array(spine_nodes, np.int64), tuple(lim), *branch.successor_table(max(budget, cfg.tree.max_depth) + 2))
+    end, ghosts_end = int(count[0]), int(count[1])
+    source = branch.info.source
+    tree = DraftTree.derived(tuple(b.tokens + tokens[n:end].tolist()), tuple(b.parents + parents[n:end].tolist()),
+                             tuple(b.sources + [source] * (end - n)), tuple(b.scores + scores[n:end].tolist()),
+                             tuple(b.est + est[n:end].tolist()))
+    new_ghosts = map(GhostNode, ghost_parent[g:ghosts_end].tolist(), ghost_token[g:ghosts_end].tolist(),
+                     [source] * (ghosts_end - g), ghost_score[g:ghosts_end].tolist(), ghost_est[g:ghosts_end].tolist())
+    return Built(tree, (*b.ghosts, *new_ghosts))
