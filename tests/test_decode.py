@@ -135,9 +135,9 @@ def test_read_back_argmax_is_torch_argmax_among_ties_and_nan(dtype):
         assert back.greedy == want and read_back(logits, 0).greedy == want
         scores, ids = torch.softmax(logits.float(), -1).topk(10, -1)
         if trial % 7:
-            assert back.successor_scores == scores.double().tolist()
+            assert back.successor_scores.tolist() == scores.double().tolist()
             if dtype != torch.float32:  # distinct half-precision logits never share a probability: same order
-                assert back.successor_ids == ids.tolist()
+                assert back.successor_ids.tolist() == ids.tolist()
 
 
 STEEP = "past=128;1:10,2:17,4:25,8:41,16:72,32:142,64:280,128:560"  # llama.cpp's Q4_1 curve on 2 cores, roughly

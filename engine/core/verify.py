@@ -96,15 +96,16 @@ class ReadBack:
 
     Attributes (one entry per forward row, PTD drafting rows included):
         greedy: (n,) the target's argmax token after each row.
-        successor_ids, successor_scores: (n, k) each row's top-k successors for the adjacency table
-            (``top_successors``); empty rows when ``k`` = 0 (TR off).
+        successor_ids, successor_scores: (n, k) int64 and float64 arrays, each row's top-k successors for the
+            adjacency table (``top_successors``), as the table stores them (no Python objects); (n, 0) when ``k`` = 0
+            (TR off).
         probs: sampling on an accelerator: (m, |V|) float32 warped target distributions of the first m rows (the
             tree's), on the host (``sampling.make_rows_warper``); None otherwise.
     """
 
     greedy: list[int]
-    successor_ids: list[list[int]]
-    successor_scores: list[list[float]]
+    successor_ids: np.ndarray
+    successor_scores: np.ndarray
     probs: torch.Tensor | None = None
 
 
@@ -143,18 +144,24 @@ def _read_back_packed(logits: torch.Tensor, k: int, probs: torch.Tensor | None) 
         table = logits.float().argmax(dim=-1, keepdim=True).double()  # (n, 1); on a CPU fp32's argmax beats bf16's
     host_probs = None
     if probs is None:
-        rows = table.tolist()  # (n, 2 + 2k), or (n, 1) when k = 0: the one copy
+        host = table.cpu().numpy()  # (n, 2 + 2k), or (n, 1) when k = 0: the one copy
     else:
         small = table.flatten().view(torch.uint8)  # (8 n (2 + 2k),) or (8 n,) bytes
         big = probs.to(torch.float32).contiguous().flatten().view(torch.uint8)  # (4 m |V|,) bytes
-        host = torch.cat([small, big]).cpu()  # the one device->host copy
-        rows = host[: small.numel()].view(torch.float64).view(table.shape).tolist()
-        host_probs = host[small.numel():].view(torch.float32).view(probs.shape)
+        both = torch.cat([small, big]).cpu()  # the one device->host copy
+        host = both[: small.numel()].view(torch.float64).view(table.shape).numpy()
+        host_probs = both[small.numel():].view(torch.float32).view(probs.shape)
     if not k:
-        return ReadBack([int(r[0]) for r in rows], [[] for _ in rows], [[] for _ in rows], host_probs)
+        return ReadBack(host[:, 0].astype(np.int64).tolist(), *_no_successors(host.shape[0]), host_probs)
+    rows = host[:, :2].tolist()
     greedy = [int(logits[i].float().argmax()) if r[1] else int(r[0]) for i, r in enumerate(rows)]  # a second sync
     # only for a row whose maximum recurs k times or is NaN
-    return ReadBack(greedy, [[int(t) for t in r[2:2 + k]] for r in rows], [r[2 + k:] for r in rows], host_probs)
+    return ReadBack(greedy, host[:, 2:2 + k].astype(np.int64), np.ascontiguousarray(host[:, 2 + k:]), host_probs)
+
+
+def _no_successors(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 0) int64 ids and float64 scores: a read-back of the argmax alone."""
+    return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.float64)
 
 
 def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
@@ -171,12 +178,12 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     x = logits.float()  # (n, |V|)
     if not k:
         greedy = x.numpy().argmax(axis=-1).tolist()  # (n,): numpy's argmax, half torch's time (first maximum alike)
-        return ReadBack(greedy, [[] for _ in greedy], [[] for _ in greedy])
+        return ReadBack(greedy, *_no_successors(len(greedy)))
     n, vocab = x.shape
     wide = n >= WIDE_ROWS and vocab >= WIDE_VOCAB
-    ids, rows, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, its lists, (n,)
-    scores = torch.softmax(x, dim=-1).gather(-1, ids).tolist()  # (n, k) float32 -> floats
-    return ReadBack(greedy, rows, scores)
+    ids, _, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, its lists, (n,)
+    scores = torch.softmax(x, dim=-1).gather(-1, ids).numpy().astype(np.float64)  # (n, k) float32 -> float64
+    return ReadBack(greedy, ids.numpy(), scores)
 
 
 def _top_torch(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], list[int]]:

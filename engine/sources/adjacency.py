@@ -192,15 +192,16 @@ class AdjacencyTable:
             prev_tokens: per row, the token before ``tokens[i]`` on its path (None for the first token
                 of the sequence); keys the bigram tier.
             tokens: (n,) input token of each row.
-            ids, scores: (n, k) successor ids and scores of each row, best first (``top_successors``), k <= K.
+            ids, scores: (n, k) successor ids and scores of each row, best first (``top_successors``): int64 and
+                float64 arrays (``ReadBack``'s), or lists of lists; k may differ from K.
         """
         n = len(tokens)
         if n == 0:
             return
         prev = np.array([_NONE if p is None else p for p in prev_tokens], np.int64)  # (n,)
         toks = np.array(tokens, np.int64)  # (n,)
-        row_ids = np.array(ids, np.int64).reshape(n, -1)  # (n, k)
-        row_scores = np.array(scores, np.float64).reshape(n, -1)  # (n, k)
+        row_ids = np.asarray(ids, np.int64).reshape(n, -1)  # (n, k): a read-back's array as it is
+        row_scores = np.asarray(scores, np.float64).reshape(n, -1)  # (n, k)
         if row_ids.shape[1] > self.arrays.uni_ids.shape[1]:  # rows wider than K (another source reads more)
             self._widen(row_ids.shape[1])
         self._make_room(toks, n)
@@ -253,10 +254,10 @@ class AdjacencyTable:
             logits: (n, |V|) logits of the same rows (any dtype, any device).
         """
         scores, ids = top_successors(logits, self.top_k)  # (n, k), (n, k)
-        both = torch.cat([ids.double(), scores.double()], dim=-1).tolist()  # one device->host copy; ids < 2^53
+        both = torch.cat([ids.double(), scores.double()], dim=-1).cpu().numpy()  # one device->host copy; ids < 2^53
         k = ids.shape[-1]
         toks = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
-        self.store(prev_tokens, toks, [[int(t) for t in r[:k]] for r in both], [r[k:] for r in both])
+        self.store(prev_tokens, toks, both[:, :k].astype(np.int64), both[:, k:])
 
     def row(self, prev: int | None, token: int) -> Row | None:
         """The stored row of ``token`` (bigram tier first, then unigram), or None when never observed."""
