@@ -9,9 +9,10 @@ any branch sources; this kernel is their exact equivalent for the one table-back
 node and ghost for ghost (tests/test_spine_kernel.py compares them on random tables).  The two must change together.
 
 Tree state travels as arrays of the builder's budget B (``TreeArrays``): node i's token, parent (-1 for the root),
-score, path estimate and depth; ghosts (parent, token, score, estimate) in their own arrays.  Each node's children
-are a linked list in insertion order (``first_child``, ``next_sibling``), so "the first child carrying a token" is
-the builder's ``child_with``.
+source code (``SOURCE_CODES``), score, path estimate and depth; ghosts (parent, token, source code, score, estimate)
+in their own arrays.  Each node's children are a linked list in insertion order (``first_child``, ``next_sibling``),
+so "the first child carrying a token" is the builder's ``child_with``.  ``engine.decoding.build_kernel`` lays step 1
+in the same arrays and calls ``steps_2_to_4``: the whole of Alg. 1 in one compiled call.
 """
 from __future__ import annotations
 
@@ -29,18 +30,24 @@ from ..sources.base import DraftSource
 from .config import DecodeConfig
 
 _NONE = -1
+#: Node source codes of the compiled cycle (``TreeArrays.source``, ``ghost_source``): the anchor, PLD, TR.
+ROOT, PLD, TR = 0, 1, 2
+SOURCE_CODES = ("anchor", "pld", "tr")  # code -> its ``Source`` tag's name ("anchor": ``Source.ROOT``)
 
 
 class TreeArrays(NamedTuple):
-    """A tree under construction, as the kernel takes it (each (B,) sized, B the budget)."""
+    """A tree under construction, as the kernels take it (each (B,) sized or larger, B the budget).  Source codes:
+    ``SOURCE_CODES`` (0 the anchor, 1 PLD, 2 TR)."""
 
     tokens: np.ndarray  # (B,) int64
     parents: np.ndarray  # (B,) int64, -1 for the root
+    source: np.ndarray  # (B,) int64 source code
     scores: np.ndarray  # (B,) float64 the score shown
-    est: np.ndarray  # (B,) float64 path estimate
+    est: np.ndarray  # (B,) float64 path estimate (``DraftTree.est_accept``)
     depth: np.ndarray  # (B,) int64
     ghost_parent: np.ndarray  # (B,) int64
     ghost_token: np.ndarray  # (B,) int64
+    ghost_source: np.ndarray  # (B,) int64 source code
     ghost_score: np.ndarray  # (B,) float64
     ghost_est: np.ndarray  # (B,) float64
 
@@ -59,20 +66,23 @@ class Limits(NamedTuple):
 
 
 @njit(cache=True)
-def _add(t, kids, count, lim, parent, token, score, p):
+def _add(t, kids, count, lim, parent, token, src, score, p):
     """``TreeBuilder.add``: the new node's index, or -1 when the budget, the depth or c refuses it (c: a ghost,
-    while fewer than B ghosts were kept)."""
+    while fewer than B ghosts were kept).  ``src`` is the node's source code."""
+    tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est = t
     n = count[0]
-    if n >= lim[0] or t[4][parent] >= lim[1]:
+    if n >= lim[0] or depth[parent] >= lim[1]:
         return -1
-    est = t[3][parent] * p
-    if est < lim[3]:
+    path_est = est[parent] * p
+    if path_est < lim[3]:
         g = count[1]
         if g < lim[0]:
-            t[5][g], t[6][g], t[7][g], t[8][g] = parent, token, score, est
+            ghost_parent[g], ghost_token[g], ghost_source[g] = parent, token, src
+            ghost_score[g], ghost_est[g] = score, path_est
             count[1] = g + 1
         return -1
-    t[0][n], t[1][n], t[2][n], t[3][n], t[4][n] = token, parent, score, est, t[4][parent] + 1
+    tokens[n], parents[n], source[n], scores[n], est[n] = token, parent, src, score, path_est
+    depth[n] = depth[parent] + 1
     first, nxt, last = kids
     first[n], nxt[n], last[n] = -1, -1, -1
     if first[parent] == -1:
@@ -87,9 +97,10 @@ def _add(t, kids, count, lim, parent, token, score, p):
 @njit(cache=True)
 def _child_with(t, kids, parent, token, below):
     """The first child of ``parent`` carrying ``token`` among nodes below index ``below``, or -1."""
+    tokens = t[0]
     c = kids[0][parent]
     while c != -1 and c < below:
-        if t[0][c] == token:
+        if tokens[c] == token:
             return c
         c = kids[1][c]
     return -1
@@ -99,11 +110,12 @@ def _child_with(t, kids, parent, token, below):
 def _row(t, table, lim, node):
     """(ids, scores, estimated acceptances) of ``node``'s successors in TR's table, best first; empty when none.
     The estimate is the score, or min(1, score x calibration[depth + 1]) (``TrSource.rate``)."""
+    tokens, parents, depth = t[0], t[1], t[5]
     uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib = table
-    prev = lim[7] if node == 0 else t[0][t[1][node]]
-    in_bigram, slot = row_slot(uni_slot, bigram, prev, t[0][node])
-    if slot == _NONE:
-        return uni_ids[0, :0], uni_scores[0, :0], uni_scores[0, :0].copy()
+    prev = lim[7] if node == 0 else tokens[parents[node]]
+    in_bigram, slot = row_slot(uni_slot, bigram, prev, tokens[node])
+    if slot == _NONE:  # empty views that index no row (the table may have none)
+        return uni_ids.reshape(-1)[:0], uni_scores.reshape(-1)[:0], np.empty(0, np.float64)
     if in_bigram:
         ids, scores = bi_ids[slot, : bi_len[slot]], bi_scores[slot, : bi_len[slot]]
     else:
@@ -111,7 +123,7 @@ def _row(t, table, lim, node):
     p = scores.copy()
     if calib.shape[0]:
         for j in range(p.shape[0]):
-            p[j] = min(1.0, scores[j] * calib[t[4][node] + 1])
+            p[j] = min(1.0, scores[j] * calib[depth[node] + 1])
     return ids, scores, p
 
 
@@ -128,7 +140,7 @@ def _attach(t, kids, count, lim, table, node, n_wanted, seeds):
         if scores[j] < lim[4]:
             continue
         if _child_with(t, kids, node, ids[j], below) == -1:
-            child = _add(t, kids, count, lim, node, ids[j], scores[j], p[j])
+            child = _add(t, kids, count, lim, node, ids[j], TR, scores[j], p[j])
             if child != -1:
                 seeds.append(child)
                 added += 1
@@ -138,14 +150,15 @@ def _attach(t, kids, count, lim, table, node, n_wanted, seeds):
 def _push_successors(t, kids, count, lim, table, node, heap, ranked, turn):
     """Step 4's k-way merge: rank ``node``'s successors by path estimate (ties in the table's order) into
     ``ranked`` (keys, ids, scores, estimates, how many) and put the best in the heap; returns the next turn."""
-    if count[0] >= lim[0] or t[4][node] >= lim[1] or t[4][node] >= lim[2]:
+    est, depth = t[4], t[5]
+    if count[0] >= lim[0] or depth[node] >= lim[1] or depth[node] >= lim[2]:
         return turn
     ids, scores, p = _row(t, table, lim, node)
     keys, toks, scs, ps = ranked[0][node], ranked[1][node], ranked[2][node], ranked[3][node]
     m = 0
     for j in range(ids.shape[0]):
         if scores[j] >= lim[4]:
-            key = -t[3][node] * p[j]
+            key = -est[node] * p[j]
             i = m  # insertion sort, stable: equal keys keep the table's order
             while i > 0 and keys[i - 1] > key:
                 keys[i], toks[i], scs[i], ps[i] = keys[i - 1], toks[i - 1], scs[i - 1], ps[i - 1]
@@ -160,31 +173,12 @@ def _push_successors(t, kids, count, lim, table, node, heap, ranked, turn):
 
 
 @njit(cache=True)
-def grow(tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est, count, spine_nodes,
-         lim, uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib):
-    """Alg. 1 steps 2-4 (best-first) on a tree of ``count[0]`` nodes and ``count[1]`` ghosts (steps 1 and 1b laid),
-    in place: ``count`` ends with the new totals.
-
-    Args (arrays come one by one: numba unboxes a tuple of them ten times slower):
-        tokens ... ghost_est: ``TreeArrays``' fields, (B,) each.
-        count: (2,) int64 nodes, ghosts.
-        spine_nodes: (n_spine + 1,) int64 the spine's node indices, root first.
-        lim: ``Limits`` as a tuple.
-        uni_slot ... bi_len, bigram: TR's table (``engine.sources.adjacency``).
-        calib: (B + 2,) float64 TR's calibration per depth, or (0,) when TR's estimates are its scores.
-    """
-    t = (tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est)
-    table = (uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib)
+def steps_2_to_4(t, kids, count, lim, table, spine_nodes):
+    """Alg. 1 steps 2-4 (best-first) on a tree whose laid nodes' children ``kids`` lists (first child, next
+    sibling, last child; (B,) int64 each), in place; the branch nodes are TR's (code 2).  ``grow`` and
+    ``build_kernel.build_spine`` call it; the arguments are ``grow``'s, grouped."""
     budget = lim[0]
-    first, nxt, last = np.full(budget, -1, np.int64), np.full(budget, -1, np.int64), np.full(budget, -1, np.int64)
-    for i in range(1, count[0]):  # the laid nodes' children, in insertion order
-        par = parents[i]
-        if first[par] == -1:
-            first[par] = i
-        else:
-            nxt[last[par]] = i
-        last[par] = i
-    kids = (first, nxt, last)
+    uni_ids = table[1]
     # steps 2-3: root branches, then spine branches by harmonic decay
     seeds = [0]
     seeds.pop()
@@ -218,10 +212,38 @@ def grow(tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_s
         token = ranked[1][parent, rank]
         if _child_with(t, kids, parent, token, budget) != -1:
             continue
-        child = _add(t, kids, count, lim, parent, token, ranked[2][parent, rank], ranked[3][parent, rank])
+        child = _add(t, kids, count, lim, parent, token, TR, ranked[2][parent, rank], ranked[3][parent, rank])
         if child == -1:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
         turn = _push_successors(t, kids, count, lim, table, child, heap, ranked, turn)
+
+
+@njit(cache=True)
+def grow(tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est,
+         count, spine_nodes, lim, uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib):
+    """Alg. 1 steps 2-4 (best-first) on a tree of ``count[0]`` nodes and ``count[1]`` ghosts (steps 1 and 1b laid),
+    in place: ``count`` ends with the new totals.
+
+    Args (arrays come one by one: numba unboxes a tuple of them ten times slower):
+        tokens ... ghost_est: ``TreeArrays``' fields, (B,) each.
+        count: (2,) int64 nodes, ghosts.
+        spine_nodes: (n_spine + 1,) int64 the spine's node indices, root first.
+        lim: ``Limits`` as a tuple.
+        uni_slot ... bi_len, bigram: TR's table (``engine.sources.adjacency``).
+        calib: (B + 2,) float64 TR's calibration per depth, or (0,) when TR's estimates are its scores.
+    """
+    t = (tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est)
+    table = (uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib)
+    budget = lim[0]
+    first, nxt, last = np.full(budget, -1, np.int64), np.full(budget, -1, np.int64), np.full(budget, -1, np.int64)
+    for i in range(1, count[0]):  # the laid nodes' children, in insertion order
+        par = parents[i]
+        if first[par] == -1:
+            first[par] = i
+        else:
+            nxt[last[par]] = i
+        last[par] = i
+    steps_2_to_4(t, (first, nxt, last), count, lim, table, spine_nodes)
 
 
 def grow_on_table(b: TreeBuilder, spine_nodes: list[int], cfg: DecodeConfig, branch: DraftSource,
@@ -238,16 +260,17 @@ def grow_on_table(b: TreeBuilder, spine_nodes: list[int], cfg: DecodeConfig, bra
         context: committed tokens ending with the anchor (the token before it keys the root's bigram row).
     """
     budget, n, g = b.budget, len(b.tokens), len(b.ghosts)
-    tokens, parents, depth = (np.zeros(budget, np.int64) for _ in range(3))
+    tokens, parents, source, depth = (np.zeros(budget, np.int64) for _ in range(4))
     scores, est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
     tokens[:n], parents[:n], scores[:n], est[:n], depth[:n] = b.tokens, [-1, *b.parents[1:]], b.scores, b.est, b.depth
-    ghost_parent, ghost_token = np.zeros(budget, np.int64), np.zeros(budget, np.int64)
+    ghost_parent, ghost_token, ghost_source = (np.zeros(budget, np.int64) for _ in range(3))
     ghost_score, ghost_est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
     count = np.array([n, g], np.int64)
     lim = Limits(budget, b.max_depth, cfg.tree.max_depth, b.min_est, cfg.tree.min_score, cfg.tree.spine_branch_ratio,
                  cfg.variant.spine_branch_min, context[-2] if len(context) > 1 else _NONE)
-    grow(tokens, parents, scores, est, depth, ghost_parent, ghost_token, ghost_score, ghost_est, count,
-         np.array(spine_nodes, np.int64), tuple(lim), *branch.successor_table(max(budget, cfg.tree.max_depth) + 2))
+    grow(tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est,
+         count, np.array(spine_nodes, np.int64), tuple(lim),
+         *branch.successor_table(max(budget, cfg.tree.max_depth) + 2))
     end, ghosts_end = int(count[0]), int(count[1])
     source = branch.info.source
     tree = DraftTree.derived(tuple(b.tokens + tokens[n:end].tolist()), tuple(b.parents + parents[n:end].tolist()),
