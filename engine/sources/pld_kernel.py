@@ -49,7 +49,9 @@ _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)  # o
 
 
 class NgramArrays(NamedTuple):
-    """The index's arrays, as the kernels take them (see the module's docstring)."""
+    """The index's arrays, as the kernels take them (see the module's docstring): one argument, so each kernel keeps
+    to six (numba unboxes a tuple of arrays slower from Python than the arrays one by one; a compiled caller, the
+    cycle's driver, passes it for free)."""
 
     tokens: np.ndarray  # (cap,) int64 the indexed sequence, its first meta[_N_TOKENS] filled
     meta: np.ndarray  # (4,) int64, see _N_TOKENS ... _OCCURRENCE
