@@ -15,6 +15,9 @@ settles, and this module follows it where the benchmark measured it better (docs
 
 ``PldSource`` adapts the matcher to the draft-source protocol (``engine.sources.base``); asked below a drafted
 path (the confident extension of §4.3), it matches the context plus that path.
+
+``pld_kernel.py`` states the same compiled (numba), over arrays, for the one-entry cycle (issue 71); the two must
+change together (tests/test_pld_kernel.py compares them).
 """
 from __future__ import annotations
 
