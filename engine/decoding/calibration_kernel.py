@@ -18,8 +18,8 @@ Conventions of the compiled cycle:
 
 Kernels write into arrays the caller provides and return scalars; they never reallocate state: the Python classes
 (``CalibrationArrays``, ``StatsArrays``, mirroring ``PathCalibration`` and ``AcceptanceStats``) grow it (doubling)
-before a kernel needs room.  Arrays travel in named tuples (an njit caller passes them for free; from Python they
-unbox slower, which only the tests pay).
+before a kernel needs room (a kernel's scratch, a tree's hits, is allocated per call).  Arrays travel in named tuples
+(an njit caller passes them for free; from Python they unbox slower, which only the tests pay).
 """
 from __future__ import annotations
 

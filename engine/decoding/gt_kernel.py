@@ -13,7 +13,7 @@ Conventions of the compiled cycle (trees, source codes: ``calibration_kernel``):
       least n + R; R; λ, NaN for rate None: the cycle's own ratio).
 
 Kernels write into arrays the caller provides and return scalars (``choose``, ``choose_calibrated`` allocate them for
-a Python caller and read them back).
+a Python caller and read them back); their scratch (a sort's order, an index map) is allocated per call.
 """
 from __future__ import annotations
 
@@ -120,6 +120,7 @@ def calibrated_choice(cal, tree, price, ghosts, out, trusted_out):
     return nodes, expected, cost_ms, g, t_nodes, t_expected, t_cost
 
 
+# -- the Python side: conversions, and the outputs allocated and read back --------------------------------------------
 
 def ghost_arrays(ghosts: Sequence[GhostNode]) -> GhostArrays:
     """``GhostNode``s as arrays."""
@@ -170,8 +171,6 @@ def _outputs(n: int, g: int) -> tuple:
     """``speedup_optimal``'s ``out`` for n nodes and g earlier ghosts."""
     lost = GhostArrays(*(np.zeros(g + n, dt) for dt in (np.int64, np.int64, np.int64, np.float64, np.float64)))
     return np.zeros(n, np.float64), np.zeros(n, np.int64), empty_nodes(n), lost
-
-
 
 
 def choose_calibrated(paths: CalibrationArrays, tree: NodeArrays, the_price: tuple,
