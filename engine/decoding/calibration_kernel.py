@@ -365,12 +365,17 @@ class CalibrationArrays:
         self.pend = Pending(np.zeros((4, 5), np.int64), np.zeros(4, np.float64), empty_nodes(64),
                             np.zeros(64, np.int64), np.zeros(3, np.int64))
 
+    def reserve(self, nodes: int) -> None:
+        """Room for one more recorded tree of up to ``nodes`` nodes (``record`` never reallocates)."""
+        p, (t, used, kn) = self.pend, self.pend.fill
+        if t + 1 > p.meta.shape[0] or used + nodes > p.nodes.parents.shape[0] or kn + nodes > p.kept.shape[0]:
+            self.pend = Pending(_grown(p.meta, t + 1), _grown(p.expected, t + 1),
+                                NodeArrays(*(_grown(a, used + nodes) for a in p.nodes)), _grown(p.kept, kn + nodes),
+                                p.fill)
+
     def record(self, tree: NodeArrays, start: int, kept: Sequence[int] = (), expected: float = 0.0) -> None:
         _check_depth(tree)
-        p, (t, nodes, kn) = self.pend, self.pend.fill
-        self.pend = Pending(_grown(p.meta, t + 1), _grown(p.expected, t + 1),
-                            NodeArrays(*(_grown(a, nodes + len(tree.parents)) for a in p.nodes)),
-                            _grown(p.kept, kn + len(kept)), p.fill)
+        self.reserve(max(len(tree.parents), len(kept)))
         if record(self.pend, tree, start, np.array(kept, np.int64), expected) < 0:
             raise RuntimeError("no room for a recorded tree")  # the pool was grown just above: never
 

@@ -17,7 +17,8 @@ from ..core.estimates import AcceptanceStats
 from ..core.forward import EagerPath, ForwardPath
 from ..core.tree import DraftTree, Source
 from ..core.verify import ReadBack, greedy_walk, hsd_chain_walk, read_back, sample_walk
-from ..sources import DraftSource, SourceMemory, Verified, make_sources
+from ..sources import DraftSource, SourceMemory, make_sources
+from .compiled_cycle import CompiledPlanner
 from .config import Resolved
 from .cost import CostCurve
 from .planner import Planner
@@ -61,7 +62,7 @@ class SpecDecoder:
 
     def __init__(self, model, resolved: Resolved, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
-                 profile: bool = False) -> None:
+                 profile: bool = False, compiled: bool = True) -> None:
         self.path = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
         model = self.path.model
         compat.check_model(model)  # first: what cannot be served says why
@@ -78,7 +79,8 @@ class SpecDecoder:
         self.extra_rows = config.extra_rows  # rows that ride along in every forward (PTD)
         self.cost_curve = cost_curve
         self.config, self.resolved = config, resolved
-        self.planner = Planner(resolved, cost_curve, self.positions, self.extra_rows)  # stages 1-2
+        self.planner = Planner(resolved, cost_curve, self.positions, self.extra_rows)  # stages 1-2 and 6
+        self.compiled = compiled  # a run the compiled planner serves plans with it (``CompiledPlanner.covers``)
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)
@@ -101,13 +103,13 @@ class SpecDecoder:
         problem = self.positions.problem(len(prompt_ids), self.config.max_new_tokens)
         if problem:
             raise compat.UnsupportedModelError(problem)
-        gen, trace = self._prefill(list(prompt_ids))
+        gen, planner, trace = self._prefill(list(prompt_ids))
         yield trace
         while not trace.finished and not (should_stop and should_stop()):
             clock = Stopwatch(self._sync)
-            drafts = self.planner.draft(gen)  # 1. draft: every source's candidates for the anchor
+            drafts = planner.draft(gen)  # 1. draft: every source's candidates for the anchor
             clock.lap("draft")
-            plan = self.planner.build(gen, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
+            plan = planner.build(gen, drafts)  # 2. build: bypass chain, spine tree or AR (+ ride-along rows)
             clock.lap("build")
             logits = gen.forward.verify(plan.grafted.padded(plan.rows))[: len(plan.grafted)]  # 3. verify: (n, |V|)
             observers = [src for src, _ in drafts.proposals]  # a resting source reads nothing back
@@ -116,15 +118,18 @@ class SpecDecoder:
             walk = self._accept(gen, plan, logits, back.greedy[: len(plan.tree)], back.probs)  # 4. accept
             clock.lap("walk")
             done = self._commit(gen, plan, walk, clock)  # 5. commit: the accepted path's cache rows, the tokens
-            self._learn(gen, plan, back, walk, done, clock)  # 6. learn: sources observe, estimates update
+            planner.learn(gen, plan, back, walk, done)  # 6. learn: sources observe, estimates update
+            clock.lap("harvest")
             trace = self._trace(gen, drafts, plan, back, Outcome(walk, done), clock.total())
             yield trace
 
     # -- stages -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _prefill(self, prompt: list[int]) -> tuple[Generation, CycleTrace]:
-        """Alg. 2 lines 1-3: one forward over the prompt, its rows read back for the sources, first token = argmax."""
+    def _prefill(self, prompt: list[int]) -> tuple[Generation, Planner | CompiledPlanner, CycleTrace]:
+        """Alg. 2 lines 1-3: one forward over the prompt, its rows read back for the sources, first token = argmax;
+        then the generation's planner: the compiled one where it serves the run (``CompiledPlanner.covers``), which
+        plans the first cycle at once, else ``self.planner``."""
         cfg, clock = self.config, Stopwatch(self._sync)
         stats = AcceptanceStats(ema_alpha=cfg.tree.ema_alpha, p_s_ema=cfg.tree.ema_init,
                                 counterfactual=cfg.gt.counterfactual_rates and cfg.gt.auto)
@@ -144,10 +149,14 @@ class SpecDecoder:
         for src in gen.sources:
             src.prefill(prompt, back)
         done = self._append(gen, [first])
+        planner = self.planner
+        if self.compiled and CompiledPlanner.covers(self.resolved, self.cost_curve, self.positions, len(prompt)):
+            planner = CompiledPlanner(self.resolved, self.cost_curve, gen, len(prompt) + cfg.max_new_tokens,
+                                      logits.shape[-1])
         clock.lap("harvest")
         timings = clock.total()
         gen.busy_s = timings["total"] / 1000
-        return gen, CycleTrace(
+        return gen, planner, CycleTrace(
             index=0, mode="prefill", tree=DraftTree.root_only(prompt[-1]), ghosts=(), greedy=(first,), accepted=(),
             bonus=first, new_tokens=done.tokens, spine_ratio=None, p_s_ema=stats.p_s_ema, timings_ms=timings,
             elapsed_s=gen.busy_s, total_tokens=len(gen.output), finished=done.finished)
@@ -180,27 +189,6 @@ class SpecDecoder:
         s.forward.commit([0, *walk.accepted])
         clock.lap("cache")
         return self._append(s, [*(plan.tree.tokens[i] for i in walk.accepted), walk.bonus])
-
-    def _learn(self, s: Generation, plan: Plan, back: ReadBack, walk: Walk, done: Committed,
-               clock: Stopwatch) -> None:
-        """Alg. 2 line 16: every source observes the forward; the acceptance estimates and the GT rate update."""
-        at = len(s.tokens) - len(done.tokens)  # where this cycle's tokens start; the anchor is at at - 1
-        if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
-            s.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
-                           plan.trusted.expected if plan.trusted else 0.0)
-        verified = Verified(forward=plan.grafted, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
-                            back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
-                            finished=done.finished)
-        for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
-            if not any(src is out for out in plan.left_out):
-                src.observe(verified)
-        s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
-        s.streak = s.streak + 1 if plan.mode == "ar" else 0
-        if s.paths.pending:
-            s.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None, self.resolved.path_calibration)
-        if self.planner.rate_tracked:
-            s.curve_ms += self.cost_curve.latency(len(plan.grafted))
-        clock.lap("harvest")
 
     def _append(self, s: Generation, tokens: list[int]) -> Committed:
         """Append tokens to the output, cut at the first EOS and at ``max_new_tokens``."""

@@ -1,9 +1,11 @@
-"""Stages 1-2 of a decoding cycle: every source's drafts for the anchor, then the plan the forward verifies (the
-bypass chain, a spine tree sized by GT, or an AR step, with the rows sources ride along).
+"""Stages 1-2 and 6 of a decoding cycle: every source's drafts for the anchor, then the plan the forward verifies (the
+bypass chain, a spine tree sized by GT, or an AR step, with the rows sources ride along); after the forward, what the
+sources and the estimates learn from it.
 
 Source: Goose paper, Algorithm 2 lines 5-13 (routing: Appendix B.2; the confidence schedule: §4.3) and Algorithm 1
-(``spine_tree``); GT principle paper, §3 (the size choice: ``gt``).  ``decode.SpecDecoder`` owns one ``Planner`` and
-runs the loop around it.
+(``spine_tree``), line 16 (learning); GT principle paper, §3 (the size choice: ``gt``).  ``decode.SpecDecoder`` owns
+one ``Planner`` and runs the loop around it; ``compiled_cycle.CompiledPlanner`` runs the same three stages compiled,
+for the runs it serves.
 """
 from __future__ import annotations
 
@@ -12,17 +14,19 @@ from dataclasses import replace
 from ..core import compat
 from ..core.estimates import spine_ratio_tier
 from ..core.tree import DraftTree
-from ..sources import Candidates, DraftSource, Request, Role
+from ..core.verify import ReadBack
+from ..sources import Candidates, DraftSource, Request, Role, Verified
 from ..sources.base import extend_chain
 from .config import CANDIDATE_TREE_METHODS, Resolved
 from .cost import CostCurve
 from .gt import calibrated_choice
-from .records import Drafts, Generation, Plan, fit_to_room
+from .records import Committed, Drafts, Generation, Plan, Walk, fit_to_room
 from .spine_tree import Built, Proposals, build_candidate_tree, build_chain, build_isotropic_tree, build_spine_tree
 
 
 class Planner:
-    """What a cycle verifies, from one resolved config: ``draft`` (stage 1) and ``build`` (stage 2).
+    """What a cycle verifies, from one resolved config: ``draft`` (stage 1) and ``build`` (stage 2); and ``learn``
+    (stage 6).
 
     Args:
         resolved: the run's ``Resolved`` config (``config`` its ``DecodeConfig``).
@@ -173,3 +177,22 @@ class Planner:
         if not self.rate_tracked:
             return None
         return len(s.output) / (s.curve_ms + self._ar_ms)  # output[0]: the prefill's token
+
+    def learn(self, s: Generation, plan: Plan, back: ReadBack, walk: Walk, done: Committed) -> None:
+        """Alg. 2 line 16: every source observes the forward; the acceptance estimates and the GT rate update."""
+        at = len(s.tokens) - len(done.tokens)  # where this cycle's tokens start; the anchor is at at - 1
+        if plan.built is not None:  # the whole built tree, pruned nodes too, is judged by the output to come
+            s.paths.record(plan.built, at, plan.trusted.kept if plan.trusted else (),
+                           plan.trusted.expected if plan.trusted else 0.0)
+        verified = Verified(forward=plan.grafted, tree_rows=len(plan.tree), prev=s.tokens[at - 2] if at > 1 else None,
+                            back=back, accepted=walk.accepted, committed=done.tokens, output=s.output,
+                            finished=done.finished)
+        for src in s.sources:  # every row, rejected branches and ride-along rows included (C.1)
+            if not any(src is out for out in plan.left_out):
+                src.observe(verified)
+        s.stats.update(plan.tree, walk.accepted, ema=plan.mode == "tree" or self.config.variant.ema_on_chains)
+        s.streak = s.streak + 1 if plan.mode == "ar" else 0
+        if s.paths.pending:
+            s.paths.resolve(s.tokens, s.stats if s.stats.counterfactual else None, self.resolved.path_calibration)
+        if self.rate_tracked:
+            s.curve_ms += self.cost_curve.latency(len(plan.grafted))

@@ -1,0 +1,204 @@
+"""The compiled planner: one object owns a generation's arrays and its one compiled entry per cycle
+(``cycle_kernel.advance``), and hands the loop the same records the Python ``Planner`` does.
+
+Source: Goose paper, Algorithm 2 (the loop), Algorithm 1 (the tree), App. B.2 / C.1 and §4.3; GT principle paper,
+§3.1 (the size choice).  What each kernel mirrors is said in its module.  Issue 71: a cycle's host work in Python
+touches thousands of scattered objects, and after each forward the host's caches are cold; here it runs in one
+compiled call over dense arrays, and only the records the loop and the trace read are made as Python objects.
+
+``CompiledPlanner.covers`` says which runs it serves: the default Goose configuration (sources PLD + TR, greedy, GT
+"auto" on a cost curve, best-first branches, TR's estimates its scores), trees never trimmed by the model's positions.
+Every other run plans in Python (``planner.Planner``); both give the same trees, ghosts and tokens
+(tests/test_compiled_cycle.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..core import compat
+from ..core.tree import DraftTree, GhostNode, Source
+from ..core.verify import ReadBack
+from ..sources import Candidates, pld_kernel
+from ..sources.pld_kernel import PldArrays
+from . import cycle_kernel as k
+from .build_kernel import MODES
+from .calibration_kernel import CalibrationArrays, StatsArrays, empty_nodes
+from .config import Resolved
+from .cost import CostCurve
+from .gt import GtChoice
+from .gt_kernel import GhostArrays
+from .records import Committed, Drafts, Generation, Plan, Walk
+from .spine_kernel import SOURCE_CODES
+
+_TAGS: tuple[Source, ...] = ()  # source code -> its tag, made on first use (the sources declare their tags)
+
+
+def _tags() -> tuple[Source, ...]:
+    global _TAGS
+    if not _TAGS:
+        _TAGS = tuple(Source.ROOT if name == "anchor" else Source(name) for name in SOURCE_CODES)
+    return _TAGS
+
+
+class CompiledPlanner:
+    """Stages 1-2 and 6 of one generation's cycles, compiled: ``draft`` and ``build`` hand over what the last
+    ``learn`` planned, ``learn`` learns from the cycle and plans the next in one compiled call.
+
+    Args:
+        resolved: the run's ``Resolved`` config (``covers`` it).
+        cost_curve: its cost curve.
+        gen: the generation, prefilled: its tokens (the prompt and the first token) and its sources (TR's table holds
+            the prompt's rows; the planner reads and writes that table in place).
+        max_length: the most tokens the generation's stream will hold (prompt + max new tokens).
+        vocab: the model's vocabulary (the logits' width): TR's table has a row slot for each token.
+    """
+
+    def __init__(self, resolved: Resolved, cost_curve: CostCurve, gen: Generation, max_length: int,
+                 vocab: int) -> None:
+        cfg = resolved.config
+        self.config, self.vocab = cfg, vocab
+        pld, tr = gen.sources  # ``covers``: exactly these two, in registry order
+        self.pld_source, self.tr_source = pld, tr
+        self.width = cfg.max_budget  # the largest tree, root included
+        chain_cap = cfg.variant.max_extended_chain + cfg.tree.max_spine + 1  # an extension overshoots by one lookup
+        self.settings = _settings(resolved, cost_curve, pld, self.width)
+        stream = np.zeros(max_length + self.width + 1, np.int64)  # (cap,)
+        stream[: len(gen.tokens)] = gen.tokens
+        ints = np.zeros(k.N_CYCLE_INTS, np.int64)
+        ints[k.C_STREAM], ints[k.C_OUTPUT] = len(gen.tokens), len(gen.output)
+        floats = np.zeros(k.N_CYCLE_FLOATS, np.float64)
+        w = self.width
+        self.stats = StatsArrays(cfg.tree.ema_alpha, cfg.tree.ema_init, gen.stats.counterfactual)
+        self.cycle = k.Cycle(
+            stream=stream, ints=ints, floats=floats, ema=self.stats.ema, built=empty_nodes(w),
+            ghosts=_ghosts(w), kept=empty_nodes(w), lost=_ghosts(2 * w), read=np.zeros(w, np.float64),
+            kept_at=np.zeros(w, np.int64),
+            trusted=(np.zeros(w, np.float64), np.zeros(w, np.float64), np.zeros(w, np.int64)),
+            chain=(np.zeros(chain_cap, np.int64), np.zeros(chain_cap, np.float64)), empty=np.zeros(0, np.int64))
+        self.index = PldArrays.like(pld)
+        self.index.reserve(len(stream))
+        self.calibration = CalibrationArrays()
+        self._entry = None
+        self._room()
+        k.plan(self.settings, self.cycle, self._tables())
+
+    # -- which runs ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def covers(resolved: Resolved, cost_curve: CostCurve | None, positions: compat.PositionLimits,
+               prompt_len: int) -> bool:
+        """Whether the compiled cycle serves this run: the default Goose configuration's drafting (PLD + TR, greedy,
+        GT "auto" on ``cost_curve``, best-first branches, TR's scores as its estimates, no rows riding along), with
+        room under the model's positions for the largest tree at the run's last cycle."""
+        cfg = resolved.config
+        if cost_curve is None or cfg.method != "goose" or cfg.active_sources != ("pld", "tr") or cfg.sampling:
+            return False
+        if not cfg.gt.auto or cfg.iso_k is not None or cfg.extra_rows or cfg.variant.branch_growth != "best-first":
+            return False
+        if cfg.source_config("tr").calibration:
+            return False
+        room = positions.room(prompt_len + cfg.max_new_tokens)
+        return room is None or room >= cfg.max_budget
+
+    # -- the loop's stages ----------------------------------------------------------------------------------------
+
+    def draft(self, s: Generation) -> Drafts:
+        """Stage 1's record (``Planner.draft``'s): PLD's chain for the anchor, and which sources rest."""
+        ci, cf = self.cycle.ints, self.cycle.floats
+        resting = (self.tr_source,) if ci[k.C_RESTING] else ()
+        m = int(ci[k.C_MATCH])
+        tokens, p = self.cycle.chain
+        chain = Candidates.chain(tokens[:m].tolist(), p[:m].tolist(), confidence=float(cf[k.D_CONFIDENCE])) if m \
+            else Candidates()
+        proposals = ((self.pld_source, chain),) + (() if resting else ((self.tr_source, Candidates()),))
+        return Drafts(proposals, self.pld_source if m else None, chain, resting)
+
+    def build(self, s: Generation, drafts: Drafts) -> Plan:
+        """Stage 2's record (``Planner.build``'s): the tree to verify, its ghosts, GT's choice and the rows the forward
+        runs, as ``learn`` (or the start) planned them."""
+        c = self.cycle
+        ci, cf = c.ints, c.floats
+        tags = _tags()
+        n, g = int(ci[k.C_NODES]), int(ci[k.C_GHOSTS])
+        kept = c.kept
+        tree = DraftTree.derived(tuple(kept.tokens[:n].tolist()), (None, *kept.parents[1:n].tolist()),
+                                 tuple(tags[i] for i in kept.source[:n].tolist()), tuple(kept.scores[:n].tolist()),
+                                 tuple(kept.est[:n].tolist()))
+        lost = c.lost
+        ghosts = tuple(map(GhostNode, lost.parent[:g].tolist(), lost.token[:g].tolist(),
+                           [tags[i] for i in lost.source[:g].tolist()], lost.score[:g].tolist(),
+                           lost.est[:g].tolist()))
+        gt = candidates = None
+        if ci[k.C_HAS_GT]:
+            gt = GtChoice(n, int(ci[k.C_GT_CANDIDATES]), float(cf[k.D_GT_EXPECTED]), float(cf[k.D_GT_COST]))
+            b, built = int(ci[k.C_BUILT]), c.built
+            candidates = DraftTree.derived(tuple(built.tokens[:b].tolist()), (None, *built.parents[1:b].tolist()),
+                                           tuple(tags[i] for i in built.source[:b].tolist()),
+                                           tuple(built.scores[:b].tolist()), tuple(c.read[:b].tolist()))
+        r = float(cf[k.D_SPINE_RATIO])
+        budget = int(ci[k.C_BUDGET])
+        return Plan(MODES[ci[k.C_MODE]], tree, ghosts, None if math.isnan(r) else r, grafted=tree,
+                    budget=None if budget < 0 else budget, chain_tokens=int(ci[k.C_CHAIN]), gt=gt,
+                    left_out=drafts.resting, rows=int(ci[k.C_ROWS]), candidates=candidates)
+
+    def learn(self, s: Generation, plan: Plan, back: ReadBack, walk: Walk, done: Committed) -> None:
+        """Stage 6 of this cycle and stages 1-2 of the next, in one compiled call (``cycle_kernel.advance``); the
+        generation's Python-side figures the trace reads (p_s's EMA, the AR streak, λ's curve time) follow."""
+        self._room()
+        args = (self.settings, self.cycle, self._tables(), np.array(walk.accepted, np.int64),
+                np.array(done.tokens, np.int64), np.ascontiguousarray(back.successor_ids, np.int64),
+                np.ascontiguousarray(back.successor_scores, np.float64))
+        if self._entry is None:  # the first call types the arguments; later ones skip numba's dispatch
+            k.advance(*args)
+            self._entry = k.advance.overloads[tuple(k.advance.typeof_pyval(a) for a in args)].entry_point
+        else:
+            self._entry(*args)
+        s.stats.p_s_ema = float(self.cycle.ema[1])
+        s.streak, s.curve_ms = int(self.cycle.ints[k.C_STREAK]), float(self.cycle.floats[k.D_CURVE_MS])
+
+    # -- the arrays -----------------------------------------------------------------------------------------------
+
+    def _tables(self) -> k.Tables:
+        table = self.tr_source.table
+        return k.Tables(pld=self.index.arrays, tr=(*table.arrays, table.bigram), calib=np.zeros(0, np.float64),
+                        counters=self.stats.counters, cal=self.calibration.cal, pend=self.calibration.pend)
+
+    def _room(self) -> None:
+        """Room for one more cycle, made before the compiled call (kernels never reallocate): TR's table for a tree's
+        rows (``AdjacencyTable._make_room``), the calibration's pending pool for one more tree."""
+        self.tr_source.table._make_room(np.array([self.vocab - 1], np.int64), self.width)
+        self.calibration.reserve(self.width)
+
+
+def _ghosts(n: int) -> GhostArrays:
+    """n ghosts of zeros (outputs)."""
+    return GhostArrays(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.float64),
+                       np.zeros(n, np.float64))
+
+
+def _settings(resolved: Resolved, curve: CostCurve, pld, width: int) -> k.Settings:
+    """The resolved config as the kernels read it (``cycle_kernel.Settings``)."""
+    cfg = resolved.config
+    tree, variant, gt = cfg.tree, cfg.variant, cfg.gt
+    tr = cfg.source_config("tr")
+    ints = np.zeros(k.N_SETTINGS_INTS, np.int64)
+    ints[[k.S_BUDGET, k.S_EXTENSION, k.S_MAX_EXTENDED, k.S_SCHEDULE, k.S_BYPASS, k.S_CONFIDENT_RULE,
+          k.S_BYPASS_THRESHOLD, k.S_MAX_DEPTH, k.S_DEPTH_BOUNDS_SPINE, k.S_SPINE_BRANCH_MIN, k.S_CHAIN_CAP,
+          k.S_DRAFT_BUDGET, k.S_REST_AFTER, k.S_RATE_TRACKED, k.S_CALIBRATE, k.S_COUNTERFACTUAL, k.S_EMA_ON_CHAINS,
+          k.S_BIGRAM_CAPACITY, k.S_RENORMALISE]] = [
+        tree.budget, variant.budget_extension, variant.max_extended_chain, variant.confidence_schedule, tree.bypass,
+        variant.bypass_rule == "confident", tree.bypass_threshold, tree.max_depth, variant.depth_bounds_spine,
+        variant.spine_branch_min, -1 if resolved.chain_cap is None else resolved.chain_cap,
+        max(cfg.max_budget - 1, tree.max_spine), gt.rest_after, gt.rate == "session", resolved.path_calibration,
+        gt.counterfactual_rates, variant.ema_on_chains, tr.bigram_capacity, tr.adjacency_scores == "top-k"]
+    floats = np.zeros(k.N_SETTINGS_FLOATS, np.float64)
+    floats[[k.F_EXTEND_ABOVE, k.F_SPINE_RATIO, k.F_PRUNE_AT, k.F_MIN_SCORE, k.F_RHO, k.F_AR_MS]] = [
+        variant.extend_above, -1.0 if tree.spine_ratio is None else tree.spine_ratio, resolved.prune_at,
+        tree.min_score, tree.spine_branch_ratio, curve.latency(1)]
+    m = width + 1
+    costs = np.array(curve.latencies(m), np.float64)  # (m,) T(1) .. T(m)
+    rows = np.array([curve.verify_rows(n) for n in range(1, m + 1)], np.int64)  # (m,)
+    s = pld_kernel.PldSettings(pld.chain_tokens, pld.alone, pld.long_match, pld.max_spine, pld.pooled_prior)
+    return k.Settings(ints, floats, costs, rows, s)
