@@ -271,6 +271,14 @@ def resolve(cal, pend, stream, counters, flags):
     pend.fill[_TREES], pend.fill[_NODES], pend.fill[_KEPT] = to, off, koff
 
 
+@njit(cache=True)
+def room_for(pend, nodes):
+    """Whether one more tree of up to ``nodes`` nodes can be recorded without ``CalibrationArrays.reserve``."""
+    t, used, kn = pend.fill[_TREES], pend.fill[_NODES], pend.fill[_KEPT]
+    return (t + 1 <= pend.meta.shape[0] and used + nodes <= pend.nodes.parents.shape[0]
+            and kn + nodes <= pend.kept.shape[0])
+
+
 # -- the acceptance statistics (core/estimates.py) --------------------------------------------------------------------
 
 @njit(cache=True)

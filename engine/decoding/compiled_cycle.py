@@ -80,9 +80,12 @@ class CompiledPlanner:
         self.index = PldArrays.like(pld)
         self.index.reserve(len(stream))
         self.calibration = CalibrationArrays()
+        ints[k.C_VOCAB] = vocab
         self._entry = None
         self._room()
         k.plan(self.settings, self.cycle, self._tables())
+        self._tables_now = self._tables()  # the tables as the compiled calls take them (remade when they grow)
+        ints[k.C_ROOM] = k.has_room(self.settings, self.cycle, self._tables_now)
 
     # -- which runs ---------------------------------------------------------------------------------------------
 
@@ -146,8 +149,10 @@ class CompiledPlanner:
     def learn(self, s: Generation, plan: Plan, back: ReadBack, walk: Walk, done: Committed) -> None:
         """Stage 6 of this cycle and stages 1-2 of the next, in one compiled call (``cycle_kernel.advance``); the
         generation's Python-side figures the trace reads (p_s's EMA, the AR streak, λ's curve time) follow."""
-        self._room()
-        args = (self.settings, self.cycle, self._tables(), np.array(walk.accepted, np.int64),
+        if not self.cycle.ints[k.C_ROOM]:  # rarely: the arrays grow before the compiled call needs them
+            self._room()
+            self._tables_now = self._tables()
+        args = (self.settings, self.cycle, self._tables_now, np.array(walk.accepted, np.int64),
                 np.array(done.tokens, np.int64), np.ascontiguousarray(back.successor_ids, np.int64),
                 np.ascontiguousarray(back.successor_scores, np.float64))
         if self._entry is None:  # the first call types the arguments; later ones skip numba's dispatch

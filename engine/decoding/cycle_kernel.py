@@ -21,9 +21,10 @@ import numpy as np
 from numba import njit
 
 from ..sources import pld_kernel
-from ..sources.adjacency import _store
+from ..sources.adjacency import _store, room_for
 from .build_kernel import AR, BYPASS, TREE, anchor_has_row, build_chain, build_spine, capped, planned_mode, route, shape
 from .calibration_kernel import PLD, NodeArrays, record, resolve, update_stats
+from .calibration_kernel import room_for as pending_room
 from .gt_kernel import GhostArrays, calibrated_choice, speedup_optimal
 
 # ``Settings.ints``: the configuration's integers and flags
@@ -36,8 +37,8 @@ F_EXTEND_ABOVE, F_SPINE_RATIO, F_PRUNE_AT, F_MIN_SCORE, F_RHO, F_AR_MS = range(6
 N_SETTINGS_FLOATS = 6
 # ``Cycle.ints``: the generation's counters and the planned cycle's facts
 (C_STREAM, C_OUTPUT, C_STREAK, C_MODE, C_RESTING, C_NODES, C_GHOSTS, C_BUILT, C_HAS_BUILT, C_HAS_GT, C_BUDGET,
- C_CHAIN, C_MATCH, C_GT_CANDIDATES, C_TRUSTED, C_ROWS) = range(16)
-N_CYCLE_INTS = 16
+ C_CHAIN, C_MATCH, C_GT_CANDIDATES, C_TRUSTED, C_ROWS, C_ROOM, C_VOCAB) = range(18)
+N_CYCLE_INTS = 18
 # ``Cycle.floats``
 (D_CURVE_MS, D_SPINE_RATIO, D_CONFIDENCE, D_GT_EXPECTED, D_GT_COST, D_TRUSTED_EXPECTED) = range(6)
 N_CYCLE_FLOATS = 6
@@ -223,3 +224,13 @@ def advance(s, c, t, accepted, committed, ids, scores):
     ``plan``)."""
     learn(s, c, t, accepted, committed, ids, scores)
     plan(s, c, t)
+    c.ints[C_ROOM] = has_room(s, c, t)
+
+
+@njit(cache=True)
+def has_room(s, c, t):
+    """Whether the next ``learn`` finds room for the planned cycle without the Python side growing an array (TR's
+    table for its rows, the calibration's pool for its built tree; PLD's index was sized for the whole stream)."""
+    tr, n = t.tr, c.kept.tokens.shape[0]
+    return (room_for(tr[0], tr[3], tr[8], tr[9], tr[11], c.ints[C_VOCAB] - 1, n, s.ints[S_BIGRAM_CAPACITY])
+            and pending_room(t.pend, n))

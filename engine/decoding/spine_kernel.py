@@ -120,10 +120,11 @@ def _row(t, table, lim, node):
         ids, scores = bi_ids[slot, : bi_len[slot]], bi_scores[slot, : bi_len[slot]]
     else:
         ids, scores = uni_ids[slot, : uni_len[slot]], uni_scores[slot, : uni_len[slot]]
-    p = scores.copy()
-    if calib.shape[0]:
-        for j in range(p.shape[0]):
-            p[j] = min(1.0, scores[j] * calib[depth[node] + 1])
+    if calib.shape[0] == 0:  # the estimates are the scores: the row itself, no copy
+        return ids, scores, scores
+    p = np.empty(scores.shape[0], np.float64)  # (k,)
+    for j in range(p.shape[0]):
+        p[j] = min(1.0, scores[j] * calib[depth[node] + 1])
     return ids, scores, p
 
 

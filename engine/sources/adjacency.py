@@ -147,6 +147,17 @@ def _grown(array: np.ndarray, size: int, fill: int = 0) -> np.ndarray:
     return new
 
 
+@njit(cache=True)
+def room_for(uni_slot: np.ndarray, uni_len: np.ndarray, free: np.ndarray, ring_key: np.ndarray, counters: np.ndarray,
+             top: int, n: int, capacity: int) -> bool:
+    """Whether ``n`` more rows of tokens up to ``top`` fit without ``AdjacencyTable._make_room`` (``_store`` never
+    reallocates): a tier-1 slot per token, n more tier-1 rows, n free tier-2 slots, n more writes in the ring."""
+    c = counters
+    if top >= uni_slot.shape[0] or c[_N_UNI] + n > uni_len.shape[0]:
+        return False
+    return capacity == 0 or (c[_N_FREE] >= n and c[_TAIL] + n <= ring_key.shape[0])
+
+
 class AdjacencyTable:
     """Token Recycling's adjacency table on the host (Goose App. C.1): for each token, the target's top-K successors
     read off the last logit row whose input it was (tier 1), and for each (previous token, token) pair the same

@@ -234,6 +234,19 @@ def propose(idx, s, depth, query, budget, out):
     Args: ``s`` the ``PldSettings``; ``depth`` the ``DepthArrays`` (row ``SRC_PLD`` read).
     Returns (chain length, match n, confidence, consensus); (0, 0, 0.0, False) without a match.
     """
+    return _propose(idx, s, depth, query, budget, out, _prior(s, depth))
+
+
+@njit(cache=True)
+def _prior(s, depth):
+    """``PldSource.prior``: the mean of each depth's Beta prior, the rate pooled over all depths or 0.5 (a sum over
+    the counters' depths: computed once per lookup, or once per chain extension, whose lookups share it)."""
+    return pooled(depth, SRC_PLD) if s.pooled_prior else 0.5
+
+
+@njit(cache=True)
+def _propose(idx, s, depth, query, budget, out, prior):
+    """``propose`` with its prior given."""
     context, path = query
     if context.shape[0] > idx.meta[_N_TOKENS]:  # the tokens committed since last asked
         extend(idx, context[idx.meta[_N_TOKENS]:])
@@ -245,7 +258,6 @@ def propose(idx, s, depth, query, budget, out):
     if m == 0:
         return 0, 0, 0.0, False
     confidence = match_confidence(m, unanimous, s.long_match, s.max_spine)
-    prior = pooled(depth, SRC_PLD) if s.pooled_prior else 0.5
     first = path.shape[0] + 1
     for i in range(m):
         out[1][i] = rate(depth, SRC_PLD, first + i, prior)
@@ -262,11 +274,12 @@ def extend_chain(idx, s, depth, context, out, plan):
     length, limit, budget, saturated = plan
     tokens, p = out
     max_len = s.chain_tokens if s.alone else min(s.chain_tokens, budget)
+    prior = _prior(s, depth)  # the counters do not change while the chain grows
     while length < limit:
         if length + max_len > tokens.shape[0]:
             raise ValueError("the output arrays are too short for the chain's growth")
-        m, _, confidence, _ = propose(idx, s, depth, (context, tokens[:length]), budget,
-                                      (tokens[length:], p[length:]))
+        m, _, confidence, _ = _propose(idx, s, depth, (context, tokens[:length]), budget,
+                                       (tokens[length:], p[length:]), prior)
         if m == 0:
             break
         length += m
