@@ -33,7 +33,7 @@ from numba import njit
 from ..core.estimates import SPINE_RATIO_TIERS
 from ..core.tree import Built, DraftTree, GhostNode, Source
 from ..sources import Candidates
-from ..sources.adjacency import AdjacencyTable, row_slot
+from ..sources.adjacency import ArrayTable, row_slot
 from .config import DecodeConfig
 from .spine_kernel import ROOT, SOURCE_CODES, TR, _add, steps_2_to_4
 from .spine_tree import Proposals
@@ -88,8 +88,8 @@ def build_spine(anchor, prev, chain_tokens, chain_p, spine_code, r, budget, max_
         branch_depth: D (branch leaves at it are not extended).  c: the GT threshold (``prune_at``).
         min_score: TR successors scored below it are skipped (C.1).  rho: ``spine_branch_ratio``.
         spine_branch_min: ``Variant.spine_branch_min``.  branches: whether TR grows branches.
-        uni_slot ... bigram: TR's table (``AdjacencyTable.arrays``' first seven and its ``bigram``).
-        calib: (max(B, D) + 2,) float64 TR's calibration per depth, or (0,) (``TrSource.successor_table``).
+        uni_slot ... bigram: TR's table (``ArrayTable.arrays``' first seven and its ``bigram``).
+        calib: (max(B, D) + 2,) float64 TR's calibration per depth, or (0,) (``successor_table``).
         tokens ... ghost_est: the output, ``TreeArrays``' fields, (>= B,) each.
 
     Returns:
@@ -247,7 +247,7 @@ def source_code(source: Source) -> int:
 @cache
 def _no_table() -> tuple:
     """An empty table's arrays and bigram map, no calibration (the kernel's table when no branch source grows)."""
-    empty = AdjacencyTable(0, 1)
+    empty = ArrayTable(0, 1)
     return (*empty.arrays[:7], empty.bigram, np.zeros(0, np.float64))
 
 
@@ -255,20 +255,32 @@ def _chain_arrays(chain: Candidates) -> tuple[np.ndarray, np.ndarray]:
     return np.array(chain.tokens, np.int64).reshape(-1), np.array(chain.p, np.float64).reshape(-1)
 
 
+def successor_table(tr, depths: int) -> tuple:
+    """A TR source's table as ``build_spine`` reads it: the ``ArrayTable``'s first seven arrays and bigram map, then
+    (depths,) float64 its calibration factors per depth (``TrSource.rate``), or (0,) when its estimates are its
+    scores.  ``tr``: a ``TrSource`` whose ``table`` is an ``ArrayTable``."""
+    a = tr.table.arrays
+    calib = (np.array([tr.counter.calibration(d) for d in range(depths)], np.float64) if tr.calibrate
+             else np.zeros(0, np.float64))
+    return (*a[:7], tr.table.bigram, calib)
+
+
 def build_spine_built(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, budget: int | None = None,
                       prune_at: float = 0.0) -> Built:
-    """``spine_tree.build_spine_tree`` by ``build_spine``, for the configuration it covers: no pool, and TR (a source
-    with ``successor_table``) the one branch source or none; ``cfg.variant.branch_growth`` is taken as "best-first".
+    """``spine_tree.build_spine_tree`` by ``build_spine``, for the configuration it covers: no pool, and TR with an
+    ``ArrayTable`` the one branch source or none; ``cfg.variant.branch_growth`` is taken as "best-first".
 
     Raises:
-        ValueError: a candidate pool, or branch sources other than one table source.
+        ValueError: a candidate pool, or branch sources other than one TR reading an ``ArrayTable``.
     """
-    if drafts.pool or (drafts.branch_sources and drafts.table_source is None):
+    branches = drafts.branch_sources
+    if drafts.pool or len(branches) > 1 or (branches and not isinstance(getattr(branches[0], "table", None),
+                                                                          ArrayTable)):
         raise ValueError("the compiled spine tree takes no candidate pool and TR as its one branch source")
     B = cfg.tree.budget if budget is None else budget
     D = cfg.tree.max_depth
-    branch = drafts.table_source
-    table = branch.successor_table(max(B, D) + 2) if branch is not None else _no_table()
+    branch = branches[0] if branches else None
+    table = successor_table(branch, max(B, D) + 2) if branch is not None else _no_table()
     arrays = tree_arrays(B)
     chain_tokens, chain_p = _chain_arrays(drafts.spine)
     spine_code = source_code(drafts.spine_source) if drafts.spine_source is not None else ROOT
@@ -292,4 +304,4 @@ def build_chain_built(anchor: int, chain: Candidates, source: Source, gt_thresho
 
 __all__ = ["AR", "BYPASS", "MODES", "TR", "TREE", "anchor_has_row", "build_chain", "build_chain_built", "build_spine",
            "build_spine_built", "built_of", "capped", "planned_mode", "route", "shape", "source_code",
-           "spine_ratio_tier", "tree_arrays"]
+           "spine_ratio_tier", "successor_table", "tree_arrays"]

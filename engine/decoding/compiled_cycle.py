@@ -7,13 +7,19 @@ touches thousands of scattered objects, and after each forward the host's caches
 compiled call over dense arrays, and only the records the loop and the trace read are made as Python objects.
 
 ``CompiledPlanner.covers`` says which runs it serves: the default Goose configuration (sources PLD + TR, greedy, GT
-"auto" on a cost curve, best-first branches, TR's estimates its scores), trees never trimmed by the model's positions.
-Every other run plans in Python (``planner.Planner``); both give the same trees, ghosts and tokens
-(tests/test_compiled_cycle.py).
+"auto" on a cost curve, best-first branches, TR's estimates its scores), trees never trimmed by the model's positions,
+once this process has its kernels (``KERNELS``).  Every other run plans in Python (``planner.Planner``); both give
+the same trees, ghosts and tokens (tests/test_compiled_cycle.py).
+
+The kernels compile once per machine (numba's cache, beside the sources): about 45 s on a 2-core CPU the first time,
+half a second to load after.  ``KERNELS.warm()`` compiles or loads them, waiting (the command line, the tests);
+``KERNELS.warm_soon()`` does it on a thread of its own (the page, which serves with the Python planner meanwhile: the
+same tokens, more host time a cycle).
 """
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -21,6 +27,7 @@ from ..core import compat
 from ..core.tree import DraftTree, GhostNode, Source
 from ..core.verify import ReadBack
 from ..sources import Candidates, pld_kernel
+from ..sources.adjacency import ArrayTable
 from ..sources.pld_kernel import PldArrays
 from . import cycle_kernel as k
 from .build_kernel import MODES
@@ -42,6 +49,35 @@ def _tags() -> tuple[Source, ...]:
     return _TAGS
 
 
+class Kernels:
+    """Whether this process has the compiled cycle's kernels (compiled, or loaded from numba's cache): one warm-up,
+    by a synthetic generation's first two cycles, which types every kernel as a real run does (so a real run
+    never compiles).  One per process (``KERNELS``): it holds compiled code, no user's data."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()  # set once the kernels are compiled or loaded
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def warm(self) -> None:
+        """Compile or load the kernels, waiting (about 45 s the first time on a 2-core CPU, 0.5 s after)."""
+        with self._lock:
+            if not self.ready.is_set():
+                _warm_up()
+                self.ready.set()
+
+    def warm_soon(self) -> None:
+        """``warm`` on a daemon thread, started once; returns at once."""
+        with self._lock:
+            if self.ready.is_set() or self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self.warm, name="compiled-cycle-warm-up", daemon=True)
+            self._thread.start()
+
+
+KERNELS = Kernels()
+
+
 class CompiledPlanner:
     """Stages 1-2 and 6 of one generation's cycles, compiled: ``draft`` and ``build`` hand over what the last
     ``learn`` planned, ``learn`` learns from the cycle and plans the next in one compiled call.
@@ -49,14 +85,14 @@ class CompiledPlanner:
     Args:
         resolved: the run's ``Resolved`` config (``covers`` it).
         cost_curve: its cost curve.
-        gen: the generation, prefilled: its tokens (the prompt and the first token) and its sources (TR's table holds
-            the prompt's rows; the planner reads and writes that table in place).
-        max_length: the most tokens the generation's stream will hold (prompt + max new tokens).
+        gen: the generation, prefilled: its tokens (the prompt and the first token) and its sources (PLD and TR, whose
+            settings the arrays take; their own tables stay as the prefill left them).
+        prompt: the prompt's token ids; back: its rows' read-back (``verify.read_back``), TR's first rows.
         vocab: the model's vocabulary (the logits' width): TR's table has a row slot for each token.
     """
 
-    def __init__(self, resolved: Resolved, cost_curve: CostCurve, gen: Generation, max_length: int,
-                 vocab: int) -> None:
+    def __init__(self, resolved: Resolved, cost_curve: CostCurve, gen: Generation, prompt: list[int],
+                 back: ReadBack, vocab: int) -> None:
         cfg = resolved.config
         self.config, self.vocab = cfg, vocab
         pld, tr = gen.sources  # ``covers``: exactly these two, in registry order
@@ -64,7 +100,7 @@ class CompiledPlanner:
         self.width = cfg.max_budget  # the largest tree, root included
         chain_cap = cfg.variant.max_extended_chain + cfg.tree.max_spine + 1  # an extension overshoots by one lookup
         self.settings = _settings(resolved, cost_curve, pld, self.width)
-        stream = np.zeros(max_length + self.width + 1, np.int64)  # (cap,)
+        stream = np.zeros(len(prompt) + cfg.max_new_tokens + self.width + 1, np.int64)  # (cap,)
         stream[: len(gen.tokens)] = gen.tokens
         ints = np.zeros(k.N_CYCLE_INTS, np.int64)
         ints[k.C_STREAM], ints[k.C_OUTPUT] = len(gen.tokens), len(gen.output)
@@ -77,6 +113,9 @@ class CompiledPlanner:
             kept_at=np.zeros(w, np.int64),
             trusted=(np.zeros(w, np.float64), np.zeros(w, np.float64), np.zeros(w, np.int64)),
             chain=(np.zeros(chain_cap, np.int64), np.zeros(chain_cap, np.float64)), empty=np.zeros(0, np.int64))
+        self.table = ArrayTable(vocab, cfg.tree.top_k, cfg.source_config("tr").bigram_capacity,
+                                renormalise=tr.renormalise)  # TR's table, as its own table holds it after the prompt
+        self.table.store([None, *prompt[:-1]], prompt, back.successor_ids, back.successor_scores)
         self.index = PldArrays.like(pld)
         self.index.reserve(len(stream))
         self.calibration = CalibrationArrays()
@@ -94,13 +133,14 @@ class CompiledPlanner:
                prompt_len: int) -> bool:
         """Whether the compiled cycle serves this run: the default Goose configuration's drafting (PLD + TR, greedy,
         GT "auto" on ``cost_curve``, best-first branches, TR's scores as its estimates, no rows riding along), with
-        room under the model's positions for the largest tree at the run's last cycle."""
+        room under the model's positions for the largest tree at the run's last cycle, and the kernels at hand
+        (``KERNELS.ready``)."""
         cfg = resolved.config
         if cost_curve is None or cfg.method != "goose" or cfg.active_sources != ("pld", "tr") or cfg.sampling:
             return False
         if not cfg.gt.auto or cfg.iso_k is not None or cfg.extra_rows or cfg.variant.branch_growth != "best-first":
             return False
-        if cfg.source_config("tr").calibration:
+        if cfg.source_config("tr").calibration or not KERNELS.ready.is_set():
             return False
         room = positions.room(prompt_len + cfg.max_new_tokens)
         return room is None or room >= cfg.max_budget
@@ -166,14 +206,14 @@ class CompiledPlanner:
     # -- the arrays -----------------------------------------------------------------------------------------------
 
     def _tables(self) -> k.Tables:
-        table = self.tr_source.table
+        table = self.table
         return k.Tables(pld=self.index.arrays, tr=(*table.arrays, table.bigram), calib=np.zeros(0, np.float64),
                         counters=self.stats.counters, cal=self.calibration.cal, pend=self.calibration.pend)
 
     def _room(self) -> None:
         """Room for one more cycle, made before the compiled call (kernels never reallocate): TR's table for a tree's
-        rows (``AdjacencyTable._make_room``), the calibration's pending pool for one more tree."""
-        self.tr_source.table._make_room(np.array([self.vocab - 1], np.int64), self.width)
+        rows (``ArrayTable._make_room``), the calibration's pending pool for one more tree."""
+        self.table._make_room(np.array([self.vocab - 1], np.int64), self.width)
         self.calibration.reserve(self.width)
 
 
@@ -207,3 +247,32 @@ def _settings(resolved: Resolved, curve: CostCurve, pld, width: int) -> k.Settin
     rows = np.array([curve.verify_rows(n) for n in range(1, m + 1)], np.int64)  # (m,)
     s = pld_kernel.PldSettings(pld.chain_tokens, pld.alone, pld.long_match, pld.max_spine, pld.pooled_prior)
     return k.Settings(ints, floats, costs, rows, s)
+
+
+def _warm_up() -> None:
+    """A synthetic generation's first two cycles through ``CompiledPlanner`` (a 16-token vocabulary, a repeating
+    prompt): every kernel typed and compiled, or loaded from the cache, with a real run's argument types."""
+    from ..core.estimates import AcceptanceStats
+    from ..sources import SourceMemory, make_sources
+    from .config import DecodeConfig
+
+    cfg = DecodeConfig().with_(max_new_tokens=8)
+    curve = CostCurve.from_spec("past=128;1:1.0,2:1.1,4:1.2,8:1.4,16:1.8,32:2.6,64:4.2,128:7.4,256:14.6")
+    stats = AcceptanceStats(counterfactual=True)
+    prompt = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    k_top, vocab = cfg.tree.top_k, 16
+
+    def back(n: int) -> ReadBack:  # each row's successors: the next token of the repeating prompt first
+        ids = np.array([[(t + j) % vocab for j in range(1, k_top + 1)] for t in range(n)], np.int64)  # (n, K)
+        scores = np.tile(np.linspace(0.5, 0.01, k_top), (n, 1))  # (n, K) float64
+        return ReadBack([int(i) for i in ids[:, 0]], ids, scores)
+
+    gen = Generation(forward=None, tokens=[*prompt, 4], sources=make_sources(cfg, stats, SourceMemory()),
+                     stats=stats, output=[4])
+    planner = CompiledPlanner(cfg.resolved(curve), curve, gen, prompt, back(len(prompt)), vocab)
+    for _ in range(2):
+        plan = planner.build(gen, planner.draft(gen))
+        done = Committed((5,), False)
+        gen.tokens.extend(done.tokens)
+        gen.output.extend(done.tokens)
+        planner.learn(gen, plan, back(len(plan.tree)), Walk((), 5), done)

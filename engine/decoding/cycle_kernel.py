@@ -76,7 +76,7 @@ class Tables(NamedTuple):
     """What the sources and the estimates keep: PLD's index, TR's table, the depth counters, the calibration."""
 
     pld: pld_kernel.NgramArrays
-    tr: tuple  # ``AdjacencyTable.arrays``' twelve arrays, then its ``bigram``
+    tr: tuple  # ``ArrayTable.arrays``' twelve arrays, then its ``bigram``
     calib: np.ndarray  # (0,) float64: TR's estimates are its scores
     counters: tuple  # ``calibration_kernel.DepthArrays``
     cal: tuple  # ``calibration_kernel.CalState``

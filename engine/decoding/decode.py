@@ -151,8 +151,7 @@ class SpecDecoder:
         done = self._append(gen, [first])
         planner = self.planner
         if self.compiled and CompiledPlanner.covers(self.resolved, self.cost_curve, self.positions, len(prompt)):
-            planner = CompiledPlanner(self.resolved, self.cost_curve, gen, len(prompt) + cfg.max_new_tokens,
-                                      logits.shape[-1])
+            planner = CompiledPlanner(self.resolved, self.cost_curve, gen, prompt, back, logits.shape[-1])
         clock.lap("harvest")
         timings = clock.total()
         gen.busy_s = timings["total"] / 1000

@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-from ..core.tree import Built, DraftTree, GhostNode, TreeBuilder
 from ..sources.adjacency import row_slot
-from ..sources.base import DraftSource
-from .config import DecodeConfig
 
 _NONE = -1
 #: Node source codes of the compiled cycle (``TreeArrays.source``, ``ghost_source``): the anchor, PLD, TR.
@@ -217,66 +213,3 @@ def steps_2_to_4(t, kids, count, lim, table, spine_nodes):
         if child == -1:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
         turn = _push_successors(t, kids, count, lim, table, child, heap, ranked, turn)
-
-
-@njit(cache=True)
-def grow(tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est,
-         count, spine_nodes, lim, uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib):
-    """Alg. 1 steps 2-4 (best-first) on a tree of ``count[0]`` nodes and ``count[1]`` ghosts (steps 1 and 1b laid),
-    in place: ``count`` ends with the new totals.
-
-    Args (arrays come one by one: numba unboxes a tuple of them ten times slower):
-        tokens ... ghost_est: ``TreeArrays``' fields, (B,) each.
-        count: (2,) int64 nodes, ghosts.
-        spine_nodes: (n_spine + 1,) int64 the spine's node indices, root first.
-        lim: ``Limits`` as a tuple.
-        uni_slot ... bi_len, bigram: TR's table (``engine.sources.adjacency``).
-        calib: (B + 2,) float64 TR's calibration per depth, or (0,) when TR's estimates are its scores.
-    """
-    t = (tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est)
-    table = (uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib)
-    budget = lim[0]
-    first, nxt, last = np.full(budget, -1, np.int64), np.full(budget, -1, np.int64), np.full(budget, -1, np.int64)
-    for i in range(1, count[0]):  # the laid nodes' children, in insertion order
-        par = parents[i]
-        if first[par] == -1:
-            first[par] = i
-        else:
-            nxt[last[par]] = i
-        last[par] = i
-    steps_2_to_4(t, (first, nxt, last), count, lim, table, spine_nodes)
-
-
-def grow_on_table(b: TreeBuilder, spine_nodes: list[int], cfg: DecodeConfig, branch: DraftSource,
-                  context: Sequence[int]) -> Built:
-    """Alg. 1 steps 2-4 (best-first) by the compiled ``grow``, on the builder ``b`` where steps 1 and 1b are laid,
-    the successors read from ``branch``'s table (``successor_table``, TR's); returns the built tree and its ghosts,
-    the same as ``spine_tree``'s Python steps would (``b`` itself is left as steps 1-1b left it).
-
-    Args:
-        b: the builder (budget B, its depth bound, c).
-        spine_nodes: the spine's node indices, root first (``_lay_spine``).
-        cfg: ``tree`` (rho, D, the minimum score) and ``variant`` (``spine_branch_min``).
-        branch: the one branch source, offering ``successor_table(depths)``.
-        context: committed tokens ending with the anchor (the token before it keys the root's bigram row).
-    """
-    budget, n, g = b.budget, len(b.tokens), len(b.ghosts)
-    tokens, parents, source, depth = (np.zeros(budget, np.int64) for _ in range(4))
-    scores, est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
-    tokens[:n], parents[:n], scores[:n], est[:n], depth[:n] = b.tokens, [-1, *b.parents[1:]], b.scores, b.est, b.depth
-    ghost_parent, ghost_token, ghost_source = (np.zeros(budget, np.int64) for _ in range(3))
-    ghost_score, ghost_est = np.zeros(budget, np.float64), np.zeros(budget, np.float64)
-    count = np.array([n, g], np.int64)
-    lim = Limits(budget, b.max_depth, cfg.tree.max_depth, b.min_est, cfg.tree.min_score, cfg.tree.spine_branch_ratio,
-                 cfg.variant.spine_branch_min, context[-2] if len(context) > 1 else _NONE)
-    grow(tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est,
-         count, np.array(spine_nodes, np.int64), tuple(lim),
-         *branch.successor_table(max(budget, cfg.tree.max_depth) + 2))
-    end, ghosts_end = int(count[0]), int(count[1])
-    source = branch.info.source
-    tree = DraftTree.derived(tuple(b.tokens + tokens[n:end].tolist()), tuple(b.parents + parents[n:end].tolist()),
-                             tuple(b.sources + [source] * (end - n)), tuple(b.scores + scores[n:end].tolist()),
-                             tuple(b.est + est[n:end].tolist()))
-    new_ghosts = map(GhostNode, ghost_parent[g:ghosts_end].tolist(), ghost_token[g:ghosts_end].tolist(),
-                     [source] * (ghosts_end - g), ghost_score[g:ghosts_end].tolist(), ghost_est[g:ghosts_end].tolist())
-    return Built(tree, (*b.ghosts, *new_ghosts))

@@ -29,7 +29,6 @@ from typing import NamedTuple
 from ..core.tree import Built, Source, TreeBuilder
 from ..sources.base import Candidates, DraftSource, Request
 from .config import DecodeConfig
-from .spine_kernel import grow_on_table
 
 
 class Branch(NamedTuple):
@@ -66,14 +65,6 @@ class Proposals:
     @property
     def anchor(self) -> int:
         return self.context[-1]
-
-    @property
-    def table_source(self) -> DraftSource | None:
-        """The one branch source, when it offers its successors as a compiled table (``successor_table``: TR's);
-        None otherwise (several branch sources, or none)."""
-        if len(self.branch_sources) != 1 or not hasattr(self.branch_sources[0], "successor_table"):
-            return None
-        return self.branch_sources[0]
 
     def successors(self, path: tuple[int, ...]) -> list[Branch]:
         """Every branch source's successors of the node reached by ``path`` (draft tokens below the anchor),
@@ -141,8 +132,6 @@ def build_spine_tree(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, b
         add_candidates(b, drafts.pool, math.floor((B - len(spine_nodes)) * cfg.tree.pool_share))
     if not drafts.branch_sources:
         return b.freeze()
-    if cfg.variant.branch_growth == "best-first" and drafts.table_source is not None:  # steps 2-4 compiled
-        return grow_on_table(b, spine_nodes, cfg, drafts.table_source, drafts.context)
     branches = _spine_branches(b, drafts, cfg, spine_nodes)  # steps 2-3
     grow = _extend_best_first if cfg.variant.branch_growth == "best-first" else _extend_score_width
     grow(b, branches, drafts, cfg)  # step 4: extend all branch leaves up to depth D within the remaining budget

@@ -1,5 +1,7 @@
-"""Token Recycling's adjacency table in arrays, stored and read by compiled kernels (numba), so the tree builder's
-compiled steps read it without Python (``engine.decoding.spine_kernel``).
+"""Token Recycling's adjacency table in arrays, stored and read by compiled kernels (numba): the compiled planner's
+copy of TR's table (``engine.decoding.compiled_cycle``), which its tree builder reads without Python
+(``engine.decoding.spine_kernel``).  ``tr.AdjacencyTable`` is the same table in dictionaries, the Python planner's;
+both keep the same rows and drop the same pairs (tests/test_spine_kernel.py).
 
 Source: Goose paper, Appendix C.1 ("Dense GPU bigram adjacency table", "Aggressive logit harvesting"), extending
 Token Recycling's adjacency matrix (Luo et al., 2025) with a bigram tier.  The paper keeps the table on the GPU
@@ -75,7 +77,7 @@ def _store(uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bi
            counters, bigram, capacity: int, renormalise: bool, prev: np.ndarray, tokens: np.ndarray, ids: np.ndarray,
            scores: np.ndarray) -> None:
     """Write each row as the successors of its input token (tier 1) and of its pair (tier 2), then drop the
-    least recently written pairs past ``capacity``.  Room was made beforehand (``AdjacencyTable._make_room``).
+    least recently written pairs past ``capacity``.  Room was made beforehand (``ArrayTable._make_room``).
     The arrays come one by one (``TableArrays``' order): numba unboxes a NamedTuple of them ten times slower."""
     a = TableArrays(uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bi_stamp, free, ring_key,
                     ring_stamp, counters)
@@ -150,7 +152,7 @@ def _grown(array: np.ndarray, size: int, fill: int = 0) -> np.ndarray:
 @njit(cache=True)
 def room_for(uni_slot: np.ndarray, uni_len: np.ndarray, free: np.ndarray, ring_key: np.ndarray, counters: np.ndarray,
              top: int, n: int, capacity: int) -> bool:
-    """Whether ``n`` more rows of tokens up to ``top`` fit without ``AdjacencyTable._make_room`` (``_store`` never
+    """Whether ``n`` more rows of tokens up to ``top`` fit without ``ArrayTable._make_room`` (``_store`` never
     reallocates): a tier-1 slot per token, n more tier-1 rows, n free tier-2 slots, n more writes in the ring."""
     c = counters
     if top >= uni_slot.shape[0] or c[_N_UNI] + n > uni_len.shape[0]:
@@ -158,7 +160,7 @@ def room_for(uni_slot: np.ndarray, uni_len: np.ndarray, free: np.ndarray, ring_k
     return capacity == 0 or (c[_N_FREE] >= n and c[_TAIL] + n <= ring_key.shape[0])
 
 
-class AdjacencyTable:
+class ArrayTable:
     """Token Recycling's adjacency table on the host (Goose App. C.1): for each token, the target's top-K successors
     read off the last logit row whose input it was (tier 1), and for each (previous token, token) pair the same
     (tier 2, an LRU of ``bigram_capacity`` rows); scores are probabilities in [0, 1] (``renormalise``: over the K
