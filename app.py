@@ -25,6 +25,7 @@ except ImportError:  # not installed: the handlers run as they are
 
 import gradio as gr
 
+from engine.decoding.compiled_cycle import KERNELS
 from engine.product.io.options import add_model_options
 from engine.product.io.traces import MAX_BYTES
 from engine.product.models.engine_thread import EngineThread
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
         # (on ZeroGPU place_models chose the graphed path and measured its curve in its start-up GPU call)
         engine.submit(settle, models, DEMO_MODEL if notice else args.model, args.device, dtype != args.dtype,
                       args.forward)
+        # then the compiled cycle's kernels, on a thread of their own (about 45 s the first time, the measurement
+        # left alone); until they are ready the page plans in Python: the same tokens, more host time a cycle
+        engine.submit(KERNELS.warm_soon)
     print("starting the page …", file=sys.stderr)
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                    css=CSS, theme=gr.themes.Soft(), max_file_size=MAX_BYTES)

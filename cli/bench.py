@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import torch
 
 from engine.core import compat
+from engine.decoding.compiled_cycle import KERNELS
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve, CostCurveError, load_cost_curve
 from engine.product.bench.aggregate import add_synergy, aggregate, head_to_head
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         methods.append(FP32_AR)
     run = Runner(lm, args, setup.base, setup.draft, setup.curve, setup.fp32)
     run.peer = setup.peer
+    KERNELS.warm()  # the compiled cycle's kernels: compiled once per checkout (about 45 s), loaded after
     print(f"model: {lm.summary()}", file=sys.stderr)
     for m in methods:  # warm-up
         run(m, lm.encode_prompt("def warm_up(x):\n    return x\n"))

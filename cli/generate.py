@@ -31,6 +31,7 @@ import json
 import sys
 
 from engine.core.kv_cache import UnsupportedCacheError
+from engine.decoding.compiled_cycle import KERNELS
 from engine.decoding.config import ConfigError
 from engine.decoding.cost import load_cost_curve
 from engine.product.io.deploy import serving_dict
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prompt_ids = lm.encode_prompt(prompt, chat={"auto": None, "chat": True, "raw": False}[args.prompt_format])
     lm = lm.for_context(len(prompt_ids) + config.max_new_tokens)  # the path a generation this long runs on
+    KERNELS.warm()  # the compiled cycle's kernels: compiled once per checkout (about 45 s), loaded after
     print(f"model: {lm.summary()}", file=sys.stderr)
     problem = lm.context_problem(len(prompt_ids), config.max_new_tokens)
     if problem:

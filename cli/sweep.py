@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.core.kv_cache import UnsupportedCacheError
+from engine.decoding.compiled_cycle import KERNELS
 from engine.decoding.config import ConfigError, DecodeConfig
 from engine.decoding.cost import CostCurve, load_cost_curve
 from engine.product.bench.prompts import DATASETS, DEFAULT_DATA, BenchError, encode, load_prompts
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt, where = _prompt_text(args)
         curve = load_cost_curve(args.cost_curve) if args.cost_curve else None
         lm = with_forward(load_model(args.model, device=args.device, dtype=args.dtype), args.forward)
+        KERNELS.warm()  # the compiled cycle's kernels: compiled once per checkout (about 45 s), loaded after
     except (OSError, ValueError, BenchError, ModelLoadError) as exc:  # ConfigError, CostCurveError: ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -85,6 +85,15 @@ DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,
               "128:33.530")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """The compiled cycle's kernels, compiled (about 45 s once per checkout) or loaded before any test: every run the
+    compiled planner serves plans with it (``compiled_cycle.CompiledPlanner.covers``), as on the command line; a test
+    of the Python planner's own steps builds its decoder with ``compiled=False``."""
+    from engine.decoding.compiled_cycle import KERNELS
+    KERNELS.warm()
+
+
 @pytest.fixture(scope="session")
 def demo_lm():
     """The embedded 5.5M demo model: fast, for tests of the page and the loop's mechanics.  In the tests' private
