@@ -7,7 +7,8 @@ On a 2-core CPU the forward evicts the last-level cache, and the host work that 
 answer to "why does a cycle cost more outside its forward than its Python's instruction count says" (issue 71;
 docs/results.md, "Goose's cost per cycle").
 
-    python scripts/host_warmth.py [--model demo] [--limit 3] [--max-new-tokens 128] [--evict-mb 48]
+    python scripts/host_warmth.py [--model demo] [--dtype auto] [--forward PATH] [--limit 3] [--max-new-tokens 128]
+        [--evict-mb 48]
 """
 from __future__ import annotations
 
@@ -71,11 +72,13 @@ class WarmthPlanner:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="demo")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--forward", default=None, help="a forward path (default: $GOOSE_LENS_FORWARD, else auto)")
     ap.add_argument("--limit", type=int, default=3, help="prompts per dataset")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--evict-mb", type=int, default=48, help="MiB touched before the third run (the L3 or more)")
     args = ap.parse_args(argv)
-    lm = with_forward(load_model(args.model))
+    lm = with_forward(load_model(args.model, dtype=args.dtype), args.forward)
     curve = lm.curves.shared()
     config = DecodeConfig().with_(max_new_tokens=args.max_new_tokens)
     ms: dict[tuple[str, str], list[float]] = defaultdict(list)
