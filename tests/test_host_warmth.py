@@ -2,25 +2,17 @@
 result, so the run's cycles are those of a plain run (nothing is timed here)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import DEMO_CURVE, script_module
 
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
 from engine.product.runs.decoder import make_decoder
-from tests.conftest import DEMO_CURVE
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def host_warmth():
-    spec = importlib.util.spec_from_file_location("host_warmth", ROOT / "scripts" / "host_warmth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("host_warmth")
 
 
 def test_the_timed_planner_keeps_the_runs_own_cycles(host_warmth, demo_lm, lossless_prompts):
