@@ -201,7 +201,7 @@ def test_6_every_count_of_pruned_candidates_names_marks_the_legend_names(truth_p
             continue
         ghosts = sum("pruned by GT, never verified" in h for h in page.evaluate(HOVERS))
         total, words = int(pruned.group(1)), said[pruned.end():]
-        both = re.match(r" \((\d+) drawn as ghosts, (\d+) in the \+N folds\)", words)
+        both = re.match(r" \((\d+) drawn as (?:a ghost|ghosts), (\d+) in (?:a|the) \+N folds?\)", words)
         if both:
             assert (ghosts, int(both.group(1)) + int(both.group(2))) == (int(both.group(1)), total), said
         elif re.match(r" \((all )?in (a|the) \+N folds?\)", words):

@@ -454,6 +454,8 @@ def test_a_count_of_pruned_candidates_says_where_the_drawing_has_them():
     assert ghost_words(1, ghost_marks(trace)) == " (the ghost)"
     assert ghost_words(44, GhostMarks(12, 32, 0)) == " (12 drawn as ghosts, 32 in the +N folds)"
     assert ghost_words(4, GhostMarks(0, 4, 0)) == " (all in the +N folds)"
+    assert ghost_words(35, GhostMarks(1, 34, 0)) == " (1 drawn as a ghost, 34 in the +N folds)"  # issue 47's QA
+    assert ghost_words(2, GhostMarks(1, 1, 0)) == " (1 drawn as a ghost, 1 in a +N fold)"
     assert ghost_words(4, GhostMarks(0, 0, 4)) == " (not drawn: ghosts are switched off)"
     assert ghost_words(0, GhostMarks(0, 0, 0)) == ""
 

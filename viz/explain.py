@@ -33,7 +33,8 @@ def confidence_note(trace: CycleTrace) -> str | None:
 def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
     """Where the drawing has a cycle's ``pruned`` candidates (``marks``, ``tree_figure.ghost_marks``; None: each a
     ghost of its own), in the legend's words: " (the 7 ghosts)", " (3 drawn as ghosts, 4 in the +N folds)",
-    " (all in the +N folds)", " (ghosts are switched off)"; "" when none was pruned."""
+    " (1 drawn as a ghost, 1 in a +N fold)", " (all in the +N folds)", " (not drawn: ghosts are switched off)"; ""
+    when none was pruned."""
     if not pruned:
         return ""
     drawn, folded, hidden = marks or (pruned, 0, 0)
@@ -43,7 +44,8 @@ def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
         return f" ({'the ghost' if pruned == 1 else f'the {pruned} ghosts'})"
     if not drawn:
         return f" ({'in a +N fold' if pruned == 1 else 'all in the +N folds'})"
-    return f" ({drawn} drawn as ghosts, {folded} in the +N folds)"
+    drawn_words = "1 drawn as a ghost" if drawn == 1 else f"{drawn} drawn as ghosts"
+    return f" ({drawn_words}, {'1 in a +N fold' if folded == 1 else f'{folded} in the +N folds'})"
 
 
 def rest_note(trace: CycleTrace) -> str:
