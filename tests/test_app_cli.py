@@ -791,6 +791,26 @@ def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     assert "at least 34 s on this device: its cost curve prices 128 rows at 850 ms" in note, note  # 40 × 0.85 s
 
 
+
+def test_a_chat_prompt_on_a_model_without_a_chat_template_says_why_it_went_raw(demo_lm):
+    """A browser walk-through: a chat preset on the demo model (no chat template) flipped the format switch back to
+    raw as the run started, with nothing said.  Now the notice says why, and keeps saying it through the run."""
+    from engine.product.models.registry import ModelRegistry
+    from page.generate import RAW_NOTE, generate
+    from page.settings import PageSettings
+
+    assert not demo_lm.has_chat_template
+    frames = list(generate(PageSettings(prompt=CODE, max_new_tokens=8, prompt_format="chat"),
+                           models=ModelRegistry(demo_lm)))
+    flip = next(i for i, f in enumerate(frames) if "prompt_format" in f)
+    assert frames[flip] == {"prompt_format": "raw", "notice": RAW_NOTE}
+    said = [f["notice"] for f in frames[flip:] if "notice" in f]
+    assert len(said) > 1 and set(said) == {RAW_NOTE}, said
+    assert "Run totals" in frames[-1]["stats"]
+    raw = list(generate(PageSettings(prompt=CODE, max_new_tokens=8, prompt_format="raw"),
+                        models=ModelRegistry(demo_lm)))
+    assert not any("prompt_format" in f for f in raw) and {f["notice"] for f in raw if "notice" in f} == {""}
+
 def test_exact_mode_measures_its_curve_saying_what_and_how_long(demo_lm, monkeypatch):
     """Issue 73: the exact mode's first run waited 90.6 s for fp32's cost curve, with "~10 s" promised and nothing
     said; now the button measures it at once, its status line saying what is timed, the estimate and the seconds
