@@ -214,8 +214,8 @@ def big_numbers(summary, speedup=None) -> str:
 
     Args:
         summary: ``engine.product.runs.metrics.RunSummary`` of the run so far (None: nothing yet).
-        speedup: ``engine.product.runs.run.Speedup`` (None: not measured); its value with its 95 % margin
-            ("1.52× ± 0.06"),
+        speedup: ``engine.product.runs.run.Speedup`` (None: not measured); its value with its 95 % interval
+            ("1.52× ± 0.06", ``Speedup.spread``),
             "no speedup" where the run could have none (τ ≈ 1), else greyed with "measuring…" or "–"; its note
             (where AR's speed comes from, what the ± covers) is the cell's tooltip and small print.
     """
@@ -229,10 +229,10 @@ def big_numbers(summary, speedup=None) -> str:
         shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
     elif speedup is not None and speedup.undecided:  # 1× inside the interval: words, not a number read as "slower"
         shown, grey = ('<span style="font-size:.45em;white-space:nowrap">too close to call</span><span style="'
-                       f'font-size:.35em;font-weight:400;white-space:nowrap"><br>{speedup.value:.2f}× ± '
-                       f'{speedup.margin:.2f}</span>'), ""
+                       f'font-size:.35em;font-weight:400;white-space:nowrap"><br>{speedup.value:.2f}×'
+                       f'{speedup.spread()}</span>'), ""
     elif speedup is not None and speedup.value is not None:
-        margin = (f'<span style="font-size:.4em;font-weight:400"> ± {speedup.margin:.2f}</span>'
+        margin = (f'<span style="font-size:.4em;font-weight:400">{speedup.spread()}</span>'
                   if speedup.margin is not None else "")
         shown, grey = f"{speedup.value:.2f}×{margin}", ""
     elif speedup is not None and speedup.pending:
