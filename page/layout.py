@@ -190,7 +190,8 @@ def _run_views(page: Page) -> None:
     """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
     with gr.Row(equal_height=True):
         page.big = gr.HTML(big_numbers(None), elem_id="big-numbers")
-        page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
+        # "starts with": still true once the box is emptied (it read "holds a preset" beside an empty box)
+        page.stats = gr.Markdown("Press **Generate**: the prompt box starts with a preset.", elem_id="stats")
     page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
                              elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
     page.explain = gr.Markdown(elem_id="explain")
