@@ -523,3 +523,17 @@ def test_on_a_phone_the_title_and_legend_fit_the_first_view():
     assert phone.layout.margin.b >= 22 * entries and phone.layout.height - wide.layout.height == (
         phone.layout.margin.t - wide.layout.margin.t) + (phone.layout.margin.b - wide.layout.margin.b)
     assert phone.data == wide.data  # the tree itself untouched
+
+
+def test_the_cost_curves_error_bars_are_its_rounds_interquartile_range_and_never_below_zero():
+    """A browser walk-through: after a re-measure on a busy machine the whiskers reached -5 ms (± the whole
+    interquartile range about the median).  Now a bar is as wide as the range, centred on the median, cut at 0 ms."""
+    import pytest
+
+    from engine.decoding.cost import CostCurve
+    from viz.charts import cost_figure
+
+    curve = CostCurve((1, 2, 4), (4.0, 5.0, 6.0), spread=(0.5, 3.0, 0.1))
+    error = cost_figure(curve).data[0].error_y
+    assert list(error.array) == pytest.approx([1.0, 7.5, 0.3])  # half the range above the median ...
+    assert list(error.arrayminus) == pytest.approx([1.0, 5.0, 0.3]) and not error.symmetric  # ... and below, to 0
