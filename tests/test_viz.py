@@ -537,3 +537,18 @@ def test_the_cost_curves_error_bars_are_its_rounds_interquartile_range_and_never
     error = cost_figure(curve).data[0].error_y
     assert list(error.array) == pytest.approx([1.0, 7.5, 0.3])  # half the range above the median ...
     assert list(error.arrayminus) == pytest.approx([1.0, 5.0, 0.3]) and not error.symmetric  # ... and below, to 0
+
+
+def test_a_race_lane_shows_its_prefill_apart_from_the_decode_phase_the_speedup_reads():
+    """A browser walk-through: lanes read "2401 ms engine time · 77 tok/s" (AR) and "2225 ms engine time · 73 tok/s"
+    (the method) beside "0.94×": the totals held AR's colder prefill (its lane runs first), the speedup only the
+    decode phase.  Each lane now shows its first token's engine time apart from the time after it."""
+    from engine.product.runs.race import Lane
+    from viz.explain import race_board
+
+    ar = Lane("AR", tokens=[1] * 128, elapsed_s=2.401, prefill_s=0.759, first_tokens=1, done=True, finished=True)
+    goose = Lane("Goose", tokens=[1] * 128, elapsed_s=2.225, prefill_s=0.470, first_tokens=1, done=True,
+                 finished=True)
+    board = race_board([ar, goose], 128)
+    assert "engine time: first token 759 ms, then 1642 ms, 77 tok/s (decode phase)" in board
+    assert "engine time: first token 470 ms, then 1755 ms, 72 tok/s (decode phase)" in board
