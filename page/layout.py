@@ -244,9 +244,10 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
                                            scale=2)
             page.sweep_btn = gr.Button("Sweep", variant="primary", scale=0, min_width=90)
             page.sweep_stop = gr.Button("Stop", variant="stop", scale=0, min_width=70)
-        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above; AR is "
-                                        "timed once. Pick a run below to open it in the tree viewer.",
-                                        elem_id="sweep-status")
+        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above. AR is "
+                                        "timed before the runs and again after them, the faster timing the "
+                                        "reference, so the speedups may shift as the sweep ends. Pick a run below "
+                                        "to open it in the tree viewer.", elem_id="sweep-status")
         page.sweep_plot = gr.Plot(show_label=False, elem_id="sweep-plot")
         page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
                                   elem_id="sweep-open")
