@@ -20,7 +20,7 @@ from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
 from page.settings import RANGES
 from page.static import SCRUBBER_KEYS, SWEEP_POINT_CLICKS, TREE_SCROLL
-from page.sweep import SWEEP_CHOICES
+from page.sweep import SWEEP_CHOICES, SWEEP_VALUES
 from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
 from viz.frame_text import COLOR_MAP, METHOD_LABELS, OUTPUT_LABEL
@@ -240,7 +240,7 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
     with gr.Accordion("Sweep: one parameter, many values, one prompt", open=False, elem_id="sweep"):
         with gr.Row():
             page.sweep_param = gr.Dropdown(SWEEP_CHOICES, value="budget", label="Parameter", scale=1)
-            page.sweep_values = gr.Textbox("4,8,16,32,64,128", label="Values (comma-separated; sources: pld+tr, …)",
+            page.sweep_values = gr.Textbox(SWEEP_VALUES["budget"], label="Values (comma-separated; sources: pld+tr, …)",
                                            scale=2)
             page.sweep_btn = gr.Button("Sweep", variant="primary", scale=0, min_width=90)
             page.sweep_stop = gr.Button("Stop", variant="stop", scale=0, min_width=70)
