@@ -204,7 +204,8 @@ def test_auto_measures_the_paths_once_and_keeps_the_faster(demo_lm, tmp_path, mo
     first = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)
     again = forward_choice.choose(demo_lm.model, "auto", cache_dir=tmp_path)  # read from the cache
     assert first.name == again.name == "static" and timed == [["eager", "fused", "static"]]
-    assert "14%" in first.reason and first.ms == again.ms
+    assert first.reason == ("static: an AR step and a 4-node tree in 14% less time than on the eager path here "
+                            "(T(1) 4.0 vs 5.0 ms, T(4) 8.0 vs 9.0 ms)") and first.ms == again.ms
     assert forward_choice.choose(demo_lm.model, "eager").name == "eager"
     with pytest.raises(ValueError, match="unknown forward path"):
         forward_choice.choose(demo_lm.model, "fast")
