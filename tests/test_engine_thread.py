@@ -150,10 +150,18 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
 
     monkeypatch.setattr(startup, "load_model", load)
     from engine.product.models.cost_cache import CurveOwner
-    monkeypatch.setattr(CurveOwner, "shared", lambda owner: seen.setdefault("curve_of", owner.model))
+    def shared(owner, say=None):  # the measurement says its step, with its estimate, as it starts
+        say("timing verification forwards of 1-128 rows (once per machine and model, about 496 s here)")
+        seen["curve_busy"] = RunBoard(models).waiting_words()
+        return seen.setdefault("curve_of", owner.model)
+
+    monkeypatch.setattr(CurveOwner, "shared", shared)
     monkeypatch.setattr(type(measured), "warm_up", lambda self: None)
     models.engine.call(startup.settle, models, "demo", "cpu", True)
     assert seen["busy"] == startup.MEASURING and models.busy is None
+    assert seen["curve_busy"] == ("This machine is being measured once, right after a cold start; now its cost curve: "
+                                  "timing verification forwards of 1-128 rows (once per machine and model, about 496 s "
+                                  "here). Your run starts when that is done.")
     assert models.get(None) is measured and models.get(models.key_of(demo_lm)) is demo_lm
     assert seen["curve_of"] is measured.model
     assert RunBoard(models).waiting_words() == "Starting …"
