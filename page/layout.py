@@ -15,7 +15,15 @@ from page.drafter import NO_DRAFTER
 from page.events import wire_events
 from page.frames import INITIAL, VIEW_RANGES
 from page.help import HOW_TO_READ
-from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, using_words
+from page.models import (
+    PROVISIONAL_WORDS,
+    SETTLING_EVERY_S,
+    PageOptions,
+    after_settling,
+    header_text,
+    on_visit,
+    using_words,
+)
 from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
 from page.settings import RANGES
@@ -82,6 +90,11 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")
+        page.settle_timer = gr.Timer(SETTLING_EVERY_S, active=bool(models.busy))  # a cold start: until measured
+        wire(page.settle_timer.tick, Endpoint(after_settling, ("model_key", "budget"),
+                                              ("header", "lesson", "cost_plot", "settle_timer"),
+                                              {"models": models, "options": options, "built": built}), page,
+             api_visibility="private", show_progress="hidden", queue=False)
     return demo
 
 

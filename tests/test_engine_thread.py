@@ -174,6 +174,16 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     # issue 56: the curve changed since the page was built (a refinement): a fresh visit shows the one in use
     assert set(on_visit(None, 8, models=models, built=(models.key_of(measured), "another-id"))) == {
         "header", "lesson", "cost_plot"}
+    # a page opened during the measurement looks again every few seconds: nothing while it lasts, then the model
+    # every visitor runs now, and it stops looking (it kept "fp32: the exact mode" in its header)
+    from page.models import after_settling
+
+    models.busy = startup.MEASURING
+    assert after_settling(None, 8, models=models, built=(models.key_of(demo_lm), None)) == {}
+    models.busy = None
+    update = after_settling(None, 8, models=models, built=(models.key_of(demo_lm), None))
+    assert set(update) == {"header", "lesson", "cost_plot", "settle_timer"} and update["settle_timer"].active is False
+    assert update["header"] == on_visit(None, 8, models=models, built=(models.key_of(demo_lm), None))["header"]
 
 
 def test_a_queued_visitor_reads_how_long_runs_take_here(demo_lm):
