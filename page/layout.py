@@ -90,7 +90,8 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")
-        page.settle_timer = gr.Timer(SETTLING_EVERY_S, active=bool(models.busy))  # a cold start: until measured
+        # built during a cold start's measurement: each page looks until it is done (``after_settling``)
+        page.settle_timer = gr.Timer(SETTLING_EVERY_S, active=bool(models.busy))
         wire(page.settle_timer.tick, Endpoint(after_settling, ("model_key", "budget"),
                                               ("header", "lesson", "cost_plot", "settle_timer"),
                                               {"models": models, "options": options, "built": built}), page,

@@ -260,7 +260,9 @@ def after_settling(model_key, budget, *, models: ModelRegistry, options: PageOpt
     ``SETTLING_EVERY_S`` s (its ``settle_timer``): nothing while it lasts; then the header, the lesson and the cost
     curve of the model every visitor now runs (``on_visit``), and the timer stopped.  A page opened early kept
     "fp32: the exact mode" in its header minutes after runs had moved to llama.cpp's 4-bit kernels (a browser
-    walk-through)."""
+    walk-through).  The page is built once, so where it was built during a measurement every later visit starts the
+    timer too: its first look finds the measurement done and stops it (one ``on_visit`` more, nothing redrawn that
+    already matches)."""
     if models.busy:
         return {}
     return {**on_visit(model_key, budget, models=models, options=options, built=built),
