@@ -21,7 +21,7 @@ from page.production import PRODUCTION_OUT, compare_production, import_productio
 from page.race import RACE_OUT, race
 from page.settings import RANGES
 from page.static import FULLSCREEN, TOGGLE_DARK
-from page.sweep import SWEEP_OUT, open_sweep_run, sweep
+from page.sweep import SWEEP_OUT, open_sweep_run, sweep, sweep_values_for
 from page.traces import IMPORT_OUT, export_trace, import_trace
 from page.zerogpu import REMEASURE_S, ZERO_GPU, generate_gpu_seconds, gpu_handler, race_gpu_seconds, sweep_gpu_seconds
 
@@ -103,6 +103,8 @@ def wire_runs(page: Page, models: ModelRegistry) -> None:
          "sweep_values", "session"), SWEEP_OUT, around=board.wrap), page, api_name="sweep",
          show_progress_on=[page.sweep_plot], **model_bound)
     wire(page.sweep_stop.click, stop, page, queue=False, api_visibility="private")
+    wire(page.sweep_param.input, Endpoint(sweep_values_for, ("sweep_param",), ("sweep_values",)), page,
+         queue=False, api_visibility="private")
 
 
 def wire_cycles(page: Page, models: ModelRegistry) -> None:

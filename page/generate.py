@@ -11,6 +11,7 @@ import gradio as gr
 
 from engine.decoding.config import ConfigError
 from engine.decoding.cost import CostCurve
+from engine.decoding.decode import SpecDecoder
 from engine.product.models.loaded import LoadedModel
 from engine.product.models.registry import ModelRegistry
 from engine.product.models.speeds import RunSpeed
@@ -33,7 +34,7 @@ from page.frames import (
 )
 from page.policy import ArBeside, ar_timing_due, run_speedup
 from page.settings import PageSettings
-from page.setup import set_up
+from page.setup import RunSetup, set_up
 from viz.charts import speed_figure
 from viz.explain import cycle_segments
 from viz.lesson import lesson
@@ -93,6 +94,12 @@ class LiveRun:
     text: Callable[[int], str]
     curve: Any = None
     prompt_tokens: int = 0  # the prompt's length in tokens (the shared curve's refinement reads each cycle's context)
+    note: str = ""  # what the notice says while the run streams ("": nothing; ``RAW_NOTE``: the format was changed)
+
+
+#: The notice of a run whose prompt was asked to go through a chat template the model does not have: the format switch
+#: flips back to raw as the run starts, and this says why (a browser walk-through found it flipping unexplained).
+RAW_NOTE = "This model has no chat template, so the prompt went in as a raw completion prompt."
 
 
 def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float = 0.0, session: Session = Session(),
@@ -116,15 +123,10 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
         return
     control, lm, ids, config = setup.control, setup.lm, setup.ids, setup.config
     try:
-        curve, read = setup.curve()  # the run's one choice of cost curve: what the page shows and what GT reads
-        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=read, memory=session.memory)
-        run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
-                  config=decoder.config.to_dict(), runs=lm.runs.to_dict(),
-                  shown_curve=curve.spec() if curve is not None else None,
-                  cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
-        if run.prompt_format != settings.prompt_format:  # no chat template: the box says what the prompt got
-            yield {"prompt_format": run.prompt_format}
-        live = LiveRun(run, lm, drawing, run_command(run), token_text(run, lm), curve, len(ids))
+        decoder, live = _open(settings, setup, drawing, session)
+        run, curve = live.run, live.curve
+        if live.note:  # no chat template: the switch says what the prompt got, and the notice why
+            yield {"prompt_format": run.prompt_format, "notice": live.note}
         key = ar_key(models, lm, ids, config)
         known = session.ar_timing(key)  # AR's speed on this prompt, when this visitor has it already
         stop = lambda: bool(control.get("stop"))  # noqa: E731
@@ -145,6 +147,21 @@ def generate(settings: PageSettings, drawing: Drawing = Drawing(), pace: float =
                "lesson": _lesson_after(live, speedup, models, stop())}
     except Exception as exc:  # noqa: BLE001 - keep serving; the user sees why this run stopped
         yield problem(f"Generation stopped: {exc}. What it wrote so far stays on screen.")
+
+
+def _open(settings: PageSettings, setup: RunSetup, drawing: Drawing, session: Session) -> tuple[SpecDecoder, LiveRun]:
+    """A run's decoder, on the run's one choice of cost curve (what the page shows and what GT reads), and the run
+    as ``generate`` draws it: its record, its command, its token texts; its notice ``RAW_NOTE`` where ``settings``
+    asked for a chat template the model does not have (the prompt then went in raw)."""
+    lm = setup.lm
+    curve, read = setup.curve()
+    decoder = make_decoder(lm, setup.config, lm.eos_token_ids, cost_curve=read, memory=session.memory)
+    run = Run(model=lm.name, prompt=settings.prompt, prompt_format=settings.format_used(lm),
+              config=decoder.config.to_dict(), runs=lm.runs.to_dict(),
+              shown_curve=curve.spec() if curve is not None else None,
+              cost_curve=decoder.cost_curve.spec() if decoder.cost_curve is not None else None)
+    note = RAW_NOTE if run.prompt_format != settings.prompt_format else ""
+    return decoder, LiveRun(run, lm, drawing, run_command(run), token_text(run, lm), curve, len(setup.ids), note)
 
 
 def _lesson_after(live: LiveRun, speedup: Speedup, models: ModelRegistry, stopped: bool) -> str:
@@ -207,7 +224,7 @@ def _stream(live: LiveRun, traces: Iterator, pace: float, control: dict, known: 
         yield _frame(live, trace, telling_cycle(live.run.traces), True,
                      live_speedup or Speedup.of(live.run.traces, known))
     if trace is None:  # stopped before the first token: nothing to wait for any more
-        yield {"notice": ""}
+        yield {"notice": live.note}
     live.lm.curves.refine(live.run.traces, live.prompt_tokens)  # the shared curve learns the run's times
     return trace
 
@@ -219,7 +236,7 @@ def _frame(live: LiveRun, trace, drawn, heavy: bool, speedup: Speedup | None = N
     and the line under the tree always name the cycle whose tree is on screen, out of the cycles so far, so no
     view runs ahead of the tree between heavy frames."""
     run = live.run
-    frame = {"output": run_output(run), "run": run, "command": live.command, "notice": "",
+    frame = {"output": run_output(run), "run": run, "command": live.command, "notice": live.note,
              "scrubber": gr.Slider(maximum=max(1, trace.index), value=drawn.index if drawn else 0),
              **numbers(run, live.curve, speedup)}
     if drawn is None:  # no tree of this run on screen yet: the last run's views cleared, none of another run stays

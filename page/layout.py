@@ -15,12 +15,20 @@ from page.drafter import NO_DRAFTER
 from page.events import wire_events
 from page.frames import INITIAL, VIEW_RANGES
 from page.help import HOW_TO_READ
-from page.models import PROVISIONAL_WORDS, PageOptions, header_text, on_visit, using_words
+from page.models import (
+    PROVISIONAL_WORDS,
+    SETTLING_EVERY_S,
+    PageOptions,
+    after_settling,
+    header_text,
+    on_visit,
+    using_words,
+)
 from page.policy import RACE_SECONDS
 from page.presets import PRESETS, start_preset
 from page.settings import RANGES
 from page.static import SCRUBBER_KEYS, SWEEP_POINT_CLICKS, TREE_SCROLL
-from page.sweep import SWEEP_CHOICES
+from page.sweep import SWEEP_CHOICES, SWEEP_VALUES
 from viz.charts import cost_figure, cost_figure_pending
 from viz.explain import big_numbers, theory_panel
 from viz.frame_text import COLOR_MAP, METHOD_LABELS, OUTPUT_LABEL
@@ -82,6 +90,12 @@ def build_demo(lm: LoadedModel | ModelRegistry, options: PageOptions = PageOptio
         wire(demo.load, Endpoint(on_visit, ("model_key", "budget"), ("header", "lesson", "cost_plot"),
                                  {"models": models, "options": options, "built": built}), page,
              api_visibility="private", show_progress="hidden")
+        # built during a cold start's measurement: each page looks until it is done (``after_settling``)
+        page.settle_timer = gr.Timer(SETTLING_EVERY_S, active=bool(models.busy))
+        wire(page.settle_timer.tick, Endpoint(after_settling, ("model_key", "budget"),
+                                              ("header", "lesson", "cost_plot", "settle_timer"),
+                                              {"models": models, "options": options, "built": built}), page,
+             api_visibility="private", show_progress="hidden", queue=False)
     return demo
 
 
@@ -190,7 +204,8 @@ def _run_views(page: Page) -> None:
     """The numbers, the tree, its sentence, the scrubber, the output and the speed chart."""
     with gr.Row(equal_height=True):
         page.big = gr.HTML(big_numbers(None), elem_id="big-numbers")
-        page.stats = gr.Markdown("Press **Generate**: the prompt box holds a preset.", elem_id="stats")
+        # "starts with": still true once the box is emptied (it read "holds a preset" beside an empty box)
+        page.stats = gr.Markdown("Press **Generate**: the prompt box starts with a preset.", elem_id="stats")
     page.tree_plot = gr.Plot(placeholder_figure(), label="Draft tree of the latest cycle", show_label=False,
                              elem_id="draft-tree")  # a figure at load: the browser loads plotly before the click
     page.explain = gr.Markdown(elem_id="explain")
@@ -239,13 +254,14 @@ def _race_and_cost_views(page: Page, first: LoadedModel) -> None:
     with gr.Accordion("Sweep: one parameter, many values, one prompt", open=False, elem_id="sweep"):
         with gr.Row():
             page.sweep_param = gr.Dropdown(SWEEP_CHOICES, value="budget", label="Parameter", scale=1)
-            page.sweep_values = gr.Textbox("4,8,16,32,64,128", label="Values (comma-separated; sources: pld+tr, …)",
+            page.sweep_values = gr.Textbox(SWEEP_VALUES["budget"], label="Values (comma-separated; sources: pld+tr, …)",
                                            scale=2)
             page.sweep_btn = gr.Button("Sweep", variant="primary", scale=0, min_width=90)
             page.sweep_stop = gr.Button("Stop", variant="stop", scale=0, min_width=70)
-        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above; AR is "
-                                        "timed once. Pick a run below to open it in the tree viewer.",
-                                        elem_id="sweep-status")
+        page.sweep_status = gr.Markdown("Runs the prompt once per value, the other settings as set above. AR is "
+                                        "timed before the runs and again after them, the faster timing the "
+                                        "reference, so the speedups may shift as the sweep ends. Pick a run below "
+                                        "to open it in the tree viewer.", elem_id="sweep-status")
         page.sweep_plot = gr.Plot(show_label=False, elem_id="sweep-plot")
         page.sweep_open = gr.Radio([], label="Open a run in the tree viewer (or click its point)",
                                   elem_id="sweep-open")

@@ -250,6 +250,25 @@ def cost_plot_for(budget, model_key, curve, *, models: ModelRegistry) -> dict:
     return {"cost_plot": cost_figure(shown, int(min(max(float(budget or low), low), high)))}
 
 
+#: Seconds between a page's looks at a cold start's measurement, while it lasts (``after_settling``).
+SETTLING_EVERY_S = 5.0
+
+
+def after_settling(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions(),
+                   built: tuple = ()) -> dict:
+    """A page opened during a cold start's measurement (``page.startup.settle``), looking every
+    ``SETTLING_EVERY_S`` s (its ``settle_timer``): nothing while it lasts; then the header, the lesson and the cost
+    curve of the model every visitor now runs (``on_visit``), and the timer stopped.  A page opened early kept
+    "fp32: the exact mode" in its header minutes after runs had moved to llama.cpp's 4-bit kernels (a browser
+    walk-through).  The page is built once, so where it was built during a measurement every later visit starts the
+    timer too: its first look finds the measurement done and stops it (one ``on_visit`` more, nothing redrawn that
+    already matches)."""
+    if models.busy:
+        return {}
+    return {**on_visit(model_key, budget, models=models, options=options, built=built),
+            "settle_timer": gr.Timer(active=False)}
+
+
 def on_visit(model_key, budget, *, models: ModelRegistry, options: PageOptions = PageOptions(),
              built: tuple = ()) -> dict:
     """A page opened: the header, the lesson and the cost curve of the visitor's model as they are now, when they

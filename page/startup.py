@@ -28,6 +28,10 @@ PROVISIONAL = "fp32"  # the start model's precision until the measured one is lo
 MEASURING = ("This machine is being measured once, right after a cold start (which precision and forward path "
              "verify fastest, llama.cpp's kernels first where they can run the model's file, then the cost curve; "
              "about 25-45 s on 2 cores). Your run starts when that is done.")
+#: ``MEASURING`` once the cost curve is being timed, its step and its estimate for this machine filled in (the
+#: console's words: ``CurveStore.cached``'s ``say``): the first words' "25-45 s" stood for minutes on a busy machine.
+CURVE_NOW = ("This machine is being measured once, right after a cold start; now its cost curve: {}. Your run starts "
+             "when that is done.")
 COMPILING = ("This machine's forward is being compiled, one tree size at a time between runs (10-90 s each on 2 "
              "cores); runs take the eager path until every size is compiled, and yours starts when the size being "
              "compiled now is done.")
@@ -51,8 +55,8 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
     as every visitor's default; then its forward path (``forward``, the command line's, else auto:
     ``forward_choice.choose``) made the default's, except a compiled path, which ``compile_between_runs`` compiles
     and switches to while the page serves the eager one; then the default model's cost curve.  ``models.busy``
-    says so meanwhile; a load that fails keeps the fp32 model, and anything else that fails stops the measurement,
-    each with a line on the console."""
+    says so meanwhile (during the curve, its step and estimate: ``CURVE_NOW``); a load that fails keeps the fp32
+    model, and anything else that fails stops the measurement, each with a line on the console."""
     models.busy = MEASURING
     try:
         kernels_won = measure_precision and llama_first(models, forward)  # then torch's precisions run nothing
@@ -69,7 +73,7 @@ def settle(models: ModelRegistry, name: str | None, device: str, measure_precisi
                 log.info("every visitor's default is now %s", lm.describe())
         if not kernels_won:
             settle_forward(models, forward)
-        models.get(None).curves.shared()
+        models.get(None).curves.shared(say=lambda words: setattr(models, "busy", CURVE_NOW.format(words)))
     except Exception as exc:  # noqa: BLE001 - the page keeps serving; a run measures the curve when it needs it
         log.warning("the start-up measurement stopped: %s: %s", type(exc).__name__, exc)
     finally:

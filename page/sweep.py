@@ -25,6 +25,11 @@ from viz.sweep_figure import sweep_figure
 
 SWEEP_OUT = ("sweep_plot", "sweep_status", "sweep_state", "sweep_open")
 SWEEP_CHOICES = [(f"{info.what} ({name})", name) for name, info in PARAMETERS.items()]
+#: The values box's suggestion for each parameter, inside the page's ranges (``RANGES``), set as the parameter is
+#: picked: B's "4,8,16,32,64,128" stayed for max depth D, whose page range ends at 16 (a browser walk-through).
+SWEEP_VALUES = {"budget": "4,8,16,32,64,128", "spine_ratio": "0.25,0.5,0.75,auto", "max_depth": "2,4,8,12,16",
+                "gt_threshold": "0,0.05,0.1,auto,chord", "method": "goose,pld,tr,iso3",
+                "sources": "pld+tr,pld+tr+ptd,pld+tr+suffix"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ def open_sweep_run(sweep_open, sweep_state: SweepOnPage | None, drawing: Drawing
     return {**frame, "output": run_output(run, last.index), "speed_plot": speed_figure(run.traces), "run": run,
             "scrubber": gr.Slider(maximum=max(1, len(run.traces) - 1), value=last.index),
             "command": run_command(run)}
+
+
+def sweep_values_for(sweep_param: str) -> dict:
+    """The values box for a newly picked sweep parameter: its suggestion (``SWEEP_VALUES``); nothing for another."""
+    return {"sweep_values": SWEEP_VALUES[sweep_param]} if sweep_param in SWEEP_VALUES else {}
 
 
 def _check_page_range(spec: SweepSpec) -> None:

@@ -29,5 +29,5 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'cuda',
 args=(--out "$OUT/gpu_check.json" --budget-s "${BUDGET_S:-450}" --tests-timeout "${TESTS_TIMEOUT:-270}")
 [ -f "$SMOL" ] && args+=(--smollm2-wheel "$SMOL")
 [ -n "${SKIP_TESTS:-}" ] && args+=(--skip-tests)
-[ -n "${COMPILED:-}" ] && args+=(--compiled)  # last: the paths compiled inside graphs, one bucket each (minutes)
+[ "${COMPILED:-0}" != 0 ] && args+=(--compiled)  # last: the paths compiled inside graphs, one bucket each (minutes)
 python scripts/gpu_check.py "${args[@]}" 2>&1 | tee "$OUT/gpu_check.log"

@@ -20,11 +20,12 @@ from page_speed import serve_page  # this folder is on the path; page_speed puts
 
 RACE = "Race: AR and the chosen method on one device, one clock"
 RACE_LENGTH = "Race length on screen: about N s (engine time scaled, proportions kept; 0 = real time)"
-FIGURE = re.compile(r"(\d+\.\d+)× ± (\d+\.\d+)|too close to call \((\d+\.\d+)× ± (\d+\.\d+)\)|no speedup")
+FIGURE = re.compile(r"too close to call \([^)]*\)|\d+\.\d+×(?: ± \d+\.\d+| \[[\d.]+–[\d.]+×\])?|no speedup")
 
 
 def figure(text: str) -> str:
-    """The speedup and its margin as the page shows it ("1.52× ± 0.06", "too close to call (…)", "no speedup")."""
+    """The speedup and its interval as the page shows it ("1.52× ± 0.06", "1.88× [0.41–8.6×]", "too close to call
+    (…)", "no speedup")."""
     found = FIGURE.search(text)
     return found.group(0) if found else f"? ({text.strip()[:60]})"
 

@@ -73,6 +73,16 @@ def greedy_reference(model, prompt_ids: Sequence[int], max_new_tokens: int,
     return list(per_model[key])
 
 
+def script_module(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package), for a test of its parts."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 

@@ -675,6 +675,28 @@ def test_a_speedup_carries_its_margin_and_tau_one_is_no_speedup():
     assert ArTiming.from_dict(ar.to_dict()) == ar  # as a trace file keeps it
 
 
+
+def test_a_wide_interval_never_reaches_below_zero():
+    """A browser walk-through read "too close to call (1.88× ± 5.92)": a browser drawing on the same two cores made a
+    few forwards many times their like, and a normal interval that wide reaches below 0×.  There the interval is its
+    logarithm's (value ÷ and × exp(margin / value)), shown as a range; a narrow one keeps its ±, and whether 1× lies
+    inside decides "too close to call" by the interval shown."""
+    import math
+
+    from engine.product.runs.run import Speedup
+    from viz.explain import big_numbers
+
+    narrow, wide = Speedup(1.52, margin=0.06), Speedup(1.88, margin=5.92)
+    assert narrow.words() == "1.52× ± 0.06" and narrow.bounds() == pytest.approx((1.46, 1.58))
+    low, high = wide.bounds()
+    assert low == pytest.approx(1.88 / math.exp(5.92 / 1.88)) and high == pytest.approx(1.88 * math.exp(5.92 / 1.88))
+    assert 0 < low < 1 < high and wide.undecided
+    assert wide.words() == f"too close to call (1.88× [{low:.2f}–{high:.1f}×])" and "±" not in wide.words()
+    assert "[0.06–1.59×]" in Speedup(0.30, margin=0.50).words() and Speedup(0.30, margin=0.50).undecided  # 1× inside
+    assert Speedup(0.50, margin=0.30).words() == "0.50× ± 0.30" and not Speedup(0.50, margin=0.30).undecided
+    assert Speedup(1.88).words() == "1.88×" and Speedup(1.88).bounds() is None
+    assert "±" not in big_numbers(None, wide) and f"[{low:.2f}–" in big_numbers(None, wide)
+
 def test_header_says_the_dtype_and_why(demo_lm):
     import dataclasses
 
@@ -790,6 +812,26 @@ def test_a_long_prompt_says_it_is_being_prefilled(demo_lm):
     note = next(_prefill_note(5_000, slow))["notice"]
     assert "at least 34 s on this device: its cost curve prices 128 rows at 850 ms" in note, note  # 40 × 0.85 s
 
+
+
+def test_a_chat_prompt_on_a_model_without_a_chat_template_says_why_it_went_raw(demo_lm):
+    """A browser walk-through: a chat preset on the demo model (no chat template) flipped the format switch back to
+    raw as the run started, with nothing said.  Now the notice says why, and keeps saying it through the run."""
+    from engine.product.models.registry import ModelRegistry
+    from page.generate import RAW_NOTE, generate
+    from page.settings import PageSettings
+
+    assert not demo_lm.has_chat_template
+    frames = list(generate(PageSettings(prompt=CODE, max_new_tokens=8, prompt_format="chat"),
+                           models=ModelRegistry(demo_lm)))
+    flip = next(i for i, f in enumerate(frames) if "prompt_format" in f)
+    assert frames[flip] == {"prompt_format": "raw", "notice": RAW_NOTE}
+    said = [f["notice"] for f in frames[flip:] if "notice" in f]
+    assert len(said) > 1 and set(said) == {RAW_NOTE}, said
+    assert "Run totals" in frames[-1]["stats"]
+    raw = list(generate(PageSettings(prompt=CODE, max_new_tokens=8, prompt_format="raw"),
+                        models=ModelRegistry(demo_lm)))
+    assert not any("prompt_format" in f for f in raw) and {f["notice"] for f in raw if "notice" in f} == {""}
 
 def test_exact_mode_measures_its_curve_saying_what_and_how_long(demo_lm, monkeypatch):
     """Issue 73: the exact mode's first run waited 90.6 s for fp32's cost curve, with "~10 s" promised and nothing

@@ -34,7 +34,7 @@ def steep_url(demo_lm, monkeypatch_module):
     from engine.product.models import cost_cache
 
     curve = CostCurve.from_spec(STEEP, key=curve_key(demo_lm.model, demo_lm.forward))
-    monkeypatch_module.setattr(cost_cache.CurveOwner, "shared", lambda owner: curve)
+    monkeypatch_module.setattr(cost_cache.CurveOwner, "shared", lambda owner, say=None: curve)
     demo, url = serve(replace(demo_lm))
     yield url
     demo.close()

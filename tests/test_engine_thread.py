@@ -150,10 +150,18 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
 
     monkeypatch.setattr(startup, "load_model", load)
     from engine.product.models.cost_cache import CurveOwner
-    monkeypatch.setattr(CurveOwner, "shared", lambda owner: seen.setdefault("curve_of", owner.model))
+    def shared(owner, say=None):  # the measurement says its step, with its estimate, as it starts
+        say("timing verification forwards of 1-128 rows (once per machine and model, about 496 s here)")
+        seen["curve_busy"] = RunBoard(models).waiting_words()
+        return seen.setdefault("curve_of", owner.model)
+
+    monkeypatch.setattr(CurveOwner, "shared", shared)
     monkeypatch.setattr(type(measured), "warm_up", lambda self: None)
     models.engine.call(startup.settle, models, "demo", "cpu", True)
     assert seen["busy"] == startup.MEASURING and models.busy is None
+    assert seen["curve_busy"] == ("This machine is being measured once, right after a cold start; now its cost curve: "
+                                  "timing verification forwards of 1-128 rows (once per machine and model, about 496 s "
+                                  "here). Your run starts when that is done.")
     assert models.get(None) is measured and models.get(models.key_of(demo_lm)) is demo_lm
     assert seen["curve_of"] is measured.model
     assert RunBoard(models).waiting_words() == "Starting …"
@@ -166,6 +174,16 @@ def test_a_cold_start_serves_fp32_then_switches_to_the_measured_precision(demo_l
     # issue 56: the curve changed since the page was built (a refinement): a fresh visit shows the one in use
     assert set(on_visit(None, 8, models=models, built=(models.key_of(measured), "another-id"))) == {
         "header", "lesson", "cost_plot"}
+    # a page opened during the measurement looks again every few seconds: nothing while it lasts, then the model
+    # every visitor runs now, and it stops looking (it kept "fp32: the exact mode" in its header)
+    from page.models import after_settling
+
+    models.busy = startup.MEASURING
+    assert after_settling(None, 8, models=models, built=(models.key_of(demo_lm), None)) == {}
+    models.busy = None
+    update = after_settling(None, 8, models=models, built=(models.key_of(demo_lm), None))
+    assert set(update) == {"header", "lesson", "cost_plot", "settle_timer"} and update["settle_timer"].active is False
+    assert update["header"] == on_visit(None, 8, models=models, built=(models.key_of(demo_lm), None))["header"]
 
 
 def test_a_queued_visitor_reads_how_long_runs_take_here(demo_lm):

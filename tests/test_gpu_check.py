@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 from engine.product.models import named
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("gpu_check")
 
 
 def fake_wheel(folder: Path, member: str, payload: bytes = b"GGUF fake") -> tuple[named.PypiGguf, Path]:

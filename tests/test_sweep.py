@@ -274,3 +274,20 @@ def test_a_run_that_parted_is_attributed_where_it_is_shown(monkeypatch):
     fig = sweep_figure(hand, found)
     assert list(fig.data[0].marker.symbol) == ["diamond"] + ["circle"] * 4 + ["x"]
     assert "(a precision tie)" in fig.data[0].hovertext[0]
+
+
+def test_each_parameter_suggests_values_inside_the_pages_range():
+    """A browser walk-through: B's "4,8,16,32,64,128" stayed in the values box when max depth D was picked, whose page
+    range ends at 16, so the first Sweep was refused.  Picking a parameter now sets values that sweep there."""
+    from engine.product.runs.sweep.spec import PARAMETERS, SweepSpec
+    from page.settings import RANGES
+    from page.sweep import SWEEP_VALUES, sweep_values_for
+
+    assert set(SWEEP_VALUES) == set(PARAMETERS)
+    for name, text in SWEEP_VALUES.items():
+        spec = SweepSpec.parse(name, text)
+        assert len(spec.values) >= 3, name
+        low, high, _ = RANGES.get(name, (float("-inf"), float("inf"), ""))
+        assert all(low <= v <= high for v in spec.values if isinstance(v, (int, float))), (name, spec.values)
+        assert sweep_values_for(name) == {"sweep_values": text}
+    assert sweep_values_for("nothing") == {}

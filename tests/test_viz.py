@@ -454,6 +454,8 @@ def test_a_count_of_pruned_candidates_says_where_the_drawing_has_them():
     assert ghost_words(1, ghost_marks(trace)) == " (the ghost)"
     assert ghost_words(44, GhostMarks(12, 32, 0)) == " (12 drawn as ghosts, 32 in the +N folds)"
     assert ghost_words(4, GhostMarks(0, 4, 0)) == " (all in the +N folds)"
+    assert ghost_words(35, GhostMarks(1, 34, 0)) == " (1 drawn as a ghost, 34 in the +N folds)"  # issue 47's QA
+    assert ghost_words(2, GhostMarks(1, 1, 0)) == " (1 drawn as a ghost, 1 in a +N fold)"
     assert ghost_words(4, GhostMarks(0, 0, 4)) == " (not drawn: ghosts are switched off)"
     assert ghost_words(0, GhostMarks(0, 0, 0)) == ""
 
@@ -521,3 +523,32 @@ def test_on_a_phone_the_title_and_legend_fit_the_first_view():
     assert phone.layout.margin.b >= 22 * entries and phone.layout.height - wide.layout.height == (
         phone.layout.margin.t - wide.layout.margin.t) + (phone.layout.margin.b - wide.layout.margin.b)
     assert phone.data == wide.data  # the tree itself untouched
+
+
+def test_the_cost_curves_error_bars_are_its_rounds_interquartile_range_and_never_below_zero():
+    """A browser walk-through: after a re-measure on a busy machine the whiskers reached -5 ms (± the whole
+    interquartile range about the median).  Now a bar is as wide as the range, centred on the median, cut at 0 ms."""
+    import pytest
+
+    from engine.decoding.cost import CostCurve
+    from viz.charts import cost_figure
+
+    curve = CostCurve((1, 2, 4), (4.0, 5.0, 6.0), spread=(0.5, 3.0, 0.1))
+    error = cost_figure(curve).data[0].error_y
+    assert list(error.array) == pytest.approx([1.0, 7.5, 0.3])  # half the range above the median ...
+    assert list(error.arrayminus) == pytest.approx([1.0, 5.0, 0.3]) and not error.symmetric  # ... and below, to 0
+
+
+def test_a_race_lane_shows_its_prefill_apart_from_the_decode_phase_the_speedup_reads():
+    """A browser walk-through: lanes read "2401 ms engine time · 77 tok/s" (AR) and "2225 ms engine time · 73 tok/s"
+    (the method) beside "0.94×": the totals held AR's colder prefill (its lane runs first), the speedup only the
+    decode phase.  Each lane now shows its first token's engine time apart from the time after it."""
+    from engine.product.runs.race import Lane
+    from viz.explain import race_board
+
+    ar = Lane("AR", tokens=[1] * 128, elapsed_s=2.401, prefill_s=0.759, first_tokens=1, done=True, finished=True)
+    goose = Lane("Goose", tokens=[1] * 128, elapsed_s=2.225, prefill_s=0.470, first_tokens=1, done=True,
+                 finished=True)
+    board = race_board([ar, goose], 128)
+    assert "engine time: first token 759 ms, then 1642 ms, 77 tok/s (decode phase)" in board
+    assert "engine time: first token 470 ms, then 1755 ms, 72 tok/s (decode phase)" in board

@@ -49,9 +49,9 @@ def speed_figure(traces: Sequence[CycleTrace]) -> go.Figure:
 
 def cost_figure(curve, budget: int | None = None) -> go.Figure:
     """Verification latency vs tree nodes (the GT principle's cost curve) with c(B) on a second axis: the raw
-    medians as points (error bars: their rounds' interquartile range, when measured; a slow size, verified padded,
-    in its own marker) and the fit GT reads (``CostCurve.latency``) as a line, so an outlier and what the fit made of
-    it both show.
+    medians as points (error bars: as wide as their rounds' interquartile range, centred on the median and cut at
+    0 ms, when measured; a slow size, verified padded, in its own marker) and the fit GT reads
+    (``CostCurve.latency``) as a line, so an outlier and what the fit made of it both show.
 
     Args:
         curve: ``engine.decoding.cost.CostCurve``.
@@ -59,8 +59,11 @@ def cost_figure(curve, budget: int | None = None) -> go.Figure:
     """
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     nodes = list(curve.nodes)
-    error = None if curve.spread is None else dict(type="data", array=[s * m for s, m in zip(curve.spread, curve.ms)],
-                                                    visible=True, thickness=1)
+    error = None
+    if curve.spread is not None:  # the interquartile range's width, centred on the median, its foot never below 0 ms
+        half = [s * m / 2 for s, m in zip(curve.spread, curve.ms)]  # (a busy machine's spread once drew it at -5 ms)
+        error = dict(type="data", symmetric=False, array=half, arrayminus=[min(h, m) for h, m in zip(half, curve.ms)],
+                     visible=True, thickness=1)
     slow = set(curve.slow)
     fig.add_trace(go.Scatter(x=nodes, y=list(curve.ms), mode="markers", name="measured median", error_y=error,
                              marker=dict(symbol=["x" if n in slow else "circle" for n in nodes], size=7),

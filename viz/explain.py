@@ -33,7 +33,8 @@ def confidence_note(trace: CycleTrace) -> str | None:
 def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
     """Where the drawing has a cycle's ``pruned`` candidates (``marks``, ``tree_figure.ghost_marks``; None: each a
     ghost of its own), in the legend's words: " (the 7 ghosts)", " (3 drawn as ghosts, 4 in the +N folds)",
-    " (all in the +N folds)", " (ghosts are switched off)"; "" when none was pruned."""
+    " (1 drawn as a ghost, 1 in a +N fold)", " (all in the +N folds)", " (not drawn: ghosts are switched off)"; ""
+    when none was pruned."""
     if not pruned:
         return ""
     drawn, folded, hidden = marks or (pruned, 0, 0)
@@ -43,7 +44,8 @@ def ghost_words(pruned: int, marks: GhostMarks | None = None) -> str:
         return f" ({'the ghost' if pruned == 1 else f'the {pruned} ghosts'})"
     if not drawn:
         return f" ({'in a +N fold' if pruned == 1 else 'all in the +N folds'})"
-    return f" ({drawn} drawn as ghosts, {folded} in the +N folds)"
+    drawn_words = "1 drawn as a ghost" if drawn == 1 else f"{drawn} drawn as ghosts"
+    return f" ({drawn_words}, {'1 in a +N fold' if folded == 1 else f'{folded} in the +N folds'})"
 
 
 def rest_note(trace: CycleTrace) -> str:
@@ -212,8 +214,8 @@ def big_numbers(summary, speedup=None) -> str:
 
     Args:
         summary: ``engine.product.runs.metrics.RunSummary`` of the run so far (None: nothing yet).
-        speedup: ``engine.product.runs.run.Speedup`` (None: not measured); its value with its 95 % margin
-            ("1.52× ± 0.06"),
+        speedup: ``engine.product.runs.run.Speedup`` (None: not measured); its value with its 95 % interval
+            ("1.52× ± 0.06", ``Speedup.spread``),
             "no speedup" where the run could have none (τ ≈ 1), else greyed with "measuring…" or "–"; its note
             (where AR's speed comes from, what the ± covers) is the cell's tooltip and small print.
     """
@@ -227,10 +229,10 @@ def big_numbers(summary, speedup=None) -> str:
         shown, grey = '<span style="font-size:.5em">no speedup</span>', ""
     elif speedup is not None and speedup.undecided:  # 1× inside the interval: words, not a number read as "slower"
         shown, grey = ('<span style="font-size:.45em;white-space:nowrap">too close to call</span><span style="'
-                       f'font-size:.35em;font-weight:400;white-space:nowrap"><br>{speedup.value:.2f}× ± '
-                       f'{speedup.margin:.2f}</span>'), ""
+                       f'font-size:.35em;font-weight:400;white-space:nowrap"><br>{speedup.value:.2f}×'
+                       f'{speedup.spread()}</span>'), ""
     elif speedup is not None and speedup.value is not None:
-        margin = (f'<span style="font-size:.4em;font-weight:400"> ± {speedup.margin:.2f}</span>'
+        margin = (f'<span style="font-size:.4em;font-weight:400">{speedup.spread()}</span>'
                   if speedup.margin is not None else "")
         shown, grey = f"{speedup.value:.2f}×{margin}", ""
     elif speedup is not None and speedup.pending:
@@ -282,7 +284,9 @@ def race_overrun(took_s: float, expected_s: float, engine_s: float) -> str:
 
 def race_board(lanes, max_new_tokens: int, speedup=None, status: str = "", verdict: str = "") -> str:
     """HTML: the race's speedup in large type, one progress bar per lane (tokens done / max new tokens) with its
-    engine time (ms), tokens/s and τ, a status ("stopped", "✓") and, when the outputs part, where and why.
+    engine time (ms) to its first token and after it, its tokens/s after it and τ (the speedup's basis, the decode
+    phase, beside the prefill: a lane line that read "2401 ms" against "2225 ms" stood beside "0.94×", the first
+    lane's colder prefill inside), a status ("stopped", "✓") and, when the outputs part, where and why.
 
     Args:
         lanes: ``engine.product.runs.race.Lane`` s, the baseline (AR) first.
@@ -304,8 +308,8 @@ def race_board(lanes, max_new_tokens: int, speedup=None, status: str = "", verdi
         rate = lane.decode_tokens / lane.decode_s if lane.decode_s > 0 else 0.0
         rows.append(
             f'<div style="margin:.3em 0"><div><b>{html.escape(lane.name)}</b>{tick} — {done} / {max_new_tokens} '
-            f'tokens · {lane.elapsed_s * 1000:.0f} ms engine time · {rate:.0f} tok/s ({SPEEDUP_PHASE}) · '
-            f'τ {lane.tau:.2f}'
+            f'tokens · engine time: first token {lane.prefill_s * 1000:.0f} ms, then {lane.decode_s * 1000:.0f} ms, '
+            f'{rate:.0f} tok/s ({SPEEDUP_PHASE}) · τ {lane.tau:.2f}'
             f'</div><div style="background:#e5e7eb;border-radius:4px;height:14px;width:100%">'
             f'<div class="lane-bar" style="background:{colour};border-radius:4px;height:14px;width:{share:.1%}">'
             f'</div></div></div>')

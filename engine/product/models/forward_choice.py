@@ -125,13 +125,16 @@ def busy_problem(timed: Timings, sizes: tuple[int, ...] = (1, TREE_ROWS)) -> str
 
 
 def decide(ms: dict[str, list[float]]) -> tuple[str, str]:
-    """(the path with the lowest T(1) + T(``TREE_ROWS``), the sentence that says why, against the eager path)."""
+    """(the path with the lowest T(1) + T(``TREE_ROWS``), the sentence that says why, against the eager path, with
+    both sizes' times)."""
     best = min(ms, key=lambda name: sum(ms[name]))
     if best == BASELINE:
         return best, f"{BASELINE}: no other path verified trees faster here"
     gain = 1 - sum(ms[best]) / sum(ms[BASELINE])
-    return best, (f"{best}: an AR step and a {TREE_ROWS}-node tree {gain:.0%} faster than the {BASELINE} path here "
-                  f"(T(1) {ms[best][0]:.1f} vs {ms[BASELINE][0]:.1f} ms)")
+    # both sizes the sum compares (T(1) alone, "9.4 vs 20.5 ms", stood beside "19%": a browser walk-through)
+    return best, (f"{best}: an AR step and a {TREE_ROWS}-node tree in {gain:.0%} less time than on the {BASELINE} path "
+                  f"here (T(1) {ms[best][0]:.1f} vs {ms[BASELINE][0]:.1f} ms, T({TREE_ROWS}) {ms[best][1]:.1f} vs "
+                  f"{ms[BASELINE][1]:.1f} ms)")
 
 
 def _key(model, gguf=None) -> str:

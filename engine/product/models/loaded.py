@@ -35,7 +35,7 @@ class LoadedModel:
     auto_dtype: bool = False  # the dtype was chosen by ``dtype="auto"`` (engine/product/models/precision.py)
     param_count: int = 0  # counted at load, before bf16 linears were packed (their weights are no parameters then)
     forward_path: ForwardPath | None = None  # how trees run (engine/core/forward/); None: the eager path
-    forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 16-node tree 8% faster ..." (auto)
+    forward_reason: str = ""  # why this path, e.g. "static: an AR step and a 4-node tree in 8% less time ..." (auto)
     source: ModelSource | None = None  # where it loaded from (private: a path is never shown)
 
     @property

@@ -249,7 +249,7 @@ class Speedup:
                              f"noise", short=f"τ {tau:.2f}: nothing to gain", none=True)
         errs = [e for e in (decode_rel_err(traces), ar.rel_err) if e is not None]
         margin = Z95 * value * math.sqrt(sum(e * e for e in errs)) if errs else None
-        spread = (f"; ± {margin:.2f}: 95 % interval from the spread of the forwards' times in "
+        spread = (f";{cls(value, margin=margin).spread()}: 95 % interval from the spread of the forwards' times in "
                   f"{'both runs' if len(errs) == 2 else 'the run'} (drift between the two runs not included)"
                   if margin is not None else "")
         return cls(value, f"{SPEEDUP_WORDS}; {SOURCE_WORDS.get(ar.source, ar.source)}: {ar.tok_per_s:.0f} tok/s "
@@ -257,23 +257,46 @@ class Speedup:
                    short=f"{SPEEDUP_PHASE} · {SHORT_WORDS.get(ar.source, ar.source)}", margin=margin,
                    cycles=len(traces) - 1, ar=ar)
 
+    def spread(self) -> str:
+        """The 95 % interval (``bounds``) as people read it after the value: " ± 0.06", or " [0.41–8.6×]" where it
+        is the logarithm's; "" without a margin."""
+        bounds = self.bounds()
+        if bounds is None:
+            return ""
+        if self.margin < self.value:
+            return f" ± {self.margin:.2f}"
+        low, high = bounds
+        return f" [{low:.2f}–{high:.{2 if high < 10 else 1 if high < 100 else 0}f}×]"
+
     @property
     def undecided(self) -> bool:
-        """Whether the 95 % interval holds 1×: the clocks cannot tell the run from AR (the page says so in words and
-        points to the Race rather than show a number that may read as "slower")."""
-        return self.value is not None and self.margin is not None and self.value - self.margin < 1 < (
-            self.value + self.margin)
+        """Whether the 95 % interval (``bounds``) holds 1×: the clocks cannot tell the run from AR (the page says so
+        in words and points to the Race rather than show a number that may read as "slower")."""
+        bounds = self.bounds()
+        return bounds is not None and bounds[0] < 1 < bounds[1]
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The 95 % interval of the speedup (×): value ± margin, or, where value − margin would reach 0× (forwards
+        whose times spread widely: a busy machine, e.g. a browser drawing on the same two cores), the interval of its
+        logarithm, value ÷ and × exp(margin / value): the same to first order in the relative error, and never below
+        0× (a browser walk-through read "1.88× ± 5.92"); None without a value or a margin."""
+        if self.value is None or self.margin is None:
+            return None
+        if self.margin < self.value:
+            return self.value - self.margin, self.value + self.margin
+        factor = math.exp(self.margin / self.value)
+        return self.value / factor, self.value * factor
 
     def words(self) -> str | None:
-        """The value as people read it: "1.52× ± 0.06", "1.52×", "no speedup", "too close to call (1.01× ± 0.27)";
-        None when not measured."""
+        """The value as people read it: "1.52× ± 0.06", "1.52×", "no speedup", "too close to call (1.01× ± 0.27)",
+        "too close to call (1.88× [0.41–8.6×])" (``spread``); None when not measured."""
         if self.none:
             return "no speedup"
         if self.undecided:
-            return f"too close to call ({self.value:.2f}× ± {self.margin:.2f})"
+            return f"too close to call ({self.value:.2f}×{self.spread()})"
         if self.value is None:
             return None
-        return f"{self.value:.2f}×" + (f" ± {self.margin:.2f}" if self.margin is not None else "")
+        return f"{self.value:.2f}×{self.spread()}"
 
 
 MEASURING = Speedup(None, "measuring AR on this device …", pending=True, short="timing AR here …")
