@@ -99,7 +99,7 @@ DEMO_CURVE = ("past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.870,
 def compiled_kernels():
     """The compiled cycle's kernels, compiled (about 45 s once per checkout) or loaded before any test: every run the
     compiled planner serves plans with it (``compiled_cycle.CompiledPlanner.covers``), as on the command line; a test
-    of the Python planner's own steps builds its decoder with ``compiled=False``."""
+    of the Python planner's own steps sets its decoder's ``compiled`` to False."""
     from engine.decoding.compiled_cycle import KERNELS
     KERNELS.warm()
 

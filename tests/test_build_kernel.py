@@ -198,20 +198,19 @@ def _same_plan(seed: int) -> Counter:
     branch = method != "pld" and not tr_rests
     offers = branch and bk.anchor_has_row(a.uni_slot, a.uni_len, a.bi_len, tr.table.bigram, prev, context[-1])
     spine = drafts.chain
-    mode = bk.route(len(spine), offers, spine.consensus, cfg.drafts_alone, cfg.tree.bypass,
-                    cfg.variant.bypass_rule == "confident", cfg.tree.bypass_threshold)
+    mode = bk.route(len(spine), offers, spine.consensus, bk.BypassRule(
+        cfg.drafts_alone, cfg.tree.bypass, cfg.variant.bypass_rule == "confident", cfg.tree.bypass_threshold))
     nodes, ghosts, r, budget, seen = 0, 0, None, None, Counter()
     size = max(cfg.max_budget, len(spine) + 1)
     arrays = bk.tree_arrays(max(size, 500))
     if mode == bk.BYPASS:
-        nodes, ghosts = bk.build_chain(s.anchor, np.array(spine.tokens, np.int64), np.array(spine.p, np.float64),
-                                       1, planner.resolved.prune_at, *arrays)
+        nodes, ghosts = bk.build_chain(s.anchor, (np.array(spine.tokens, np.int64), np.array(spine.p, np.float64), 1),
+                                       float(planner.resolved.prune_at), arrays)
     elif mode == bk.TREE:
-        budget, r, limit, extend, saturated = bk.shape(spine.confidence, cfg.variant.confidence_schedule,
-                                                       cfg.tree.spine_ratio or -1.0, stats.p_s_ema, cfg.tree.budget,
-                                                       cfg.variant.budget_extension, cfg.variant.max_extended_chain,
-                                                       cfg.variant.extend_above, -1 if cap is None else cap,
-                                                       len(spine))
+        schedule = bk.Schedule(cfg.variant.confidence_schedule, cfg.tree.spine_ratio or -1.0, cfg.tree.budget,
+                               cfg.variant.budget_extension, cfg.variant.max_extended_chain, cfg.variant.extend_above,
+                               -1 if cap is None else cap)
+        budget, r, limit, extend, saturated = bk.shape(spine.confidence, stats.p_s_ema, len(spine), schedule)
         if extend:
             grown = extend_chain(pld, context, spine, limit, planner._draft_budget, saturated=saturated)
             keep = bk.capped(len(grown), -1 if cap is None else cap)
@@ -219,11 +218,11 @@ def _same_plan(seed: int) -> Counter:
             spine = Candidates.chain(grown.tokens[:keep], grown.p[:keep])
         D = cfg.tree.max_depth
         table = bk.successor_table(tr, max(budget, D) + 2)
-        nodes, ghosts = bk.build_spine(s.anchor, prev, np.array(spine.tokens, np.int64),
-                                       np.array(spine.p, np.float64), 1, r, budget,
-                                       D if cfg.variant.depth_bounds_spine else budget, D, planner.resolved.prune_at,
-                                       cfg.tree.min_score, cfg.tree.spine_branch_ratio, cfg.variant.spine_branch_min,
-                                       branch, *table, *arrays)
+        shape = bk.SpineShape(float(r), budget, D if cfg.variant.depth_bounds_spine else budget, D,
+                              float(planner.resolved.prune_at), float(cfg.tree.min_score),
+                              float(cfg.tree.spine_branch_ratio), cfg.variant.spine_branch_min, branch)
+        nodes, ghosts = bk.build_spine((s.anchor, prev), (np.array(spine.tokens, np.int64),
+                                                          np.array(spine.p, np.float64), 1), shape, table, arrays)
     final = bk.planned_mode(mode, nodes)
     built = bk.built_of(arrays, nodes, ghosts)
     assert bk.MODES[final] == plan.mode, seed

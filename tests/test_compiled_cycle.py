@@ -27,7 +27,9 @@ def _fields(trace) -> dict:
 def _both(path, config: DecodeConfig, curve: CostCurve, ids: list[int], eos=()) -> tuple[list, list]:
     """The traces of one run by the Python planner and by the compiled one (asserted to be the one that planned)."""
     resolved = config.resolved(curve)
-    python = [_fields(t) for t in SpecDecoder(path, resolved, eos, cost_curve=curve, compiled=False).generate(ids)]
+    reference = SpecDecoder(path, resolved, eos, cost_curve=curve)
+    reference.compiled = False
+    python = [_fields(t) for t in reference.generate(ids)]
     decoder = SpecDecoder(path, resolved, eos, cost_curve=curve)
     made = []
     original = CompiledPlanner.__init__

@@ -167,8 +167,10 @@ def test_path_calibration_auto_calibrates_where_a_first_draft_row_is_dear(demo_l
     ids = demo_lm.encode_prompt(PROMPT)
     for spec, calibrated in ((STEEP, True), (GRAPHED, False)):
         seen.clear()
-        list(make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24), (),
-                          cost_curve=CostCurve.from_spec(spec)).generate(ids))
+        decoder = make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=24), (),
+                               cost_curve=CostCurve.from_spec(spec))
+        decoder.compiled = False  # the Python planner's size choice is what is watched
+        list(decoder.generate(ids))
         assert seen and all((paths is not None) == calibrated for paths in seen), spec
 
 
@@ -187,7 +189,9 @@ def test_branch_sources_rest_after_a_run_of_cycles_gt_priced_down_to_the_anchor(
     monkeypatch.setattr(TrSource, "observe", lambda self, v: observed.append(len(v.output)) or real_observe(self, v))
     ids, k = demo_lm.encode_prompt(PROMPT), 4
     config = DecodeConfig.of(max_new_tokens=96, gt_rest_after=k)
-    traces = list(make_decoder(demo_lm.model, config, (), cost_curve=CostCurve.from_spec(STEEP)).generate(ids))
+    decoder = make_decoder(demo_lm.model, config, (), cost_curve=CostCurve.from_spec(STEEP))
+    decoder.compiled = False  # TR's own observations are counted (the compiled planner's table: test_compiled_cycle)
+    traces = list(decoder.generate(ids))
     streak, rested, reset = 0, 0, False
     for trace, read_k in zip(traces[1:], ks[1:]):  # ks[0]: the prefill's
         rests = streak >= k and streak % k != 0

@@ -156,7 +156,7 @@ def test_harvest_overwrites_with_latest_and_bigram_capacity_is_bounded():
         logits[0, prev] = 10.0
         table.harvest([prev], torch.tensor([1]), logits)
     assert table.successors(None, 1)[0][0] == 5
-    assert len(table) == 3 and table.has_pair(5, 1) and not table.has_pair(0, 1)
+    assert len(table.bigram) == 3 and (5, 1) in table.bigram and (0, 1) not in table.bigram
 
 
 # -- PTD (progressive tree drafting, PTD paper §3.2) -----------------------------------------------

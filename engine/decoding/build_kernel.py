@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -35,7 +36,7 @@ from ..core.tree import Built, DraftTree, GhostNode, Source
 from ..sources import Candidates
 from ..sources.adjacency import ArrayTable, row_slot
 from .config import DecodeConfig
-from .spine_kernel import ROOT, SOURCE_CODES, TR, _add, steps_2_to_4
+from .spine_kernel import ROOT, SOURCE_CODES, TR, TreeArrays, _add, steps_2_to_4
 from .spine_tree import Proposals
 
 #: Plan modes (``Plan.mode``) as the compiled cycle codes them.
@@ -52,15 +53,31 @@ def _start(t, anchor, length):
     return np.full(length, -1, np.int64), np.full(length, -1, np.int64), np.full(length, -1, np.int64)
 
 
+class SpineShape(NamedTuple):
+    """What Alg. 1 builds to this cycle (``build_spine``), all scalars."""
+
+    r: float  # the spine ratio
+    budget: int  # B, root included
+    max_depth: int  # the builder's depth bound (D when ``depth_bounds_spine``, else B)
+    branch_depth: int  # D: branch leaves at it are not extended
+    c: float  # the GT threshold the builder prunes at (``prune_at``)
+    min_score: float  # TR successors scored below it are skipped (C.1)
+    rho: float  # ``spine_branch_ratio``
+    spine_branch_min: int  # ``Variant.spine_branch_min``
+    branches: bool  # whether TR grows branches (False: TR rests, or no branch source)
+
+
 @njit(cache=True)
-def _lay(t, kids, count, lim, chain_tokens, chain_p, code, n, nodes):
-    """``spine_tree._lay_chain``: the first ``n`` chain tokens as a path from the root, each scored and estimated at
-    its p, until the builder refuses one (budget, depth, or c: then a ghost); ``nodes[:k]`` gets the path's node
+def _lay(b, chain, n, nodes):
+    """``spine_tree._lay_chain``: the first ``n`` tokens of ``chain`` = (tokens (m,) int64, estimates (m,) float64,
+    source code) as a path from the root, each scored and estimated at its p, until the builder ``b``
+    (``spine_kernel._add``) refuses one (budget, depth, or c: then a ghost); ``nodes[:k]`` gets the path's node
     indices, root first; returns k."""
+    chain_tokens, chain_p, code = chain
     nodes[0] = 0
     k = 1
     for i in range(min(n, chain_tokens.shape[0])):
-        node = _add(t, kids, count, lim, nodes[k - 1], chain_tokens[i], code, chain_p[i], chain_p[i])
+        node = _add(b, nodes[k - 1], (chain_tokens[i], code, chain_p[i], chain_p[i]))
         if node == -1:
             break
         nodes[k] = node
@@ -69,67 +86,55 @@ def _lay(t, kids, count, lim, chain_tokens, chain_p, code, n, nodes):
 
 
 @njit(cache=True)
-def build_spine(anchor, prev, chain_tokens, chain_p, spine_code, r, budget, max_depth, branch_depth, c, min_score,
-                rho, spine_branch_min, branches, uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len,
-                bigram, calib, tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source,
-                ghost_score, ghost_est):
+def build_spine(root, chain, shape, table, out):
     """Goose Algorithm 1 for a PLD spine and TR branches, best-first (``spine_tree.build_spine_tree`` with no pool,
     TR the one branch source): step 1 lays b_s = min(m, floor(B r), B - 1, the depth bound) spine nodes
     (``_lay_spine``: each through ``TreeBuilder.add``, the first refused by c a ghost and the spine's end), then
-    steps 2-4 (``spine_kernel.steps_2_to_4``) grow TR's branches unless ``branches`` is False (TR rests, or no branch
-    source: the tree is the spine alone).
+    steps 2-4 (``spine_kernel.steps_2_to_4``) grow TR's branches unless ``shape.branches`` is False (TR rests, or
+    no branch source: the tree is the spine alone).
 
     Args:
-        anchor: the root's token; prev: the token before it (-1: none), keying the root's bigram row.
-        chain_tokens, chain_p: (m,) int64, (m,) float64 the spine's chain (already extended) and its estimates.
-        spine_code: the spine's source code (1: PLD).
-        r: the spine ratio.  budget: B, root included.
-        max_depth: the builder's depth bound (D when ``depth_bounds_spine``, else B).
-        branch_depth: D (branch leaves at it are not extended).  c: the GT threshold (``prune_at``).
-        min_score: TR successors scored below it are skipped (C.1).  rho: ``spine_branch_ratio``.
-        spine_branch_min: ``Variant.spine_branch_min``.  branches: whether TR grows branches.
-        uni_slot ... bigram: TR's table (``ArrayTable.arrays``' first seven and its ``bigram``).
-        calib: (max(B, D) + 2,) float64 TR's calibration per depth, or (0,) (``successor_table``).
-        tokens ... ghost_est: the output, ``TreeArrays``' fields, (>= B,) each.
+        root: (anchor, the token before it or -1), the latter keying the root's bigram row.
+        chain: ((m,) int64 tokens, (m,) float64 estimates, the spine's source code: 1 PLD), already extended.
+        shape: ``SpineShape``.
+        table: TR's table (``successor_table``: ``ArrayTable.arrays``' first seven, its ``bigram``, then (max(B, D)
+            + 2,) float64 its calibration per depth, or (0,)).
+        out: ``spine_kernel.TreeArrays``, (>= B,) each.
 
     Returns:
         (nodes, ghosts) written, the root included.
     """
-    lim = (budget, max_depth, branch_depth, float(c), float(min_score), float(rho), spine_branch_min, prev)
-    t = (tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est)
-    kids = _start(t, anchor, budget)
-    count = np.array([1, 0], np.int64)
-    n_spine = min(chain_tokens.shape[0], math.floor(budget * r), budget - 1, max_depth)  # step 1
+    anchor, prev = root
+    budget = shape.budget
+    lim = (budget, shape.max_depth, shape.branch_depth, float(shape.c), float(shape.min_score), float(shape.rho),
+           shape.spine_branch_min, prev)
+    b = (out, _start(out, anchor, budget), np.array([1, 0], np.int64), lim)  # the builder (``spine_kernel._add``)
+    n_spine = min(chain[0].shape[0], math.floor(budget * shape.r), budget - 1, shape.max_depth)  # step 1
     nodes = np.empty(n_spine + 1, np.int64)
-    laid = _lay(t, kids, count, lim, chain_tokens, chain_p, spine_code, n_spine, nodes)
-    if branches:  # steps 2-4
-        table = (uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib)
-        steps_2_to_4(t, kids, count, lim, table, nodes[:laid])
-    return count[0], count[1]
+    laid = _lay(b, chain, n_spine, nodes)
+    if shape.branches:  # steps 2-4
+        steps_2_to_4(b, table, nodes[:laid])
+    return b[2][0], b[2][1]
 
 
 @njit(cache=True)
-def build_chain(anchor, chain_tokens, chain_p, code, c, tokens, parents, source, scores, est, depth, ghost_parent,
-                ghost_token, ghost_source, ghost_score, ghost_est):
+def build_chain(anchor, chain, c, out):
     """The bypass chain (Goose §4.3; also the PLD baseline): ``spine_tree.build_chain``, the chain's n tokens laid
     from the anchor through a builder of budget n + 1 and depth max(1, n), pruned at ``c`` (the first token below
     it a ghost, and the chain's end).
 
     Args:
-        anchor: the root's token.  chain_tokens, chain_p: (n,) int64, (n,) float64 the chain and its estimates.
-        code: the chain's source code (1: PLD).  c: the GT threshold (``prune_at``).
-        tokens ... ghost_est: the output, ``TreeArrays``' fields, (>= n + 1,) each.
+        anchor: the root's token.  chain: ((n,) int64 tokens, (n,) float64 estimates, source code: 1 PLD).
+        c: the GT threshold (``prune_at``).  out: ``spine_kernel.TreeArrays``, (>= n + 1,) each.
 
     Returns:
         (nodes, ghosts) written, the root included.
     """
-    n = chain_tokens.shape[0]
+    n = chain[0].shape[0]
     lim = (n + 1, max(1, n), max(1, n), float(c), 0.0, 0.0, 0, -1)
-    t = (tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est)
-    kids = _start(t, anchor, n + 1)
-    count = np.array([1, 0], np.int64)
-    _lay(t, kids, count, lim, chain_tokens, chain_p, code, n, np.empty(n + 1, np.int64))
-    return count[0], count[1]
+    b = (out, _start(out, anchor, n + 1), np.array([1, 0], np.int64), lim)
+    _lay(b, chain, n, np.empty(n + 1, np.int64))
+    return b[2][0], b[2][1]
 
 
 @njit(cache=True)
@@ -143,23 +148,32 @@ def anchor_has_row(uni_slot, uni_len, bi_len, bigram, prev, anchor):
     return (bi_len[slot] if in_bigram else uni_len[slot]) > 0
 
 
+class BypassRule(NamedTuple):
+    """When a cycle verifies the bare chain (``route``), all scalars."""
+
+    alone: bool  # the method is PLD drafting alone (``drafts_alone``): always its chain
+    bypass: bool  # ``TreeShape.bypass``
+    confident: bool  # the "confident" rule (``Variant.bypass_rule``); False: "no-adjacency"
+    threshold: int  # ``TreeShape.bypass_threshold``: a long chain, for the "confident" rule
+
+
 @njit(cache=True)
-def route(chain_len, branch_offers, consensus, alone, bypass, confident_rule, bypass_threshold):
+def route(chain_len, branch_offers, consensus, rule):
     """Goose Alg. 2 lines 6-13 before the build (``Planner._route`` for sources PLD + TR): what the cycle builds,
     ``BYPASS`` (the bare chain), ``TREE`` (the spine tree) or ``AR`` (nothing: a plain step).
 
-    Bypass needs a chain and either ``alone`` (the method is PLD drafting alone: always its chain) or the bypass
-    rule (``Planner._bypass``, App. B.2): with ``bypass`` on, "no-adjacency" (``confident_rule`` False) bypasses when
-    no branch source offers successors of the anchor, "confident" (True) when the chain has ``bypass_threshold``
-    tokens or more, or a ``consensus``.  Otherwise a tree when any source drafted (the chain, or TR's row at the
-    anchor: ``branch_offers``, False when TR rests), else AR.  ``planned_mode`` settles it after the build.
+    Bypass needs a chain and either ``rule.alone`` or the bypass rule (``Planner._bypass``, App. B.2): with
+    ``rule.bypass`` on, "no-adjacency" bypasses when no branch source offers successors of the anchor, "confident"
+    when the chain has ``rule.threshold`` tokens or more, or a ``consensus``.  Otherwise a tree when any source
+    drafted (the chain, or TR's row at the anchor: ``branch_offers``, False when TR rests), else AR.
+    ``planned_mode`` settles it after the build.  ``rule``: ``BypassRule``.
     """
     if chain_len > 0:
-        if alone:
+        if rule.alone:
             return BYPASS
-        if bypass:
-            if confident_rule:
-                if chain_len >= bypass_threshold or consensus:
+        if rule.bypass:
+            if rule.confident:
+                if chain_len >= rule.threshold or consensus:
                     return BYPASS
             elif not branch_offers:
                 return BYPASS
@@ -184,26 +198,37 @@ def spine_ratio_tier(p_s):
     return SPINE_RATIO_TIERS[-1][1]  # p_s NaN (the Python raises StopIteration)
 
 
+class Schedule(NamedTuple):
+    """Goose §4.3's confidence schedule's settings (``shape``), all scalars."""
+
+    on: bool  # ``Variant.confidence_schedule``
+    r_fixed: float  # ``TreeShape.spine_ratio``, or <= 0 when None (the EMA's tier)
+    budget: int  # B
+    extension: int  # ``Variant.budget_extension``
+    max_extended: int  # ``Variant.max_extended_chain``
+    extend_above: float  # ``Variant.extend_above``
+    cap: int  # ``Resolved.chain_cap``, < 0 when None
+
+
 @njit(cache=True)
-def shape(confidence, schedule, r_fixed, p_s_ema, budget, budget_extension, max_extended_chain, extend_above, cap,
-          chain_len):
+def shape(confidence, p_s_ema, chain_len, schedule):
     """Goose §4.3's confidence schedule as the authors' code applies it (``Planner._shape``): with the schedule on,
-    m = the match's confidence (else 0); the budget ``B + int(m * budget_extension)``; r = ``r_fixed`` or, when it
-    is <= 0 (``TreeShape.spine_ratio`` None), the EMA tier, then ``r + m (1 - r)``; the extension's limit
-    ``int(max_extended_chain * m)``, at most ``cap`` (``Resolved.chain_cap``; < 0: none), and whether to extend:
-    a chain, m > ``extend_above`` and the limit past the chain.
+    m = the match's confidence (else 0); the budget ``B + int(m * extension)``; r = ``r_fixed`` or, when it is <= 0,
+    the tier of ``p_s_ema``, then ``r + m (1 - r)``; the extension's limit ``int(max_extended * m)``, at most ``cap``
+    (< 0: none), and whether to extend: a chain (``chain_len`` > 0), m > ``extend_above`` and the limit past the
+    chain.  ``schedule``: ``Schedule``.
 
     Returns:
         (budget, r, limit, extend, saturated): ``saturated`` (m >= 1) is ``extend_chain``'s flag; an extended chain
         is then cut to ``capped(len, cap)``.
     """
-    m = confidence if schedule else 0.0
-    r = r_fixed if r_fixed > 0.0 else spine_ratio_tier(p_s_ema)
-    limit = int(max_extended_chain * m)
-    if cap >= 0:
-        limit = min(limit, cap)
-    extend = chain_len > 0 and m > extend_above and limit > chain_len
-    return budget + int(m * budget_extension), r + m * (1.0 - r), limit, extend, m >= 1.0
+    m = confidence if schedule.on else 0.0
+    r = schedule.r_fixed if schedule.r_fixed > 0.0 else spine_ratio_tier(p_s_ema)
+    limit = int(schedule.max_extended * m)
+    if schedule.cap >= 0:
+        limit = min(limit, schedule.cap)
+    extend = chain_len > 0 and m > schedule.extend_above and limit > chain_len
+    return schedule.budget + int(m * schedule.extension), r + m * (1.0 - r), limit, extend, m >= 1.0
 
 
 @njit(cache=True)
@@ -213,11 +238,11 @@ def capped(chain_len, cap):
     return chain_len if cap < 0 or chain_len <= cap else cap
 
 
-def tree_arrays(size: int) -> tuple[np.ndarray, ...]:
-    """Fresh output arrays for the kernels, ``TreeArrays``' order, (size,) each."""
+def tree_arrays(size: int) -> TreeArrays:
+    """Fresh output arrays for the kernels (``TreeArrays``), (size,) each."""
     ints, floats = np.int64, np.float64
-    return tuple(np.zeros(size, dtype) for dtype in (ints, ints, ints, floats, floats, ints, ints, ints, ints, floats,
-                                                     floats))
+    return TreeArrays(*(np.zeros(size, dtype) for dtype in (ints, ints, ints, floats, floats, ints, ints, ints, ints,
+                                                            floats, floats)))
 
 
 def built_of(arrays: tuple[np.ndarray, ...], nodes: int, ghosts: int) -> Built:
@@ -285,10 +310,10 @@ def build_spine_built(drafts: Proposals, cfg: DecodeConfig, spine_ratio: float, 
     chain_tokens, chain_p = _chain_arrays(drafts.spine)
     spine_code = source_code(drafts.spine_source) if drafts.spine_source is not None else ROOT
     prev = drafts.context[-2] if len(drafts.context) > 1 else -1
-    nodes, ghosts = build_spine(drafts.anchor, prev, chain_tokens, chain_p, spine_code, spine_ratio, B,
-                                D if cfg.variant.depth_bounds_spine else B, D, prune_at, cfg.tree.min_score,
-                                cfg.tree.spine_branch_ratio, cfg.variant.spine_branch_min, branch is not None, *table,
-                                *arrays)
+    shape = SpineShape(float(spine_ratio), B, D if cfg.variant.depth_bounds_spine else B, D, float(prune_at),
+                       float(cfg.tree.min_score), float(cfg.tree.spine_branch_ratio), cfg.variant.spine_branch_min,
+                       branch is not None)
+    nodes, ghosts = build_spine((drafts.anchor, prev), (chain_tokens, chain_p, spine_code), shape, table, arrays)
     return built_of(arrays, nodes, ghosts)
 
 
@@ -298,10 +323,10 @@ def build_chain_built(anchor: int, chain: Candidates, source: Source, gt_thresho
     if gt_threshold is None:
         raise ValueError("the builders prune at a resolved config's prune_at: use config.resolved(curve)")
     arrays = tree_arrays(len(chain) + 1)
-    nodes, ghosts = build_chain(anchor, *_chain_arrays(chain), source_code(source), gt_threshold, *arrays)
+    nodes, ghosts = build_chain(anchor, (*_chain_arrays(chain), source_code(source)), float(gt_threshold), arrays)
     return built_of(arrays, nodes, ghosts)
 
 
-__all__ = ["AR", "BYPASS", "MODES", "TR", "TREE", "anchor_has_row", "build_chain", "build_chain_built", "build_spine",
-           "build_spine_built", "built_of", "capped", "planned_mode", "route", "shape", "source_code",
-           "spine_ratio_tier", "successor_table", "tree_arrays"]
+__all__ = ["AR", "BYPASS", "MODES", "TR", "TREE", "BypassRule", "Schedule", "SpineShape", "anchor_has_row",
+           "build_chain", "build_chain_built", "build_spine", "build_spine_built", "built_of", "capped",
+           "planned_mode", "route", "shape", "source_code", "spine_ratio_tier", "successor_table", "tree_arrays"]

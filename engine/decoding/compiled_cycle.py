@@ -192,9 +192,10 @@ class CompiledPlanner:
         if not self.cycle.ints[k.C_ROOM]:  # rarely: the arrays grow before the compiled call needs them
             self._room()
             self._tables_now = self._tables()
-        args = (self.settings, self.cycle, self._tables_now, np.array(walk.accepted, np.int64),
-                np.array(done.tokens, np.int64), np.ascontiguousarray(back.successor_ids, np.int64),
-                np.ascontiguousarray(back.successor_scores, np.float64))
+        verified = (np.array(walk.accepted, np.int64), np.array(done.tokens, np.int64),
+                    np.ascontiguousarray(back.successor_ids, np.int64),
+                    np.ascontiguousarray(back.successor_scores, np.float64))
+        args = (self.settings, self.cycle, self._tables_now, verified)
         if self._entry is None:  # the first call types the arguments; later ones skip numba's dispatch
             k.advance(*args)
             self._entry = k.advance.overloads[tuple(k.advance.typeof_pyval(a) for a in args)].entry_point
@@ -207,7 +208,7 @@ class CompiledPlanner:
 
     def _tables(self) -> k.Tables:
         table = self.table
-        return k.Tables(pld=self.index.arrays, tr=(*table.arrays, table.bigram), calib=np.zeros(0, np.float64),
+        return k.Tables(pld=self.index.arrays, tr=(table.arrays, table.bigram), calib=np.zeros(0, np.float64),
                         counters=self.stats.counters, cal=self.calibration.cal, pend=self.calibration.pend)
 
     def _room(self) -> None:

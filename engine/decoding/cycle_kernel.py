@@ -22,10 +22,25 @@ from numba import njit
 
 from ..sources import pld_kernel
 from ..sources.adjacency import _store, room_for
-from .build_kernel import AR, BYPASS, TREE, anchor_has_row, build_chain, build_spine, capped, planned_mode, route, shape
+from .build_kernel import (
+    AR,
+    BYPASS,
+    TREE,
+    BypassRule,
+    Schedule,
+    SpineShape,
+    anchor_has_row,
+    build_chain,
+    build_spine,
+    capped,
+    planned_mode,
+    route,
+    shape,
+)
 from .calibration_kernel import PLD, NodeArrays, record, resolve, update_stats
 from .calibration_kernel import room_for as pending_room
 from .gt_kernel import GhostArrays, calibrated_choice, speedup_optimal
+from .spine_kernel import TreeArrays
 
 # ``Settings.ints``: the configuration's integers and flags
 (S_BUDGET, S_EXTENSION, S_MAX_EXTENDED, S_SCHEDULE, S_BYPASS, S_CONFIDENT_RULE, S_BYPASS_THRESHOLD, S_MAX_DEPTH,
@@ -76,7 +91,7 @@ class Tables(NamedTuple):
     """What the sources and the estimates keep: PLD's index, TR's table, the depth counters, the calibration."""
 
     pld: pld_kernel.NgramArrays
-    tr: tuple  # ``ArrayTable.arrays``' twelve arrays, then its ``bigram``
+    tr: tuple  # (``adjacency.TableArrays``, the bigram map): TR's table (``ArrayTable``)
     calib: np.ndarray  # (0,) float64: TR's estimates are its scores
     counters: tuple  # ``calibration_kernel.DepthArrays``
     cal: tuple  # ``calibration_kernel.CalState``
@@ -84,15 +99,15 @@ class Tables(NamedTuple):
 
 
 @njit(cache=True)
-def learn(s, c, t, accepted, committed, ids, scores):
+def learn(s, c, t, verified):
     """Alg. 2 line 16 for the cycle just verified (``SpecDecoder._learn``, in its order): its built tree recorded for
     the calibration, the committed tokens appended, TR's store of every row unless TR rested, the acceptance
     statistics, the AR streak, the decided trees resolved, and the curve's time of the forward for λ.
 
-    Args:
-        accepted: (a,) int64 accepted nodes, root excluded.  committed: (k,) int64 tokens appended to the output.
-        ids, scores: (n, K) int64, float64 each forward row's top-K successors (``ReadBack``).
+    ``verified`` = (accepted (a,) int64 the accepted nodes, root excluded; committed (k,) int64 the tokens appended
+    to the output; ids (n, K) int64 and scores (n, K) float64, each forward row's top-K successors: ``ReadBack``).
     """
+    accepted, committed, ids, scores = verified
     si, ci = s.ints, c.ints
     n = ci[C_NODES]
     tree = NodeArrays(c.kept.tokens[:n], c.kept.parents[:n], c.kept.source[:n], c.kept.scores[:n], c.kept.est[:n],
@@ -114,9 +129,8 @@ def learn(s, c, t, accepted, committed, ids, scores):
         prev[0] = c.stream[at - 2] if at > 1 else -1
         for i in range(1, n):
             prev[i] = tree.tokens[tree.parents[i]]
-        tr = t.tr
-        _store(tr[0], tr[1], tr[2], tr[3], tr[4], tr[5], tr[6], tr[7], tr[8], tr[9], tr[10], tr[11], tr[12],
-               si[S_BIGRAM_CAPACITY], si[S_RENORMALISE] != 0, prev, tree.tokens, ids[:n], scores[:n])
+        _store(t.tr[0], t.tr[1], (si[S_BIGRAM_CAPACITY], si[S_RENORMALISE] != 0), (prev, tree.tokens, ids[:n],
+                                                                                    scores[:n]))
     ema = ci[C_MODE] == TREE or si[S_EMA_ON_CHAINS] != 0
     update_stats(tree, accepted, t.counters, c.ema, (si[S_COUNTERFACTUAL] != 0, ema))
     ci[C_STREAK] = ci[C_STREAK] + 1 if ci[C_MODE] == AR else 0
@@ -141,31 +155,32 @@ def plan(s, c, t):
     tokens, p = c.chain
     m, _, confidence, consensus = pld_kernel.propose(t.pld, s.pld, t.counters, (context, c.empty),
                                                      si[S_DRAFT_BUDGET], (tokens, p))
-    tr = t.tr
-    offers = not resting and anchor_has_row(tr[0], tr[3], tr[6], tr[12], prev, anchor)
-    mode = route(m, offers, consensus, False, si[S_BYPASS] != 0, si[S_CONFIDENT_RULE] != 0, si[S_BYPASS_THRESHOLD])
+    a, bigram = t.tr
+    offers = not resting and anchor_has_row(a.uni_slot, a.uni_len, a.bi_len, bigram, prev, anchor)
+    mode = route(m, offers, consensus, BypassRule(False, si[S_BYPASS] != 0, si[S_CONFIDENT_RULE] != 0,
+                                                  si[S_BYPASS_THRESHOLD]))
     ci[C_RESTING], ci[C_MATCH], ci[C_CHAIN], ci[C_BUDGET] = resting, m, m, -1
     cf[D_CONFIDENCE], cf[D_SPINE_RATIO] = confidence if m else 0.0, math.nan
     b, g = c.built, c.ghosts
     nodes, ghosts = 0, 0
+    out = TreeArrays(b.tokens, b.parents, b.source, b.scores, b.est, b.depth, g.parent, g.token, g.source, g.score,
+                     g.est)
     if mode == BYPASS:
-        nodes, ghosts = build_chain(anchor, tokens[:m], p[:m], PLD, sf[F_PRUNE_AT], b.tokens, b.parents, b.source,
-                                    b.scores, b.est, b.depth, g.parent, g.token, g.source, g.score, g.est)
+        nodes, ghosts = build_chain(anchor, (tokens[:m], p[:m], PLD), sf[F_PRUNE_AT], out)
     elif mode == TREE:
-        budget, r, limit, extend, saturated = shape(confidence if m else 0.0, si[S_SCHEDULE] != 0, sf[F_SPINE_RATIO],
-                                                    c.ema[1], si[S_BUDGET], si[S_EXTENSION], si[S_MAX_EXTENDED],
-                                                    sf[F_EXTEND_ABOVE], si[S_CHAIN_CAP], m)
+        schedule = Schedule(si[S_SCHEDULE] != 0, sf[F_SPINE_RATIO], si[S_BUDGET], si[S_EXTENSION], si[S_MAX_EXTENDED],
+                            sf[F_EXTEND_ABOVE], si[S_CHAIN_CAP])
+        budget, r, limit, extend, saturated = shape(confidence if m else 0.0, c.ema[1], m, schedule)
         chain = m
         if extend:
             chain = pld_kernel.extend_chain(t.pld, s.pld, t.counters, context, (tokens, p),
                                             (m, limit, si[S_DRAFT_BUDGET], saturated))
             chain = capped(chain, si[S_CHAIN_CAP])
         depth_bound = si[S_MAX_DEPTH] if si[S_DEPTH_BOUNDS_SPINE] else budget
-        nodes, ghosts = build_spine(anchor, prev, tokens[:chain], p[:chain], PLD, r, budget, depth_bound,
-                                    si[S_MAX_DEPTH], sf[F_PRUNE_AT], sf[F_MIN_SCORE], sf[F_RHO],
-                                    si[S_SPINE_BRANCH_MIN], not resting, tr[0], tr[1], tr[2], tr[3], tr[4], tr[5],
-                                    tr[6], tr[12], t.calib, b.tokens, b.parents, b.source, b.scores, b.est, b.depth,
-                                    g.parent, g.token, g.source, g.score, g.est)
+        spine = SpineShape(r, budget, depth_bound, si[S_MAX_DEPTH], sf[F_PRUNE_AT], sf[F_MIN_SCORE], sf[F_RHO],
+                           si[S_SPINE_BRANCH_MIN], not resting)
+        table = (a.uni_slot, a.uni_ids, a.uni_scores, a.uni_len, a.bi_ids, a.bi_scores, a.bi_len, bigram, t.calib)
+        nodes, ghosts = build_spine((anchor, prev), (tokens[:chain], p[:chain], PLD), spine, table, out)
         ci[C_CHAIN], ci[C_BUDGET], cf[D_SPINE_RATIO] = chain, budget, r
     mode = planned_mode(mode, nodes)
     if mode == AR:  # the anchor alone; its ghosts are the build's, when there was one
@@ -219,10 +234,10 @@ def _copy(built, kept, lost, left):
 
 
 @njit(cache=True)
-def advance(s, c, t, accepted, committed, ids, scores):
-    """Learn from the cycle just verified, then plan the next: the one compiled entry of a cycle (``learn``,
-    ``plan``)."""
-    learn(s, c, t, accepted, committed, ids, scores)
+def advance(s, c, t, verified):
+    """Learn from the cycle just verified (``verified``: see ``learn``), then plan the next: the one compiled entry of
+    a cycle (``learn``, ``plan``)."""
+    learn(s, c, t, verified)
     plan(s, c, t)
     c.ints[C_ROOM] = has_room(s, c, t)
 
@@ -231,6 +246,6 @@ def advance(s, c, t, accepted, committed, ids, scores):
 def has_room(s, c, t):
     """Whether the next ``learn`` finds room for the planned cycle without the Python side growing an array (TR's
     table for its rows, the calibration's pool for its built tree; PLD's index was sized for the whole stream)."""
-    tr, n = t.tr, c.kept.tokens.shape[0]
-    return (room_for(tr[0], tr[3], tr[8], tr[9], tr[11], c.ints[C_VOCAB] - 1, n, s.ints[S_BIGRAM_CAPACITY])
+    n = c.kept.tokens.shape[0]
+    return (room_for(t.tr[0], c.ints[C_VOCAB] - 1, n, s.ints[S_BIGRAM_CAPACITY])
             and pending_room(t.pend, n))

@@ -62,7 +62,7 @@ class SpecDecoder:
 
     def __init__(self, model, resolved: Resolved, eos_token_ids: Iterable[int] = (),
                  cost_curve: CostCurve | None = None, memory: SourceMemory | None = None,
-                 profile: bool = False, compiled: bool = True) -> None:
+                 profile: bool = False) -> None:
         self.path = model if isinstance(model, ForwardPath) else EagerPath(model)  # how trees are run
         model = self.path.model
         compat.check_model(model)  # first: what cannot be served says why
@@ -80,7 +80,9 @@ class SpecDecoder:
         self.cost_curve = cost_curve
         self.config, self.resolved = config, resolved
         self.planner = Planner(resolved, cost_curve, self.positions, self.extra_rows)  # stages 1-2 and 6
-        self.compiled = compiled  # a run the compiled planner serves plans with it (``CompiledPlanner.covers``)
+        # a run the compiled planner serves plans with it (``CompiledPlanner.covers``: the default Goose configuration,
+        # one compiled call a cycle); False plans every run in Python: the same trees and tokens, more host time
+        self.compiled = True
         # what sources keep across requests, per model (the page's model picker may switch models)
         self.memory = (memory if memory is not None else SourceMemory()).scope(str(getattr(model, "name_or_path", "")))
         self.eos = frozenset(int(t) for t in eos_token_ids)

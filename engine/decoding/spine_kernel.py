@@ -62,10 +62,13 @@ class Limits(NamedTuple):
 
 
 @njit(cache=True)
-def _add(t, kids, count, lim, parent, token, src, score, p):
-    """``TreeBuilder.add``: the new node's index, or -1 when the budget, the depth or c refuses it (c: a ghost,
-    while fewer than B ghosts were kept).  ``src`` is the node's source code."""
+def _add(b, parent, node):
+    """``TreeBuilder.add`` of ``node`` = (token, source code, score, p) below ``parent``: the new node's index, or -1
+    when the budget, the depth or c refuses it (c: a ghost, while fewer than B ghosts were kept).  ``b`` is the
+    builder: (``TreeArrays``, children's lists, count (2,) int64 nodes and ghosts, ``Limits``)."""
+    t, kids, count, lim = b
     tokens, parents, source, scores, est, depth, ghost_parent, ghost_token, ghost_source, ghost_score, ghost_est = t
+    token, src, score, p = node
     n = count[0]
     if n >= lim[0] or depth[parent] >= lim[1]:
         return -1
@@ -91,9 +94,9 @@ def _add(t, kids, count, lim, parent, token, src, score, p):
 
 
 @njit(cache=True)
-def _child_with(t, kids, parent, token, below):
+def _child_with(b, parent, token, below):
     """The first child of ``parent`` carrying ``token`` among nodes below index ``below``, or -1."""
-    tokens = t[0]
+    tokens, kids = b[0][0], b[1]
     c = kids[0][parent]
     while c != -1 and c < below:
         if tokens[c] == token:
@@ -103,9 +106,10 @@ def _child_with(t, kids, parent, token, below):
 
 
 @njit(cache=True)
-def _row(t, table, lim, node):
+def _row(b, table, node):
     """(ids, scores, estimated acceptances) of ``node``'s successors in TR's table, best first; empty when none.
     The estimate is the score, or min(1, score x calibration[depth + 1]) (``TrSource.rate``)."""
+    t, lim = b[0], b[3]
     tokens, parents, depth = t[0], t[1], t[5]
     uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bigram, calib = table
     prev = lim[7] if node == 0 else tokens[parents[node]]
@@ -125,32 +129,36 @@ def _row(t, table, lim, node):
 
 
 @njit(cache=True)
-def _attach(t, kids, count, lim, table, node, n_wanted, seeds):
+def _attach(b, table, node, n_wanted, seeds):
     """``spine_tree._attach``: up to ``n_wanted`` top successors of ``node`` scored at least the minimum, not
     already its children when the call began; the nodes added join ``seeds``."""
+    count, lim = b[2], b[3]
     below = count[0]  # children added from here on are not "taken"
-    ids, scores, p = _row(t, table, lim, node)
+    ids, scores, p = _row(b, table, node)
     added = 0
     for j in range(ids.shape[0]):
         if added >= n_wanted:
             break
         if scores[j] < lim[4]:
             continue
-        if _child_with(t, kids, node, ids[j], below) == -1:
-            child = _add(t, kids, count, lim, node, ids[j], TR, scores[j], p[j])
+        if _child_with(b, node, ids[j], below) == -1:
+            child = _add(b, node, (ids[j], TR, scores[j], p[j]))
             if child != -1:
                 seeds.append(child)
                 added += 1
 
 
 @njit(cache=True)
-def _push_successors(t, kids, count, lim, table, node, heap, ranked, turn):
-    """Step 4's k-way merge: rank ``node``'s successors by path estimate (ties in the table's order) into
-    ``ranked`` (keys, ids, scores, estimates, how many) and put the best in the heap; returns the next turn."""
+def _push_successors(b, table, node, queue, turn):
+    """Step 4's k-way merge: rank ``node``'s successors by path estimate (ties in the table's order) into the
+    ``queue``'s ranking (keys, ids, scores, estimates, how many) and put the best in its heap; returns the next
+    turn.  ``queue`` = (heap, ranking)."""
+    t, count, lim = b[0], b[2], b[3]
+    heap, ranked = queue
     est, depth = t[4], t[5]
     if count[0] >= lim[0] or depth[node] >= lim[1] or depth[node] >= lim[2]:
         return turn
-    ids, scores, p = _row(t, table, lim, node)
+    ids, scores, p = _row(b, table, node)
     keys, toks, scs, ps = ranked[0][node], ranked[1][node], ranked[2][node], ranked[3][node]
     m = 0
     for j in range(ids.shape[0]):
@@ -170,19 +178,24 @@ def _push_successors(t, kids, count, lim, table, node, heap, ranked, turn):
 
 
 @njit(cache=True)
-def steps_2_to_4(t, kids, count, lim, table, spine_nodes):
-    """Alg. 1 steps 2-4 (best-first) on a tree whose laid nodes' children ``kids`` lists (first child, next
-    sibling, last child; (B,) int64 each), in place; the branch nodes are TR's (code 2).  ``grow`` and
-    ``build_kernel.build_spine`` call it; the arguments are ``grow``'s, grouped."""
-    budget = lim[0]
-    uni_ids = table[1]
-    # steps 2-3: root branches, then spine branches by harmonic decay
+def steps_2_to_4(b, table, spine_nodes):
+    """Alg. 1 steps 2-4 (best-first) on the builder ``b`` (see ``_add``; its children's lists hold the laid nodes),
+    in place; the branch nodes are TR's (code 2).  ``table``: TR's (``build_kernel.successor_table``);
+    ``spine_nodes``: (n_spine + 1,) int64 the spine's nodes, root first."""
+    _step_4(b, table, _steps_2_3(b, table, spine_nodes))
+
+
+@njit(cache=True)
+def _steps_2_3(b, table, spine_nodes):
+    """Alg. 1 steps 2-3: the root's branches, then the spine's by harmonic decay; returns the branch nodes added
+    (step 4's seeds)."""
+    count, lim = b[2], b[3]
     seeds = [0]
     seeds.pop()
     n_spine = spine_nodes.shape[0] - 1
-    left = budget - count[0]
+    left = lim[0] - count[0]
     n_root = math.floor(left * (1 - lim[5])) if n_spine else left
-    _attach(t, kids, count, lim, table, 0, n_root, seeds)
+    _attach(b, table, 0, n_root, seeds)
     share = left - n_root
     harmonic = 0.0
     for j in range(1, n_spine + 1):
@@ -192,24 +205,31 @@ def steps_2_to_4(t, kids, count, lim, table, spine_nodes):
         if n_wanted <= 0:
             break
         share -= n_wanted
-        _attach(t, kids, count, lim, table, spine_nodes[i], n_wanted, seeds)
-    # step 4: best-first, one heap over the tree; each node's ranked successors enter one at a time
-    width = uni_ids.shape[1]
+        _attach(b, table, spine_nodes[i], n_wanted, seeds)
+    return seeds
+
+
+@njit(cache=True)
+def _step_4(b, table, seeds):
+    """Alg. 1 step 4, best-first: one heap over the tree; each node's ranked successors enter it one at a time."""
+    count, budget = b[2], b[3][0]
+    width = table[1].shape[1]
     ranked = (np.empty((budget, width), np.float64), np.empty((budget, width), np.int64),
               np.empty((budget, width), np.float64), np.empty((budget, width), np.float64), np.zeros(budget, np.int64))
     heap = [(0.0, 0, 0, 0)]
     heap.pop()
+    queue = (heap, ranked)
     turn = 0
     for node in seeds:
-        turn = _push_successors(t, kids, count, lim, table, node, heap, ranked, turn)
+        turn = _push_successors(b, table, node, queue, turn)
     while len(heap) and count[0] < budget:
         _, node_turn, rank, parent = heapq.heappop(heap)
         if rank + 1 < ranked[4][parent]:  # the parent's next best successor takes its place
             heapq.heappush(heap, (ranked[0][parent, rank + 1], node_turn, rank + 1, parent))
         token = ranked[1][parent, rank]
-        if _child_with(t, kids, parent, token, budget) != -1:
+        if _child_with(b, parent, token, budget) != -1:
             continue
-        child = _add(t, kids, count, lim, parent, token, TR, ranked[2][parent, rank], ranked[3][parent, rank])
+        child = _add(b, parent, (token, TR, ranked[2][parent, rank], ranked[3][parent, rank]))
         if child == -1:
             break  # budget full, or the best remaining candidate is below c (so are all the others)
-        turn = _push_successors(t, kids, count, lim, table, child, heap, ranked, turn)
+        turn = _push_successors(b, table, child, queue, turn)

@@ -73,51 +73,75 @@ def row_slot(uni_slot: np.ndarray, bigram, prev: int, token: int) -> tuple[bool,
 
 
 @njit(cache=True)
-def _store(uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bi_stamp, free, ring_key, ring_stamp,
-           counters, bigram, capacity: int, renormalise: bool, prev: np.ndarray, tokens: np.ndarray, ids: np.ndarray,
-           scores: np.ndarray) -> None:
+def _store(a, bigram, settings, rows):
     """Write each row as the successors of its input token (tier 1) and of its pair (tier 2), then drop the
-    least recently written pairs past ``capacity``.  Room was made beforehand (``ArrayTable._make_room``).
-    The arrays come one by one (``TableArrays``' order): numba unboxes a NamedTuple of them ten times slower."""
-    a = TableArrays(uni_slot, uni_ids, uni_scores, uni_len, bi_ids, bi_scores, bi_len, bi_stamp, free, ring_key,
-                    ring_stamp, counters)
-    c = a.counters
-    k = ids.shape[1]
+    least recently written pairs past the capacity.  Room was made beforehand (``ArrayTable._make_room``).
+
+    Args:
+        a: ``TableArrays``.  bigram: the tier-2 map.  settings: (capacity, renormalise).
+        rows: (prev (n,) int64 the token before each row's input, -1 none; tokens (n,) int64; ids (n, k) int64;
+            scores (n, k) float64).
+    """
+    capacity, renormalise = settings
+    prev, tokens, ids, scores = rows
     for i in range(tokens.shape[0]):
-        total = 0.0
-        if renormalise:  # softmax over the top-K logits = each top-K probability over their sum
-            for j in range(k):
-                total += scores[i, j]
-        tok = tokens[i]
-        slot = a.uni_slot[tok]
-        if slot == _NONE:
-            slot = c[_N_UNI]
-            c[_N_UNI] += 1
-            a.uni_slot[tok] = slot
+        slot = _store_token(a, tokens[i], ids[i], scores[i], renormalise)
+        if prev[i] != _NONE and capacity != 0:
+            _store_pair(a, bigram, pair_key(prev[i], tokens[i]), slot)
+    _evict(a, bigram, capacity)
+
+
+@njit(cache=True)
+def _store_token(a, tok, ids, scores, renormalise):
+    """Tier 1: ``tok``'s row becomes ``ids`` (k,) int64 and ``scores`` (k,) float64 (over their sum when
+    ``renormalise``: a softmax over the top-K logits); returns its slot."""
+    k = ids.shape[0]
+    total = 0.0
+    if renormalise:
         for j in range(k):
-            a.uni_ids[slot, j] = ids[i, j]
-            a.uni_scores[slot, j] = scores[i, j] / total if renormalise else scores[i, j]
-        a.uni_len[slot] = k
-        if prev[i] == _NONE or capacity == 0:
-            continue
-        key = pair_key(prev[i], tok)
-        if key in bigram:
-            b = bigram[key]
-        else:
-            c[_N_FREE] -= 1
-            b = a.free[c[_N_FREE]]
-            bigram[key] = b
-            c[_LIVE] += 1
-        for j in range(k):
-            a.bi_ids[b, j] = a.uni_ids[slot, j]
-            a.bi_scores[b, j] = a.uni_scores[slot, j]
-        a.bi_len[b] = k
-        c[_STAMP] += 1
-        a.bi_stamp[b] = c[_STAMP]
-        a.ring_key[c[_TAIL]] = key
-        a.ring_stamp[c[_TAIL]] = c[_STAMP]
-        c[_TAIL] += 1
-    while c[_LIVE] > capacity:  # the least recently written pair first; a stale ring entry is skipped
+            total += scores[j]
+    c = a.counters
+    slot = a.uni_slot[tok]
+    if slot == _NONE:
+        slot = c[_N_UNI]
+        c[_N_UNI] += 1
+        a.uni_slot[tok] = slot
+    for j in range(k):
+        a.uni_ids[slot, j] = ids[j]
+        a.uni_scores[slot, j] = scores[j] / total if renormalise else scores[j]
+    a.uni_len[slot] = k
+    return slot
+
+
+@njit(cache=True)
+def _store_pair(a, bigram, key, slot):
+    """Tier 2: the pair ``key``'s row becomes tier-1 row ``slot``'s, written now (the LRU's newest)."""
+    c = a.counters
+    if key in bigram:
+        b = bigram[key]
+    else:
+        c[_N_FREE] -= 1
+        b = a.free[c[_N_FREE]]
+        bigram[key] = b
+        c[_LIVE] += 1
+    k = a.uni_len[slot]
+    for j in range(k):
+        a.bi_ids[b, j] = a.uni_ids[slot, j]
+        a.bi_scores[b, j] = a.uni_scores[slot, j]
+    a.bi_len[b] = k
+    c[_STAMP] += 1
+    a.bi_stamp[b] = c[_STAMP]
+    a.ring_key[c[_TAIL]] = key
+    a.ring_stamp[c[_TAIL]] = c[_STAMP]
+    c[_TAIL] += 1
+
+
+@njit(cache=True)
+def _evict(a, bigram, capacity):
+    """Drop the least recently written pairs past ``capacity``; a stale ring entry (its pair written since) is
+    skipped."""
+    c = a.counters
+    while c[_LIVE] > capacity:
         key, stamp = a.ring_key[c[_HEAD]], a.ring_stamp[c[_HEAD]]
         c[_HEAD] += 1
         if key in bigram and a.bi_stamp[bigram[key]] == stamp:
@@ -150,14 +174,14 @@ def _grown(array: np.ndarray, size: int, fill: int = 0) -> np.ndarray:
 
 
 @njit(cache=True)
-def room_for(uni_slot: np.ndarray, uni_len: np.ndarray, free: np.ndarray, ring_key: np.ndarray, counters: np.ndarray,
-             top: int, n: int, capacity: int) -> bool:
-    """Whether ``n`` more rows of tokens up to ``top`` fit without ``ArrayTable._make_room`` (``_store`` never
-    reallocates): a tier-1 slot per token, n more tier-1 rows, n free tier-2 slots, n more writes in the ring."""
-    c = counters
-    if top >= uni_slot.shape[0] or c[_N_UNI] + n > uni_len.shape[0]:
+def room_for(a, top: int, n: int, capacity: int) -> bool:
+    """Whether ``n`` more rows of tokens up to ``top`` fit in ``a`` (``TableArrays``) without
+    ``ArrayTable._make_room`` (``_store`` never reallocates): a tier-1 slot per token, n more tier-1 rows, n free
+    tier-2 slots, n more writes in the ring."""
+    c = a.counters
+    if top >= a.uni_slot.shape[0] or c[_N_UNI] + n > a.uni_len.shape[0]:
         return False
-    return capacity == 0 or (c[_N_FREE] >= n and c[_TAIL] + n <= ring_key.shape[0])
+    return capacity == 0 or (c[_N_FREE] >= n and c[_TAIL] + n <= a.ring_key.shape[0])
 
 
 class ArrayTable:
@@ -218,7 +242,7 @@ class ArrayTable:
         if row_ids.shape[1] > self.arrays.uni_ids.shape[1]:  # rows wider than K (another source reads more)
             self._widen(row_ids.shape[1])
         self._make_room(toks, n)
-        _store(*self.arrays, self.bigram, self.bigram_capacity, self.renormalise, prev, toks, row_ids, row_scores)
+        _store(self.arrays, self.bigram, (self.bigram_capacity, self.renormalise), (prev, toks, row_ids, row_scores))
 
     def _widen(self, k: int) -> None:
         """Every row array ``k`` columns wide."""

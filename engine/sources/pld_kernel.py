@@ -234,7 +234,7 @@ def propose(idx, s, depth, query, budget, out):
     Args: ``s`` the ``PldSettings``; ``depth`` the ``DepthArrays`` (row ``SRC_PLD`` read).
     Returns (chain length, match n, confidence, consensus); (0, 0, 0.0, False) without a match.
     """
-    return _propose(idx, s, depth, query, budget, out, _prior(s, depth))
+    return _propose(idx, s, depth, query, out, (budget, _prior(s, depth)))
 
 
 @njit(cache=True)
@@ -245,8 +245,9 @@ def _prior(s, depth):
 
 
 @njit(cache=True)
-def _propose(idx, s, depth, query, budget, out, prior):
-    """``propose`` with its prior given."""
+def _propose(idx, s, depth, query, out, ask):
+    """``propose`` with ``ask`` = (budget, the prior: ``_prior``)."""
+    budget, prior = ask
     context, path = query
     if context.shape[0] > idx.meta[_N_TOKENS]:  # the tokens committed since last asked
         extend(idx, context[idx.meta[_N_TOKENS]:])
@@ -278,8 +279,8 @@ def extend_chain(idx, s, depth, context, out, plan):
     while length < limit:
         if length + max_len > tokens.shape[0]:
             raise ValueError("the output arrays are too short for the chain's growth")
-        m, _, confidence, _ = _propose(idx, s, depth, (context, tokens[:length]), budget,
-                                       (tokens[length:], p[length:]), prior)
+        m, _, confidence, _ = _propose(idx, s, depth, (context, tokens[:length]), (tokens[length:], p[length:]),
+                                       (budget, prior))
         if m == 0:
             break
         length += m
