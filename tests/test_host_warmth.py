@@ -21,7 +21,7 @@ def test_the_timed_planner_keeps_the_runs_own_cycles(host_warmth, demo_lm, lossl
     plain = list(make_decoder(demo_lm, config, demo_lm.eos_token_ids, cost_curve=curve).generate(ids))
     decoder = make_decoder(demo_lm, config, demo_lm.eos_token_ids, cost_curve=curve)
     timed = host_warmth.WarmthPlanner(decoder.planner, evict_mb=1)
-    decoder.planner = timed
+    decoder.planner, decoder.compiled = timed, False  # as the script: the Python planner's stages are timed
     traces = list(decoder.generate(ids))
     assert [(t.mode, t.tree, t.ghosts, t.accepted, t.new_tokens) for t in traces] == \
         [(t.mode, t.tree, t.ghosts, t.accepted, t.new_tokens) for t in plain]
