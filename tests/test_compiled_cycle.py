@@ -1,11 +1,12 @@
 """The compiled planner (engine/decoding/compiled_cycle.py: one compiled entry a cycle) against the Python planner:
 every field of every cycle's trace the same, timings aside, on the demo model and on SmolLM2 (llama.cpp's kernels),
-over both of GT's regimes (path calibration off on a flat curve, on on a steep one) and the settings the compiled
-cycle reads; which runs it serves; and that a real run never compiles a kernel the warm-up did not."""
+over both of GT's regimes (path calibration off on the demo's flat curve, on on llama.cpp's steep one) and the
+settings the compiled cycle reads; which runs it serves; and that a real run never compiles a kernel the warm-up
+did not."""
 from __future__ import annotations
 
 import pytest
-from conftest import DEMO_CURVE, SMOLLM2_CURVE, greedy_reference
+from conftest import DEMO_CURVE, greedy_reference
 
 from engine.decoding import cycle_kernel
 from engine.decoding.compiled_cycle import KERNELS, CompiledPlanner
@@ -18,6 +19,7 @@ from engine.decoding.decode import SpecDecoder
 VARIANTS = ({}, {"budget": 20}, {"max_depth": 3, "spine_ratio": 0.3}, {"bypass_rule": "confident"},
             {"gt_rest_after": 2}, {"match_occurrence": "earliest", "budget_extension": 0})
 SKIP = {"timings_ms", "elapsed_s"}
+STEEP = "past=128;1:10,2:17,4:25,8:41,16:72,32:142,64:280,128:560"  # llama.cpp's Q4_1 curve on 2 cores, roughly
 
 
 def _fields(trace) -> dict:
@@ -54,8 +56,9 @@ def _signatures() -> dict:
 def test_the_compiled_cycle_plans_what_the_python_one_plans(demo_lm, lossless_prompts):
     before = _signatures()
     accepted = cycles = 0
-    for spec in (DEMO_CURVE, SMOLLM2_CURVE):  # calibration off (a flat curve), on (a steep one)
+    for spec in (DEMO_CURVE, STEEP):  # path calibration off (a flat curve), on (a steep one)
         curve = CostCurve.from_spec(spec)
+        assert DecodeConfig().resolved(curve).path_calibration == (spec == STEEP)
         for i, variant in enumerate(VARIANTS):
             ids = demo_lm.encode_prompt(lossless_prompts[i % len(lossless_prompts)])
             python, compiled = _both(demo_lm.model, DecodeConfig.of(max_new_tokens=48, **variant), curve, ids)
@@ -73,8 +76,8 @@ def test_the_compiled_cycle_plans_what_the_python_one_plans_on_smollm2(smollm2_l
     from engine.core.forward import make_path
     from engine.product.models.named import SMOLLM2, ensure_gguf
     path = make_path(smollm2_lm.model, "llamacpp", gguf=ensure_gguf(SMOLLM2))
-    curve = CostCurve.from_spec(SMOLLM2_CURVE)
-    for text in lossless_prompts[:4]:
+    for i, text in enumerate(lossless_prompts[:4]):
+        curve = CostCurve.from_spec(STEEP if i % 2 else DEMO_CURVE)  # path calibration on, off
         ids = smollm2_lm.encode_prompt(text)
         python, compiled = _both(path, DecodeConfig.of(max_new_tokens=64), curve, ids, smollm2_lm.eos_token_ids)
         assert python == compiled
