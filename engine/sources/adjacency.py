@@ -191,11 +191,8 @@ class ArrayTable:
     alone).  ``store`` writes a forward's rows, ``row`` / ``successors`` read one, bigram first; the compiled tree
     builder reads ``arrays`` and ``bigram`` directly (``row_slot``).  One per generation, never shared.
 
-    Args:
-        vocab_size: the model's vocabulary (kept for the record; tier 1 grows with the largest token seen).
-        top_k: K, successors per row.
-        bigram_capacity: rows kept in tier 2.
-        renormalise: scores as a softmax over the K logits (the authors' code) instead of the full softmax.
+    Args: those of ``tr.AdjacencyTable`` (``vocab_size`` kept for the record: tier 1 grows with the largest token
+    seen).
     """
 
     def __init__(self, vocab_size: int, top_k: int = 10, bigram_capacity: int = 65536,
@@ -223,15 +220,7 @@ class ArrayTable:
 
     def store(self, prev_tokens: Sequence[int | None], tokens: Sequence[int], ids: Sequence[Sequence[int]],
               scores: Sequence[Sequence[float]]) -> None:
-        """Store host rows (read back by ``verify.read_back``) as the successors of each row's input token.
-
-        Args:
-            prev_tokens: per row, the token before ``tokens[i]`` on its path (None for the first token
-                of the sequence); keys the bigram tier.
-            tokens: (n,) input token of each row.
-            ids, scores: (n, k) successor ids and scores of each row, best first (``top_successors``): int64 and
-                float64 arrays (``ReadBack``'s), or lists of lists; k may differ from K.
-        """
+        """``tr.AdjacencyTable.store`` (the same arguments; rows wider than K widen the table), by ``_store``."""
         n = len(tokens)
         if n == 0:
             return
@@ -310,14 +299,3 @@ class ArrayTable:
         n = a.uni_len[slot]
         return tuple(a.uni_ids[slot, :n].tolist()), tuple(a.uni_scores[slot, :n].tolist())
 
-    def successors(self, prev: int | None, token: int, min_score: float = 0.0) -> list[tuple[int, float]]:
-        """Top-K ``(token id, score)`` successors of ``token``, best first, bigram tier first.
-
-        Falls back to the unigram row when ``(prev, token)`` was never observed; returns [] when
-        ``token`` was never observed either.  Successors scored below ``min_score`` are dropped.
-        """
-        row = self.row(prev, token)
-        return [] if row is None else [(t, s) for t, s in zip(*row) if s >= min_score]
-
-    def has_successors(self, prev: int | None, token: int) -> bool:
-        return bool(self.successors(prev, token))
