@@ -23,11 +23,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-import torch
 from numba import njit, types
 from numba.typed import Dict
-
-from ..core.verify import top_successors
 
 #: One table row: successor token ids and their scores, best first.
 Row = tuple[tuple[int, ...], tuple[float, ...]]
@@ -270,20 +267,6 @@ class ArrayTable:
                 a = a._replace(ring_key=_grown(a.ring_key, int(c[_TAIL]) + n),
                                ring_stamp=_grown(a.ring_stamp, int(c[_TAIL]) + n))
         self.arrays = a
-
-    @torch.no_grad()
-    def harvest(self, prev_tokens: list[int | None], tokens: torch.Tensor | list[int], logits: torch.Tensor) -> None:
-        """``top_successors`` of every logit row, read back in one copy, then ``store``d (the prefill's path).
-
-        Args:
-            prev_tokens: see ``store``.  tokens: (n,) int64 input token of each row.
-            logits: (n, |V|) logits of the same rows (any dtype, any device).
-        """
-        scores, ids = top_successors(logits, self.top_k)  # (n, k), (n, k)
-        both = torch.cat([ids.double(), scores.double()], dim=-1).cpu().numpy()  # one device->host copy; ids < 2^53
-        k = ids.shape[-1]
-        toks = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
-        self.store(prev_tokens, toks, both[:, :k].astype(np.int64), both[:, k:])
 
     def row(self, prev: int | None, token: int) -> Row | None:
         """The stored row of ``token`` (bigram tier first, then unigram), or None when never observed."""
