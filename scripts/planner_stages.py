@@ -7,8 +7,8 @@ Timings: run it alone.
 Issue 71 (docs/results.md, "Goose's cost per cycle"): what the compiled cycle (engine/decoding/compiled_cycle.py)
 saves outside the forward, and how far it stays from AR's.
 
-    python scripts/planner_stages.py [--model demo|smollm2] [--curve SPEC] [--rounds 2] [--limit 3]
-        [--max-new-tokens 128]
+    python scripts/planner_stages.py [--model demo|smollm2] [--dtype auto] [--forward PATH] [--curve SPEC]
+        [--rounds 2] [--limit 3] [--max-new-tokens 128]
 """
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.core.forward import make_path  # noqa: E402
 from engine.decoding.compiled_cycle import KERNELS  # noqa: E402
 from engine.decoding.config import DecodeConfig  # noqa: E402
 from engine.decoding.cost import CostCurve  # noqa: E402
 from engine.product.bench.prompts import DATASETS, encode, load_prompts  # noqa: E402
-from engine.product.models.loading import load_model  # noqa: E402
-from engine.product.models.named import SMOLLM2, ensure_gguf  # noqa: E402
+from engine.product.models.loading import load_model, with_forward  # noqa: E402
 from engine.product.runs.decoder import make_decoder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,23 +38,14 @@ CURVES = {"demo": "past=128;1:5.760,2:7.120,3:8.450,4:8.520,5:8.520,6:9.510,7:9.
 WAYS = ("python", "compiled", "ar")
 
 
-def _model(name: str):
-    """(the loaded model, its forward path): the demo in bf16 on the eager path, SmolLM2 on llama.cpp's kernels."""
-    if name == "smollm2":
-        lm = load_model("smollm2", device="cpu", dtype="fp32")
-        return lm, make_path(lm.model, "llamacpp", gguf=ensure_gguf(SMOLLM2))
-    lm = load_model("demo", device="cpu", dtype="bf16")
-    return lm, make_path(lm.model, "eager")
-
-
-def _run(way: str, lm, path, curve: CostCurve, prompts: list[list[int]], max_new: int) -> dict[str, list[float]]:
+def _run(way: str, lm, curve: CostCurve, prompts: list[list[int]], max_new: int) -> dict[str, list[float]]:
     """Every decoding cycle's stage timings (ms) of one way over the prompts, and ``outside``: total − forward."""
     config = DecodeConfig().with_(max_new_tokens=max_new)
     if way == "ar":
         config = config.with_(sources=())
     ms: dict[str, list[float]] = defaultdict(list)
     for ids in prompts:
-        decoder = make_decoder(lm.model, config, lm.eos_token_ids, cost_curve=curve, forward=path)
+        decoder = make_decoder(lm, config, lm.eos_token_ids, cost_curve=curve)
         decoder.compiled = way != "python"
         for trace in decoder.generate(ids):
             if trace.mode == "prefill":
@@ -70,23 +59,25 @@ def _run(way: str, lm, path, curve: CostCurve, prompts: list[list[int]], max_new
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="demo", choices=tuple(CURVES))
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--forward", default=None, help="a forward path; default: the one the model's loading chose")
     ap.add_argument("--curve", default=None, help="a cost curve's spec instead of the model's in CURVES")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--limit", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     args = ap.parse_args(argv)
     KERNELS.warm()
-    lm, path = _model(args.model)
+    lm = with_forward(load_model(args.model, dtype=args.dtype), args.forward)
     curve = CostCurve.from_spec(args.curve or CURVES[args.model])
     prompts = [encode(lm, text, DATASETS[ds][2], args.max_new_tokens) for ds in SETS
                for text in load_prompts(ROOT / "assets" / "datasets", ds, args.limit)]
-    _run("compiled", lm, path, curve, prompts[:1], 16)  # warm: the model, the kernels' first call
+    _run("compiled", lm, curve, prompts[:1], 16)  # warm: the model, the kernels' first call
     print(f"{lm.describe()}; Goose's defaults, {args.limit} prompts a dataset, {args.max_new_tokens} tokens")
     print("| round | planner | cycles | outside the forward | draft | build | walk | cache | harvest | forward |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in range(1, args.rounds + 1):
         for way in WAYS:
-            ms = _run(way, lm, path, curve, prompts, args.max_new_tokens)
+            ms = _run(way, lm, curve, prompts, args.max_new_tokens)
             cells = " | ".join(f"{statistics.median(ms[k]):.3f}" for k in
                                ("outside", "draft", "build", "walk", "cache", "harvest", "forward"))
             print(f"| {r} | {way} | {len(ms['outside'])} | {cells} |", flush=True)

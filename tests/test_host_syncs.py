@@ -23,20 +23,27 @@ PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b
 
 
 class SyncCounter:
-    """Counts host reads of tensor values, split into the model's forward and everything else."""
+    """Counts host reads of tensor values, split into the model's forward and everything else.  The numpy view of a
+    tensor ``cpu()`` just returned is the same read, not a second one (``read_back``'s one copy, as arrays)."""
 
     def __init__(self) -> None:
         self.engine = 0
         self.model = 0
         self.in_model = False
+        self.copied: dict[int, torch.Tensor] = {}  # the tensors ``cpu()`` returned (kept: their ids stay theirs)
 
-    def wrap(self, method):
+    def wrap(self, name: str, method):
         def counted(tensor, *args, **kwargs):
+            if name == "numpy" and self.copied.get(id(tensor)) is tensor:
+                return method(tensor, *args, **kwargs)
             if self.in_model:
                 self.model += 1
             else:
                 self.engine += 1
-            return method(tensor, *args, **kwargs)
+            out = method(tensor, *args, **kwargs)
+            if name == "cpu":
+                self.copied[id(out)] = out
+            return out
         return counted
 
 
@@ -47,7 +54,7 @@ def counter(monkeypatch, demo_lm):
     monkeypatch.setattr(verify, "_read_back_here", lambda logits, k: verify._read_back_packed(logits, k, None))
     c = SyncCounter()
     for name in READS:
-        monkeypatch.setattr(torch.Tensor, name, c.wrap(getattr(torch.Tensor, name)))
+        monkeypatch.setattr(torch.Tensor, name, c.wrap(name, getattr(torch.Tensor, name)))
     forward = demo_lm.model.forward
 
     def model_forward(*args, **kwargs):
