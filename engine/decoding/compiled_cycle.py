@@ -24,29 +24,19 @@ import threading
 import numpy as np
 
 from ..core import compat
-from ..core.tree import DraftTree, GhostNode, Source
 from ..core.verify import ReadBack
 from ..sources import Candidates, pld_kernel
 from ..sources.adjacency import ArrayTable
 from ..sources.pld_kernel import PldArrays
 from . import cycle_kernel as k
-from .build_kernel import MODES
+from .build_kernel import MODES, built_of
 from .calibration_kernel import CalibrationArrays, StatsArrays, empty_nodes
 from .config import Resolved
 from .cost import CostCurve
 from .gt import GtChoice
 from .gt_kernel import GhostArrays
 from .records import Committed, Drafts, Generation, Plan, Walk
-from .spine_kernel import SOURCE_CODES
-
-_TAGS: tuple[Source, ...] = ()  # source code -> its tag, made on first use (the sources declare their tags)
-
-
-def _tags() -> tuple[Source, ...]:
-    global _TAGS
-    if not _TAGS:
-        _TAGS = tuple(Source.ROOT if name == "anchor" else Source(name) for name in SOURCE_CODES)
-    return _TAGS
+from .spine_kernel import TreeArrays
 
 
 class Kernels:
@@ -163,26 +153,20 @@ class CompiledPlanner:
         runs, as ``learn`` (or the start) planned them."""
         c = self.cycle
         ci, cf = c.ints, c.floats
-        tags = _tags()
         n, g = int(ci[k.C_NODES]), int(ci[k.C_GHOSTS])
-        kept = c.kept
-        tree = DraftTree.derived(tuple(kept.tokens[:n].tolist()), (None, *kept.parents[1:n].tolist()),
-                                 tuple(tags[i] for i in kept.source[:n].tolist()), tuple(kept.scores[:n].tolist()),
-                                 tuple(kept.est[:n].tolist()))
-        lost = c.lost
-        ghosts = tuple(map(GhostNode, lost.parent[:g].tolist(), lost.token[:g].tolist(),
-                           [tags[i] for i in lost.source[:g].tolist()], lost.score[:g].tolist(),
-                           lost.est[:g].tolist()))
+        kept, lost, built = c.kept, c.lost, c.built
+        verified = built_of(TreeArrays(kept.tokens, kept.parents, kept.source, kept.scores, kept.est, kept.depth,
+                                       lost.parent, lost.token, lost.source, lost.score, lost.est), n, g)
         gt = candidates = None
         if ci[k.C_HAS_GT]:
             gt = GtChoice(n, int(ci[k.C_GT_CANDIDATES]), float(cf[k.D_GT_EXPECTED]), float(cf[k.D_GT_COST]))
-            b, built = int(ci[k.C_BUILT]), c.built
-            candidates = DraftTree.derived(tuple(built.tokens[:b].tolist()), (None, *built.parents[1:b].tolist()),
-                                           tuple(tags[i] for i in built.source[:b].tolist()),
-                                           tuple(built.scores[:b].tolist()), tuple(c.read[:b].tolist()))
+            as_read = TreeArrays(built.tokens, built.parents, built.source, built.scores, c.read, built.depth,
+                                 *c.ghosts)  # the built tree at the estimates GT read (its ghosts not wanted)
+            candidates = built_of(as_read, int(ci[k.C_BUILT]), 0).tree
         r = float(cf[k.D_SPINE_RATIO])
         budget = int(ci[k.C_BUDGET])
-        return Plan(MODES[ci[k.C_MODE]], tree, ghosts, None if math.isnan(r) else r, grafted=tree,
+        tree = verified.tree
+        return Plan(MODES[ci[k.C_MODE]], tree, verified.ghosts, None if math.isnan(r) else r, grafted=tree,
                     budget=None if budget < 0 else budget, chain_tokens=int(ci[k.C_CHAIN]), gt=gt,
                     left_out=drafts.resting, rows=int(ci[k.C_ROWS]), candidates=candidates)
 
@@ -213,8 +197,8 @@ class CompiledPlanner:
 
     def _room(self) -> None:
         """Room for one more cycle, made before the compiled call (kernels never reallocate): TR's table for a tree's
-        rows (``ArrayTable._make_room``), the calibration's pending pool for one more tree."""
-        self.table._make_room(np.array([self.vocab - 1], np.int64), self.width)
+        rows (``ArrayTable.reserve``), the calibration's pending pool for one more tree."""
+        self.table.reserve(self.vocab - 1, self.width)
         self.calibration.reserve(self.width)
 
 

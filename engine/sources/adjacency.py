@@ -72,7 +72,7 @@ def row_slot(uni_slot: np.ndarray, bigram, prev: int, token: int) -> tuple[bool,
 @njit(cache=True)
 def _store(a, bigram, settings, rows):
     """Write each row as the successors of its input token (tier 1) and of its pair (tier 2), then drop the
-    least recently written pairs past the capacity.  Room was made beforehand (``ArrayTable._make_room``).
+    least recently written pairs past the capacity.  Room was made beforehand (``ArrayTable.reserve``).
 
     Args:
         a: ``TableArrays``.  bigram: the tier-2 map.  settings: (capacity, renormalise).
@@ -173,7 +173,7 @@ def _grown(array: np.ndarray, size: int, fill: int = 0) -> np.ndarray:
 @njit(cache=True)
 def room_for(a, top: int, n: int, capacity: int) -> bool:
     """Whether ``n`` more rows of tokens up to ``top`` fit in ``a`` (``TableArrays``) without
-    ``ArrayTable._make_room`` (``_store`` never reallocates): a tier-1 slot per token, n more tier-1 rows, n free
+    ``ArrayTable.reserve`` (``_store`` never reallocates): a tier-1 slot per token, n more tier-1 rows, n free
     tier-2 slots, n more writes in the ring."""
     c = a.counters
     if top >= a.uni_slot.shape[0] or c[_N_UNI] + n > a.uni_len.shape[0]:
@@ -241,6 +241,10 @@ class ArrayTable:
 
         self.arrays = a._replace(uni_ids=wide(a.uni_ids), uni_scores=wide(a.uni_scores), bi_ids=wide(a.bi_ids),
                                  bi_scores=wide(a.bi_scores))
+
+    def reserve(self, top: int, n: int) -> None:
+        """Room for ``n`` more rows of tokens up to ``top`` (a compiled caller's ``_store`` never reallocates)."""
+        self._make_room(np.array([top], np.int64), n)
 
     def _make_room(self, tokens: np.ndarray, n: int) -> None:
         """Grow the arrays so ``n`` more rows fit (``_store`` never reallocates); most stores find the room there."""
