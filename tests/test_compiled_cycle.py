@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import DEMO_CURVE, greedy_reference
 
-from engine.decoding import cycle_kernel
+from engine.decoding import cycle_state
 from engine.decoding.compiled_cycle import KERNELS, CompiledPlanner
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
@@ -50,7 +50,7 @@ def _both(path, config: DecodeConfig, curve: CostCurve, ids: list[int], eos=()) 
 
 
 def _signatures() -> dict:
-    return {f: len(f.signatures) for f in (cycle_kernel.advance, cycle_kernel.plan, cycle_kernel.has_room)}
+    return {f: len(f.signatures) for f in (cycle_state.state_of, cycle_state.advance, cycle_state.plan)}
 
 
 def test_the_compiled_cycle_plans_what_the_python_one_plans(demo_lm, lossless_prompts):

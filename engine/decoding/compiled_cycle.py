@@ -1,5 +1,6 @@
 """The compiled planner: one object owns a generation's arrays and its one compiled entry per cycle
-(``cycle_kernel.advance``), and hands the loop the same records the Python ``Planner`` does.
+(``cycle_kernel.advance``, on the arrays held as one compiled object: ``cycle_state.CycleState``), and hands the loop
+the same records the Python ``Planner`` does.
 
 Source: Goose paper, Algorithm 2 (the loop), Algorithm 1 (the tree), App. B.2 / C.1 and §4.3; GT principle paper,
 §3.1 (the size choice).  What each kernel mirrors is said in its module.  Issue 71: a cycle's host work in Python
@@ -29,6 +30,7 @@ from ..sources import Candidates, pld_kernel
 from ..sources.adjacency import ArrayTable
 from ..sources.pld_kernel import PldArrays
 from . import cycle_kernel as k
+from . import cycle_state
 from .build_kernel import MODES, built_of
 from .calibration_kernel import CalibrationArrays, StatsArrays, empty_nodes
 from .config import Resolved
@@ -110,11 +112,9 @@ class CompiledPlanner:
         self.index.reserve(len(stream))
         self.calibration = CalibrationArrays()
         ints[k.C_VOCAB] = vocab
-        self._entry = None
+        self._state: cycle_state.CycleState | None = None  # the arrays as the compiled calls take them
         self._room()
-        k.plan(self.settings, self.cycle, self._tables())
-        self._tables_now = self._tables()  # the tables as the compiled calls take them (remade when they grow)
-        ints[k.C_ROOM] = k.has_room(self.settings, self.cycle, self._tables_now)
+        cycle_state.plan(self._state)
 
     # -- which runs ---------------------------------------------------------------------------------------------
 
@@ -175,16 +175,10 @@ class CompiledPlanner:
         generation's Python-side figures the trace reads (p_s's EMA, the AR streak, λ's curve time) follow."""
         if not self.cycle.ints[k.C_ROOM]:  # rarely: the arrays grow before the compiled call needs them
             self._room()
-            self._tables_now = self._tables()
         verified = (np.array(walk.accepted, np.int64), np.array(done.tokens, np.int64),
                     np.ascontiguousarray(back.successor_ids, np.int64),
                     np.ascontiguousarray(back.successor_scores, np.float64))
-        args = (self.settings, self.cycle, self._tables_now, verified)
-        if self._entry is None:  # the first call types the arguments; later ones skip numba's dispatch
-            k.advance(*args)
-            self._entry = k.advance.overloads[tuple(k.advance.typeof_pyval(a) for a in args)].entry_point
-        else:
-            self._entry(*args)
+        cycle_state.advance(self._state, verified)
         s.stats.p_s_ema = float(self.cycle.ema[1])
         s.streak, s.curve_ms = int(self.cycle.ints[k.C_STREAK]), float(self.cycle.floats[k.D_CURVE_MS])
 
@@ -197,9 +191,11 @@ class CompiledPlanner:
 
     def _room(self) -> None:
         """Room for one more cycle, made before the compiled call (kernels never reallocate): TR's table for a tree's
-        rows (``ArrayTable.reserve``), the calibration's pending pool for one more tree."""
+        rows (``ArrayTable.reserve``), the calibration's pending pool for one more tree; then the compiled state over
+        the arrays as they are now (``cycle_state.state_of``)."""
         self.table.reserve(self.vocab - 1, self.width)
         self.calibration.reserve(self.width)
+        self._state = cycle_state.state_of(self.settings, self.cycle, self._tables())
 
 
 def _ghosts(n: int) -> GhostArrays:

@@ -9,8 +9,8 @@ Python stages, so the trees, ghosts, estimates and choices are the same (tests/t
 generations field by field).  Issue 71: after each forward the host's caches are cold, and every separate entry into
 compiled code pays for it; one entry a cycle pays once.
 
-The state travels in NamedTuples (``CycleArrays``), passed from Python through the compiled overload's own entry
-point (``compiled_cycle.CompiledPlanner``), so a call costs no type dispatch.
+The state travels in NamedTuples (``Settings``, ``Cycle``, ``Tables``), held together as one compiled object
+(``cycle_state.CycleState``), so a call from Python unboxes one pointer, not the ~80 arrays.
 """
 from __future__ import annotations
 
