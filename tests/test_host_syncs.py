@@ -198,11 +198,11 @@ def test_uploads_on_a_cpu_pin_nothing(demo_lm, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_cpu_read_back_reads_what_the_accelerators_reads(dtype):
-    """``read_back`` on CPU logits (``_read_back_here``: ``torch.topk``, or the two-pass top-k for several rows of a
-    wide vocabulary, and the softmax gathered) against the packed path an accelerator takes (one copy,
-    ``torch.topk``): the same argmax, and the same successors and scores, ties, all-tied rows, -inf and NaNs
-    included.  Tied logits a top-k may rank either way: the two-pass ranks them lowest id first (a stable sort's
-    order, checked), and where a row's k-th value ties the next, the two reads may keep different ids."""
+    """``read_back`` on CPU logits (``_read_back_here``: the two-pass top-k of ``_top_blocks``, and the softmax
+    gathered) against the packed path an accelerator takes (one copy, ``torch.topk``): the same argmax, and the same
+    successors and scores, ties, all-tied rows, -inf and NaNs included.  Tied logits a top-k may rank either way: the
+    two-pass ranks them lowest id first (a stable sort's order, checked), and where a row's k-th value ties the next,
+    the two reads may keep different ids."""
     gen = torch.Generator().manual_seed(0)
     for trial in range(60):
         n, vocab = 1 + trial % 6, (50, 8192, 50257)[trial % 3]
@@ -221,14 +221,12 @@ def test_the_cpu_read_back_reads_what_the_accelerators_reads(dtype):
             assert here.greedy == packed.greedy == x.float().argmax(dim=-1).tolist()
             if not k:
                 continue
-            two_pass = n >= verify.WIDE_ROWS and vocab >= verify.WIDE_VOCAB
             ranked = x.float().sort(dim=-1, descending=True, stable=True)  # value, then lowest id first
             for r in range(n):
                 if x[r].isnan().any():
                     assert here.successor_ids[r].tolist() == packed.successor_ids[r].tolist()  # torch.topk's there
                     continue
-                if two_pass:
-                    assert here.successor_ids[r].tolist() == ranked.indices[r, :k].tolist()
+                assert here.successor_ids[r].tolist() == ranked.indices[r, :k].tolist()
                 if ranked.values[r, k - 1] > ranked.values[r, k]:  # the top-k a set apart: the same pairs
                     assert sorted(zip(here.successor_ids[r].tolist(), here.successor_scores[r].tolist())) == sorted(
                         zip(packed.successor_ids[r].tolist(), packed.successor_scores[r].tolist()))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .topk_kernel import top_rows
 from .tree import DraftTree, Source
 
 #: A node's target distribution: node index -> (|V|,) float64 probabilities on the CPU (warped:
@@ -165,11 +166,11 @@ def _no_successors(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
-    """``read_back`` of CPU logits, where nothing is copied: each row's top-k ids and argmax (``_top_wide`` for
-    several rows of a wide vocabulary, else ``_top_torch``), their probabilities gathered from the softmax as
-    ``_top_rows`` takes them (the same values); k = 0: the argmax alone.  A few tensor operations instead of twenty:
-    right after a llama.cpp decode has evicted the caches each one costs tens of µs, so the packing that saves a
-    device's copies costs a CPU more than the work (docs/history.md, "Goose's cost per cycle").
+    """``read_back`` of CPU logits, where nothing is copied: each row's top-k ids and argmax (``_top_blocks``), their
+    probabilities gathered from the softmax as ``_top_rows`` takes them (the same values); k = 0: the argmax alone.
+    A few tensor operations instead of twenty: right after a llama.cpp decode has evicted the caches each one costs
+    tens of µs, so the packing that saves a device's copies costs a CPU more than the work (docs/history.md, "Goose's
+    cost per cycle").
 
     Args:
         logits: (n, |V|) CPU verification logits (any dtype).
@@ -179,47 +180,24 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     if not k:
         greedy = x.numpy().argmax(axis=-1).tolist()  # (n,): numpy's argmax, half torch's time (first maximum alike)
         return ReadBack(greedy, *_no_successors(len(greedy)))
-    n, vocab = x.shape
-    wide = n >= WIDE_ROWS and vocab >= WIDE_VOCAB
-    ids, _, greedy = (_top_wide if wide else _top_torch)(x, min(k, vocab))  # (n, k) int64, its lists, (n,)
-    scores = torch.softmax(x, dim=-1).gather(-1, ids).numpy().astype(np.float64)  # (n, k) float32 -> float64
-    return ReadBack(greedy, ids.numpy(), scores)
+    ids, greedy = _top_blocks(x, min(k, x.shape[-1]))  # (n, k) int64, (n,)
+    scores = torch.softmax(x, dim=-1).gather(-1, torch.from_numpy(ids)).numpy().astype(np.float64)  # (n, k)
+    return ReadBack(greedy, ids, scores)
 
 
-def _top_torch(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], list[int]]:
-    """Each row's top-``k`` ids by ``torch.topk`` ((n, k) int64, best first, and the same as host lists) and its argmax
-    read off them in Python
-    by ``_top_rows``' rule (the lowest id among the top-k entries equal to the maximum; the row's own argmax where
-    all k tie or the maximum is NaN).  ``x``: (n, |V|) float32 CPU logits."""
-    vals, ids = x.topk(k, dim=-1)  # (n, k), (n, k): sorted, column 0 each row's maximum
-    rows, greedy = ids.tolist(), []
-    for row, (v, t) in enumerate(zip(vals.tolist(), rows)):
-        tied = [t[j] for j in range(len(v)) if v[j] == v[0]]  # empty when the maximum is NaN
-        sure = 0 < len(tied) < len(v)  # else the argmax may lie beyond the k (or the row holds a NaN)
-        greedy.append(min(tied) if sure else int(x[row].argmax()))
-    return ids, rows, greedy
-
-
-#: ``_top_wide`` reads a read-back of at least this many rows of at least this wide a vocabulary; ``_top_torch``
-#: the rest.  Measured in the decoding loop (each read-back taken both ways, the order alternating; docs/results.md,
-#: "Goose's cost per cycle"): SmolLM2's 49,152 logits on the llamacpp path, 2-8 rows 0.59 against 0.69 ms, 9 or
-#: more 1.4 against 2.1; one row alike (0.28); the demo model's 8,192 logits slower at every size (2-8 rows 0.21
-#: against 0.13 ms), where a small top-k costs less than the few more operations.
-WIDE_ROWS, WIDE_VOCAB = 2, 32768
-
-#: logits per block of ``_top_wide``'s first pass (a divisor of the common vocabulary sizes; others are padded)
+#: logits per block of ``_top_blocks``' first pass (a divisor of the common vocabulary sizes; others are padded)
 TOP_BLOCK = 64
 
 
-def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], list[int]]:
-    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64, and the same as host
-    lists), and each row's argmax (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
+def _top_blocks(x: torch.Tensor, k: int) -> tuple[np.ndarray, list[int]]:
+    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), and each row's argmax
+    (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
 
-    Two passes instead of a top-k over every logit (on random logits, 7 rows of 49,152: 0.50 ms against 0.13):
-    the maximum of each block of ``TOP_BLOCK`` logits (one vectorised reduction), then t, the k-th largest block
-    maximum.  Each of those k blocks holds a logit >= t, so no logit below t is in the top-k: only the few blocks
-    whose maximum reaches t are read, their logits >= t ordered by (value, id).  A row holding a NaN (the largest,
-    as ``torch.topk`` ranks it) is read by ``torch.topk`` alone.
+    Two passes instead of a top-k over every logit: the maximum of each block of ``TOP_BLOCK`` logits (torch's
+    vectorised reduction), then ``topk_kernel.top_rows`` reads only the blocks that can hold a top-k logit.  On the
+    loop's own logits (docs/results.md, "Goose's cost per cycle") a SmolLM2 row costs 62 µs against ``torch.topk``'s
+    139, four of the demo's 82 against 123.  A row holding a NaN (the largest, as ``torch.topk`` ranks it) is read by
+    ``torch.topk`` and ``torch.argmax`` alone.
 
     Args:
         x: (n, |V|) float32 CPU logits.
@@ -230,23 +208,14 @@ def _top_wide(x: torch.Tensor, k: int) -> tuple[torch.Tensor, list[list[int]], l
     pad = -vocab % TOP_BLOCK
     if pad:  # padded with -inf: a padded entry ranks after every real one (highest id among equals)
         x = torch.cat([x, x.new_full((n, pad), float("-inf"))], dim=-1)
-    blocks = x.numpy().reshape(n, -1, TOP_BLOCK)  # (n, nb, TOP_BLOCK) view
-    nb = blocks.shape[1]
-    top = x.view(n, nb, TOP_BLOCK).amax(dim=-1).numpy()  # (n, nb): torch's reduction, vectorised (numpy's is not)
-    t = np.partition(top, nb - k, axis=-1)[:, nb - k] if nb > k else np.full(n, -np.inf, top.dtype)  # (n,): the
-    # k-th largest block maximum (fewer blocks than k: every logit is a candidate)
-    br, bc = np.nonzero(top >= t[:, None])  # the blocks that may hold a top-k logit (NaN compares False)
-    held = blocks[br, bc]  # (m, TOP_BLOCK)
-    hr, hc = np.nonzero(held >= t[br][:, None])
-    rows, ids, vals = br[hr], bc[hr] * TOP_BLOCK + hc, held[hr, hc]
-    order = np.lexsort((ids, -vals, rows))  # by row, then value (largest first), then id
-    ids_l = ids[order].tolist()
-    starts = np.searchsorted(rows[order], np.arange(n)).tolist()
-    out = [ids_l[s:s + k] for s in starts]
-    greedy = [row[0] for row in out]
-    for r in np.flatnonzero(np.isnan(top).any(axis=-1)).tolist():  # a NaN row: torch's ranking and argmax there
-        out[r], greedy[r] = x[r, :vocab].topk(k).indices.tolist(), int(x[r, :vocab].argmax())
-    return torch.tensor(out, dtype=torch.long), out, greedy
+    nb = x.shape[1] // TOP_BLOCK
+    top = x.view(n, nb, TOP_BLOCK).amax(dim=-1).numpy()  # (n, nb) float32: torch's reduction, vectorised
+    ids = np.empty((n, k), np.int64)  # (n, k)
+    nan = top_rows(top, x.numpy().reshape(n, nb, TOP_BLOCK), ids)  # (n,) bool
+    greedy = ids[:, 0].tolist()
+    for r in np.flatnonzero(nan).tolist():  # a NaN row: torch's ranking and argmax there
+        ids[r], greedy[r] = x[r, :vocab].topk(k).indices.numpy(), int(x[r, :vocab].argmax())
+    return ids, greedy
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:

@@ -23,9 +23,10 @@ import math
 import threading
 
 import numpy as np
+import torch
 
 from ..core import compat
-from ..core.verify import ReadBack
+from ..core.verify import TOP_BLOCK, ReadBack, read_back
 from ..sources import Candidates, pld_kernel
 from ..sources.adjacency import ArrayTable
 from ..sources.pld_kernel import PldArrays
@@ -44,7 +45,8 @@ from .spine_kernel import TreeArrays
 class Kernels:
     """Whether this process has the compiled cycle's kernels (compiled, or loaded from numba's cache): one warm-up,
     by a synthetic generation's first two cycles, which types every kernel as a real run does (so a real run
-    never compiles).  One per process (``KERNELS``): it holds compiled code, no user's data."""
+    never compiles), and a read-back of CPU logits (``verify.read_back``'s kernel, every planner's).  One per
+    process (``KERNELS``): it holds compiled code, no user's data."""
 
     def __init__(self) -> None:
         self.ready = threading.Event()  # set once the kernels are compiled or loaded
@@ -257,3 +259,4 @@ def _warm_up() -> None:
         gen.tokens.extend(done.tokens)
         gen.output.extend(done.tokens)
         planner.learn(gen, plan, back(len(plan.tree)), Walk((), 5), done)
+    read_back(torch.zeros(2, 2 * TOP_BLOCK), k_top)  # the read-back's kernel (``topk_kernel``)
