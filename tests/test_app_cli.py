@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -829,6 +830,7 @@ def test_a_chat_prompt_on_a_model_without_a_chat_template_says_why_it_went_raw(d
     said = [f["notice"] for f in frames[flip:] if "notice" in f]
     assert len(said) > 1 and set(said) == {RAW_NOTE}, said
     assert "Run totals" in frames[-1]["stats"]
+    assert re.search(r"a cycle: host [0-9.]+ \((compiled|Python) planner\) \+ forward", frames[-1]["stats"])  # issue 71
     raw = list(generate(PageSettings(prompt=CODE, max_new_tokens=8, prompt_format="raw"),
                         models=ModelRegistry(demo_lm)))
     assert not any("prompt_format" in f for f in raw) and {f["notice"] for f in raw if "notice" in f} == {""}

@@ -18,7 +18,7 @@ from engine.decoding.decode import SpecDecoder
 #: other bypass rule, branch sources resting early, PLD's earliest occurrence.
 VARIANTS = ({}, {"budget": 20}, {"max_depth": 3, "spine_ratio": 0.3}, {"bypass_rule": "confident"},
             {"gt_rest_after": 2}, {"match_occurrence": "earliest", "budget_extension": 0})
-SKIP = {"timings_ms", "elapsed_s"}
+SKIP = {"timings_ms", "elapsed_s", "planner"}  # the planner: each run's own label (checked in ``_both``)
 STEEP = "past=128;1:10,2:17,4:25,8:41,16:72,32:142,64:280,128:560"  # llama.cpp's Q4_1 curve on 2 cores, roughly
 
 
@@ -27,11 +27,14 @@ def _fields(trace) -> dict:
 
 
 def _both(path, config: DecodeConfig, curve: CostCurve, ids: list[int], eos=()) -> tuple[list, list]:
-    """The traces of one run by the Python planner and by the compiled one (asserted to be the one that planned)."""
+    """The traces of one run by the Python planner and by the compiled one (asserted to be the one that planned,
+    and each run labelled with its planner)."""
     resolved = config.resolved(curve)
     reference = SpecDecoder(path, resolved, eos, cost_curve=curve)
     reference.compiled = False
-    python = [_fields(t) for t in reference.generate(ids)]
+    traces = list(reference.generate(ids))
+    assert {t.planner for t in traces} == {"python"}
+    python = [_fields(t) for t in traces]
     decoder = SpecDecoder(path, resolved, eos, cost_curve=curve)
     made = []
     original = CompiledPlanner.__init__
@@ -42,10 +45,12 @@ def _both(path, config: DecodeConfig, curve: CostCurve, ids: list[int], eos=()) 
 
     CompiledPlanner.__init__ = counted
     try:
-        compiled = [_fields(t) for t in decoder.generate(ids)]
+        traces = list(decoder.generate(ids))
     finally:
         CompiledPlanner.__init__ = original
     assert len(made) == 1, "the compiled planner did not plan this run"
+    assert {t.planner for t in traces} == {"compiled"}
+    compiled = [_fields(t) for t in traces]
     return python, compiled
 
 

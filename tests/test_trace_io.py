@@ -127,3 +127,26 @@ def test_round_trip_keeps_the_gt_choice_and_prompt_format(demo_lm):
     for got, want in zip(run["traces"], traces):
         assert (got.gt_nodes, got.gt_candidates) == (want.gt_nodes, want.gt_candidates)
         assert got.gt_expected == (None if want.gt_expected is None else pytest.approx(want.gt_expected, abs=1e-6))
+
+
+def test_round_trip_keeps_the_planner(demo_lm):
+    """Each cycle's planner (``CycleTrace.planner``: the default Goose run plans with the compiled cycle) reads back as
+    written; a trace written before the field reads as "python"; an unknown planner is refused with its cycle."""
+    from conftest import DEMO_CURVE
+
+    from engine.decoding.cost import CostCurve
+
+    ids = demo_lm.encode_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
+    decoder = make_decoder(demo_lm.model, DecodeConfig.of(max_new_tokens=16), demo_lm.eos_token_ids,
+                           cost_curve=CostCurve.from_spec(DEMO_CURVE))
+    traces = list(decoder.generate(ids))
+    assert {t.planner for t in traces} == {"compiled"}
+    doc = export_run(header=RunHeader(model=demo_lm.name, prompt="p", config=decoder.config.to_dict()), traces=traces,
+                     token_text=lambda i: demo_lm.tokenizer.decode([i]))
+    assert [t.planner for t in load_run(doc.encode())["traces"]] == [t.planner for t in traces]
+    older = json.loads(doc)
+    del older["cycles"][1]["planner"]
+    assert load_run(json.dumps(older))["traces"][1].planner == "python"
+    older["cycles"][1]["planner"] = "fortran"
+    with pytest.raises(TraceFormatError, match="cycle 1: unknown planner 'fortran'"):
+        load_run(json.dumps(older))

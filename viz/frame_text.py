@@ -45,12 +45,17 @@ def gt_words(gt_threshold, trace, marks: GhostMarks | None = None) -> str:
         return f"GT: {gt_threshold}{pruned}"
 
 
+#: ``RunSummary.planner`` in the stats line's words
+PLANNER_WORDS = {"compiled": "compiled planner", "python": "Python planner"}
+
+
 def stats_line(summary, run, cost: str = "") -> str:
     """The line above the tree: the run's totals so far (tokens/s end to end, prefill included, and over the decode
     phase, the figure a sweep's table and the speedup read; the time to the first new token, the prefill's; tokens
-    by source, from ``REGISTRY``; the medians of a cycle's host ms outside its forward and of the forward's: issue 71),
-    labelled as such, then ``cost`` (``viz.explain.cost_sentence``: τ tied to the
-    cost curve) on a line of its own.  The cycle on screen is described under the tree (``cycle_line``)."""
+    by source, from ``REGISTRY``; the medians of a cycle's host ms outside its forward, with whose stages planned it
+    (``PLANNER_WORDS``), and of the forward's: issue 71), labelled as such, then ``cost``
+    (``viz.explain.cost_sentence``: τ tied to the cost curve) on a line of its own.  The cycle on screen is described
+    under the tree (``cycle_line``)."""
     src = summary.accepted_by_source
     drawn = {tag for t in run.traces for tag in t.tree.sources}  # sources that drafted in this run, accepted or not
     by_source = " · ".join(f"{info.short} {src.get(info.name, 0)}" for info in REGISTRY
@@ -58,8 +63,8 @@ def stats_line(summary, run, cost: str = "") -> str:
     sent = f" · {FORMAT_NAMES[run.prompt_format]}" if run.prompt_format in FORMAT_NAMES else ""
     tokens, seconds = decode_phase(run.traces)
     decode = f" ({tokens / seconds:.1f} in the decode phase)" if tokens and seconds > 0 else ""
-    host = (f"a cycle: host {summary.median_overhead_ms:.2f} + forward {summary.median_forward_ms:.1f} ms · "
-            if summary.cycles else "")  # medians
+    host = (f"a cycle: host {summary.median_overhead_ms:.2f} ({PLANNER_WORDS[summary.planner]}) + forward "
+            f"{summary.median_forward_ms:.1f} ms · " if summary.cycles else "")  # medians
     return (f"Run totals: **τ {summary.tau:.2f}** · **{summary.tok_per_s:.1f} tok/s** end to end{decode} · "
             f"first token {1000 * summary.prefill_s:.0f} ms · {host}"
             f"{count_words(summary.new_tokens, 'token')} in {summary.forwards} forwards (prefill + "

@@ -85,6 +85,8 @@ class CompiledPlanner:
         vocab: the model's vocabulary (the logits' width): TR's table has a row slot for each token.
     """
 
+    name = "compiled"  # the trace's ``planner``
+
     def __init__(self, resolved: Resolved, cost_curve: CostCurve, gen: Generation, prompt: list[int],
                  back: ReadBack, vocab: int) -> None:
         cfg = resolved.config

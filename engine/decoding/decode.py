@@ -154,13 +154,14 @@ class SpecDecoder:
         planner = self.planner
         if self.compiled and CompiledPlanner.covers(self.resolved, self.cost_curve, self.positions, len(prompt)):
             planner = CompiledPlanner(self.resolved, self.cost_curve, gen, prompt, back, logits.shape[-1])
+        gen.planned_by = planner.name
         clock.lap("harvest")
         timings = clock.total()
         gen.busy_s = timings["total"] / 1000
         return gen, planner, CycleTrace(
             index=0, mode="prefill", tree=DraftTree.root_only(prompt[-1]), ghosts=(), greedy=(first,), accepted=(),
             bonus=first, new_tokens=done.tokens, spine_ratio=None, p_s_ema=stats.p_s_ema, timings_ms=timings,
-            elapsed_s=gen.busy_s, total_tokens=len(gen.output), finished=done.finished)
+            elapsed_s=gen.busy_s, total_tokens=len(gen.output), finished=done.finished, planner=gen.planned_by)
 
     def _probs(self, plan: Plan, logits: torch.Tensor) -> torch.Tensor | None:
         """Sampling on an accelerator: (n, |V|) float32 warped distributions of the tree's n rows, still on the
@@ -221,4 +222,5 @@ class SpecDecoder:
             confidence=drafts.confidence, match_tokens=len(drafts.chain), chain_tokens=plan.chain_tokens,
             budget=plan.budget, resting=tuple(src.info.name for src in drafts.resting),
             candidates=plan.candidates, ghost_hits=() if self.config.sampling else ghost_hits(plan, walk, back.greedy),
+            planner=s.planned_by,
             **(plan.gt.trace_fields() if plan.gt else {}))

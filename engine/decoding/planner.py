@@ -35,6 +35,8 @@ class Planner:
         extra_rows: rows that ride along in every forward (PTD).
     """
 
+    name = "python"  # the trace's ``planner``
+
     def __init__(self, resolved: Resolved, cost_curve: CostCurve | None, positions: compat.PositionLimits,
                  extra_rows: int) -> None:
         config = resolved.config

@@ -36,6 +36,8 @@ class Generation:
     busy_s: float = 0.0  # engine time so far (s): prefill + every cycle, time spent by the consumer excluded
     curve_ms: float = 0.0  # verification time of every cycle so far by the cost curve (ms), for the GT rate λ
     streak: int = 0  # cycles in a row whose drafts the size choice priced down to the anchor (``Planner._resting``)
+    planned_by: str = "python"  # whose draft and build stages plan it: "python" (``Planner``) or "compiled"
+    # (``CompiledPlanner``, the compiled cycle); the same trees either way, only the host's time differs
 
     @property
     def past_len(self) -> int:

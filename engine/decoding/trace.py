@@ -15,6 +15,9 @@ from ..sources import info
 Mode = Literal["prefill", "bypass", "tree", "ar"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 
+#: Whose stages planned a generation (``CycleTrace.planner``): the Python planner or the compiled cycle.
+PLANNERS = ("python", "compiled")
+
 #: Timing keys recorded per cycle, in ms.
 TIMING_KEYS = ("draft", "build", "forward", "walk", "cache", "harvest")
 
@@ -65,6 +68,10 @@ class CycleTrace:
         ghost_hits: indices into ``ghosts`` of those greedy verification would have accepted had GT kept them: a
             ghost whose parent is the anchor or accepted and whose token is the model's greedy token there (a
             greedy run's verdict, known at the cycle; () under sampling, where it is not).
+        planner: whose draft and build stages planned the generation: "compiled" (the compiled cycle,
+            ``CompiledPlanner``: the default Goose configuration once this process has its kernels) or "python"
+            (``Planner``: every other run, and the default one while the kernels compile).  The same trees either
+            way; only the host's time a cycle differs.  "python" in traces written before it was recorded.
     """
 
     index: int
@@ -94,6 +101,7 @@ class CycleTrace:
     resting: tuple[str, ...] = ()
     candidates: DraftTree | None = None
     ghost_hits: tuple[int, ...] = ()
+    planner: str = "python"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))

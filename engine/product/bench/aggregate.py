@@ -114,6 +114,7 @@ def _draft_stats(runs: list[dict]) -> dict:
         p_s=spine[0] / spine[1] if spine[1] else None,
         p_t=branch[0] / branch[1] if branch[1] else None,
         median_overhead_ms=statistics.median(s.median_overhead_ms for s in sums),
+        planner=" + ".join(sorted({s.planner for s in sums})),  # whose stages planned the runs (``RunSummary``)
         median_forward_ms=statistics.median(s.median_forward_ms for s in sums),
         mean_tree_nodes=statistics.fmean(s.mean_tree_nodes for s in sums),
         mean_forward_rows=sum(s.mean_forward_rows * s.cycles for s in sums) / max(1, sum(s.cycles for s in sums)),

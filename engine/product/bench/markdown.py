@@ -122,14 +122,14 @@ def _md_head_to_head(rows: list[dict], datasets: list[str]) -> list[str]:
 def _md_details(rows: list[dict]) -> list[str]:
     out = ["", "## Details", "",
            "| method | dataset | prompts | tok/s | p_s | p_t | synergy | pure PLD / spine cont. / pure TR tokens "
-           "| overhead ms/cycle | forward ms | lossless |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| overhead ms/cycle | planner | forward ms | lossless |", "|---" * 12 + "|"]
     for r in rows:
         paths = r.get("accepted_by_path", {})
         kinds = ("pure PLD", "spine continuation", "pure TR")
         split = " / ".join(str(paths.get(k, 0)) for k in kinds) if paths else "–"
         out.append(f"| {r['method']} | {r['dataset']} | {r['n_prompts']} | {r['tok_per_s']:.1f} | "
                    f"{_fmt(r.get('p_s'))} | {_fmt(r.get('p_t'))} | {_fmt(r.get('synergy'))} | {split} | "
-                   f"{_fmt(r.get('median_overhead_ms'))} | "
+                   f"{_fmt(r.get('median_overhead_ms'))} | {r.get('planner', '–')} | "
                    f"{_fmt(r.get('median_forward_ms'))} | {_lossless_cell(r)} |")
     return out
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.tree import DraftTree, GhostNode, Source
-from engine.decoding.trace import MODES, CycleTrace
+from engine.decoding.trace import MODES, PLANNERS, CycleTrace
 from engine.sources import REGISTRY, tags
 
 SCHEMA = "goose-lens-trace"
@@ -46,7 +46,8 @@ def trace_to_dict(t: CycleTrace) -> dict:
             "gt_nodes": t.gt_nodes, "gt_candidates": t.gt_candidates,
             "gt_expected": None if t.gt_expected is None else round(t.gt_expected, 6),
             "gt_cost_ms": None if t.gt_cost_ms is None else round(t.gt_cost_ms, 6), "resting": list(t.resting),
-            "candidates": None if t.candidates is None else _tree_dict(t.candidates), "ghost_hits": list(t.ghost_hits)}
+            "candidates": None if t.candidates is None else _tree_dict(t.candidates), "ghost_hits": list(t.ghost_hits),
+            "planner": t.planner}
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
     confidence = c.get("confidence")
     _need(confidence is None or (isinstance(confidence, (int, float)) and 0.0 <= confidence <= 1.0), where,
           "confidence is not a number in [0, 1]")
+    _need(c.get("planner", "python") in PLANNERS, where, f"unknown planner {c.get('planner')!r}")
     for key in ("match_tokens", "chain_tokens", "budget", "gt_nodes", "gt_candidates"):
         _need(c.get(key) is None or (isinstance(c[key], int) and c[key] >= 0), where,
               f"{key} is not a non-negative integer")
@@ -184,7 +186,7 @@ def _trace_fields(c: Any, k: int) -> CycleTrace:
                       budget=c.get("budget"), gt_nodes=c.get("gt_nodes"), gt_candidates=c.get("gt_candidates"),
                       gt_expected=c.get("gt_expected"), gt_cost_ms=c.get("gt_cost_ms"),
                       resting=_names(c.get("resting", []), f"{where}.resting"), candidates=candidates,
-                      ghost_hits=tuple(hits))
+                      ghost_hits=tuple(hits), planner=c.get("planner", "python"))
 
 
 def _tree_from_dict(t: Any, where: str) -> DraftTree:

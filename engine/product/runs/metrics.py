@@ -46,6 +46,7 @@ class RunSummary:
     mean_tree_nodes: float  # mean verified nodes per cycle, root included
     mean_forward_rows: float  # mean rows per cycle's forward: the tree plus ride-along rows (PTD)
     prefill_s: float  # the prefill forward and its harvest (s): the same for every method on a prompt
+    planner: str  # whose stages planned the run: "compiled" or "python" (``CycleTrace.planner``, the prefill's)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +98,7 @@ def summarize(traces: Sequence[CycleTrace]) -> RunSummary:
         median_forward_ms=statistics.median(t.timings_ms["forward"] for t in cycles) if cycles else 0.0,
         mean_tree_nodes=statistics.fmean(len(t.tree) for t in cycles) if cycles else 1.0,
         mean_forward_rows=statistics.fmean(len(t.tree) + t.ptd_rows for t in cycles) if cycles else 1.0,
-        prefill_s=traces[0].timings_ms["total"] / 1000.0,
+        prefill_s=traces[0].timings_ms["total"] / 1000.0, planner=traces[0].planner,
     )
 
 
