@@ -189,6 +189,13 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
 TOP_BLOCK = 64
 
 
+def warm_read_back() -> None:
+    """Compile or load the CPU read-back's kernel (``topk_kernel``), waiting: about 1.3 s the first time on a 2-core
+    CPU, then numba's cache.  A server does it before its first generation, so no read-back waits behind another
+    thread's compile (numba compiles under one lock)."""
+    read_back(torch.zeros(2, 2 * TOP_BLOCK), 2)
+
+
 def _top_blocks(x: torch.Tensor, k: int) -> tuple[np.ndarray, list[int]]:
     """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), and each row's argmax
     (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).

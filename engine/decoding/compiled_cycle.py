@@ -23,10 +23,9 @@ import math
 import threading
 
 import numpy as np
-import torch
 
 from ..core import compat
-from ..core.verify import TOP_BLOCK, ReadBack, read_back
+from ..core.verify import ReadBack, warm_read_back
 from ..sources import Candidates, pld_kernel
 from ..sources.adjacency import ArrayTable
 from ..sources.pld_kernel import PldArrays
@@ -61,7 +60,10 @@ class Kernels:
                 self.ready.set()
 
     def warm_soon(self) -> None:
-        """``warm`` on a daemon thread, started once; returns at once."""
+        """``warm`` on a daemon thread, started once; returns once the read-back's kernel is loaded
+        (``verify.warm_read_back``, every planner's: about a second the first time), so the generations planned in
+        Python meanwhile never wait behind the cycle's compile."""
+        warm_read_back()
         with self._lock:
             if self.ready.is_set() or self._thread is not None:
                 return
@@ -261,4 +263,4 @@ def _warm_up() -> None:
         gen.tokens.extend(done.tokens)
         gen.output.extend(done.tokens)
         planner.learn(gen, plan, back(len(plan.tree)), Walk((), 5), done)
-    read_back(torch.zeros(2, 2 * TOP_BLOCK), k_top)  # the read-back's kernel (``topk_kernel``)
+    warm_read_back()  # the read-back's kernel (``topk_kernel``)
