@@ -55,7 +55,7 @@ def _both(path, config: DecodeConfig, curve: CostCurve, ids: list[int], eos=()) 
 
 
 def _signatures() -> dict:
-    return {f: len(f.signatures) for f in (cycle_state.state_of, cycle_state.advance, cycle_state.plan)}
+    return {f: len(f.signatures) for f in (cycle_state.state_of, cycle_state.advance, cycle_state.prepare)}
 
 
 def test_the_compiled_cycle_plans_what_the_python_one_plans(demo_lm, lossless_prompts):

@@ -120,7 +120,7 @@ class CompiledPlanner:
         ints[k.C_VOCAB] = vocab
         self._state: cycle_state.CycleState | None = None  # the arrays as the compiled calls take them
         self._room()
-        cycle_state.plan(self._state)
+        cycle_state.prepare(self._state)
 
     # -- which runs ---------------------------------------------------------------------------------------------
 

@@ -236,8 +236,15 @@ def _copy(built, kept, lost, left):
 @njit(cache=True)
 def advance(s, c, t, verified):
     """Learn from the cycle just verified (``verified``: see ``learn``), then plan the next: the one compiled entry of
-    a cycle (``learn``, ``plan``)."""
+    a cycle (``learn``, ``prepare``)."""
     learn(s, c, t, verified)
+    prepare(s, c, t)
+
+
+@njit(cache=True)
+def prepare(s, c, t):
+    """Plan the next cycle (``plan``) and say whether the next ``learn`` finds room for it (``has_room``, into
+    ``Cycle.ints[C_ROOM]``): after each learn, and at the prefill for the first cycle."""
     plan(s, c, t)
     c.ints[C_ROOM] = has_room(s, c, t)
 

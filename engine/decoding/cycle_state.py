@@ -46,13 +46,12 @@ def state_of(settings, cycle, tables):
 @njit(cache=True)
 def advance(state, verified):
     """``cycle_kernel.advance`` on the state: learn from the cycle just verified (``verified``: see
-    ``cycle_kernel.learn``), plan the next, say whether the next learn has room."""
+    ``cycle_kernel.learn``), then ``prepare`` the next."""
     k.advance(state.settings, state.cycle, state.tables, verified)
 
 
 @njit(cache=True)
-def plan(state):
-    """``cycle_kernel.plan`` on the state (the first cycle, planned at the prefill), and whether the next learn has
-    room (``cycle_kernel.has_room``, into ``Cycle.ints[C_ROOM]``)."""
-    k.plan(state.settings, state.cycle, state.tables)
-    state.cycle.ints[k.C_ROOM] = k.has_room(state.settings, state.cycle, state.tables)
+def prepare(state):
+    """``cycle_kernel.prepare`` on the state: the first cycle planned at the prefill, and whether the next learn has
+    room."""
+    k.prepare(state.settings, state.cycle, state.tables)
