@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import DEMO_CURVE, greedy_reference
 
-from engine.decoding import cycle_state
+from engine.decoding import compiled_cycle, cycle_state
 from engine.decoding.compiled_cycle import KERNELS, CompiledPlanner
 from engine.decoding.config import DecodeConfig
 from engine.decoding.cost import CostCurve
@@ -86,6 +86,25 @@ def test_the_compiled_cycle_plans_what_the_python_one_plans_on_smollm2(smollm2_l
         ids = smollm2_lm.encode_prompt(text)
         python, compiled = _both(path, DecodeConfig.of(max_new_tokens=64), curve, ids, smollm2_lm.eos_token_ids)
         assert python == compiled
+
+
+def test_the_tables_grow_between_cycles_and_the_trees_stay_the_same(demo_lm, lossless_prompts, monkeypatch):
+    """Room for one tree at a time: TR's table and the calibration's pool grow mid-generation (``CompiledPlanner._room``
+    from ``learn``, a new compiled state), and every cycle still plans what the Python planner plans."""
+    monkeypatch.setattr(compiled_cycle, "ROOM_TREES", 1)
+    grown = []
+    original = CompiledPlanner._room
+
+    def counted(self):
+        grown.append(self)
+        original(self)
+
+    monkeypatch.setattr(CompiledPlanner, "_room", counted)
+    curve = CostCurve.from_spec(STEEP)  # path calibration on: its pool grows too
+    for text in lossless_prompts[:2]:
+        python, compiled = _both(demo_lm.model, DecodeConfig.of(max_new_tokens=96), curve, demo_lm.encode_prompt(text))
+        assert python == compiled
+    assert len(grown) > 2  # beyond the start of each generation
 
 
 def test_the_compiled_cycle_is_lossless(demo_lm, lossless_prompts):

@@ -73,6 +73,13 @@ class Kernels:
 
 KERNELS = Kernels()
 
+#: trees' worth of room each growth of the tables makes (``CompiledPlanner._room``).  A growth re-makes the compiled
+#: state, and numba types its ~80 arrays again from Python: about 1 ms on a 2-core CPU, a third of a demo forward.
+#: Room for one tree at a time grew the tables 2-3 times in a 128-token generation (docs/results.md, "Goose's cost per
+#: cycle"); room for four (TR's rows and the calibration's pool, some 200 kB at the default budget of 100) covers it,
+#: and longer generations grow by doubling
+ROOM_TREES = 4
+
 
 class CompiledPlanner:
     """Stages 1-2 and 6 of one generation's cycles, compiled: ``draft`` and ``build`` hand over what the last
@@ -196,11 +203,12 @@ class CompiledPlanner:
                         counters=self.stats.counters, cal=self.calibration.cal, pend=self.calibration.pend)
 
     def _room(self) -> None:
-        """Room for one more cycle, made before the compiled call (kernels never reallocate): TR's table for a tree's
-        rows (``ArrayTable.reserve``), the calibration's pending pool for one more tree; then the compiled state over
-        the arrays as they are now (``cycle_state.state_of``)."""
-        self.table.reserve(self.vocab - 1, self.width)
-        self.calibration.reserve(self.width)
+        """Room for the next cycles, made before the compiled call (kernels never reallocate): TR's table for
+        ``ROOM_TREES`` trees' rows (``ArrayTable.reserve``), the calibration's pending pool for as many nodes; then
+        the compiled state over the arrays as they are now (``cycle_state.state_of``).  Called at the start and
+        whenever ``cycle_kernel.has_room`` finds no room for one more tree."""
+        self.table.reserve(self.vocab - 1, ROOM_TREES * self.width)
+        self.calibration.reserve(ROOM_TREES * self.width)
         self._state = cycle_state.state_of(self.settings, self.cycle, self._tables())
 
 
