@@ -64,13 +64,17 @@ def _keep(vals, ids, fill, v, i):
 
 
 @njit(cache=True)
-def top_rows(top, blocks, ids):
-    """Each row's k largest logits' ids, by value, ties lowest id first, into ``ids``.
+def top_rows(top, blocks, probs, ids, scores):
+    """Each row's k largest logits' ids, by value, ties lowest id first, into ``ids``, and their probabilities read
+    from ``probs`` into ``scores`` (the gather in the same call: a torch gather after a forward cost 0.03 ms).
 
     Args:
         top: (n, nb) float32 each block's maximum (NaN where the block holds one, as torch's ``amax`` gives it).
         blocks: (n, nb, B) float32 the logits in blocks of B (a vocabulary padded with -inf to a multiple of B).
-        ids: (n, k) int64, written; 1 <= k <= the real vocabulary.  A row holding a NaN is left unwritten.
+        probs: (n, |V|) float32 each row's softmax.
+        ids: (n, k) int64, written; 1 <= k <= the real vocabulary.
+        scores: (n, k) float64, written: ``probs`` at ``ids``, exactly (float32 widened).  A row holding a NaN is
+            left unwritten in both.
 
     Returns:
         (n,) bool: the rows holding a NaN (``torch.topk`` ranks NaN the largest: the caller reads those rows so).
@@ -91,4 +95,6 @@ def top_rows(top, blocks, ids):
                     v = blocks[r, b, j]
                     if v >= t:
                         fill = _keep(vals, ids[r], fill, v, b * width + j)
+        for j in range(k):
+            scores[r, j] = probs[r, ids[r, j]]
     return nan

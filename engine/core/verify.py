@@ -180,8 +180,8 @@ def _read_back_here(logits: torch.Tensor, k: int) -> ReadBack:
     if not k:
         greedy = x.numpy().argmax(axis=-1).tolist()  # (n,): numpy's argmax, half torch's time (first maximum alike)
         return ReadBack(greedy, *_no_successors(len(greedy)))
-    ids, greedy = _top_blocks(x, min(k, x.shape[-1]))  # (n, k) int64, (n,)
-    scores = torch.softmax(x, dim=-1).gather(-1, torch.from_numpy(ids)).numpy().astype(np.float64)  # (n, k)
+    probs = torch.softmax(x, dim=-1)  # (n, |V|) float32
+    ids, scores, greedy = _top_blocks(x, probs, min(k, x.shape[-1]))  # (n, k) int64, (n, k) float64, (n,)
     return ReadBack(greedy, ids, scores)
 
 
@@ -196,18 +196,21 @@ def warm_read_back() -> None:
     read_back(torch.zeros(2, 2 * TOP_BLOCK), 2)
 
 
-def _top_blocks(x: torch.Tensor, k: int) -> tuple[np.ndarray, list[int]]:
-    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), and each row's argmax
-    (its first id: the lowest index among tied maxima, as ``torch.argmax`` defines it).
+def _top_blocks(x: torch.Tensor, probs: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The ids of each row's ``k`` largest logits, by value, ties lowest id first ((n, k) int64), their probabilities
+    ((n, k) float64: ``probs`` at those ids, as ``gather`` reads them) and each row's argmax (its first id: the lowest
+    index among tied maxima, as ``torch.argmax`` defines it).
 
     Two passes instead of a top-k over every logit: the maximum of each block of ``TOP_BLOCK`` logits (torch's
-    vectorised reduction), then ``topk_kernel.top_rows`` reads only the blocks that can hold a top-k logit.  In the
-    loop, right after the forward (docs/results.md, "Goose's cost per cycle"), the read-back of one SmolLM2 row
-    costs 0.20 ms against 0.24 with ``torch.topk``, of 2-8 demo rows 0.12 against 0.14.  A row holding a NaN (the
-    largest, as ``torch.topk`` ranks it) is read by ``torch.topk`` and ``torch.argmax`` alone.
+    vectorised reduction), then ``topk_kernel.top_rows`` reads only the blocks that can hold a top-k logit, and
+    gathers the probabilities in the same call.  In the loop, right after the forward (docs/results.md, "Goose's cost
+    per cycle"), the read-back of one SmolLM2 row costs 0.20 ms against 0.24 with ``torch.topk``, of 2-8 demo rows
+    0.12 against 0.14.  A row holding a NaN (the largest, as ``torch.topk`` ranks it) is read by ``torch.topk`` and
+    ``torch.argmax`` alone.
 
     Args:
         x: (n, |V|) float32 CPU logits.
+        probs: (n, |V|) float32 their softmax.
         k: 1 <= k <= |V|.
     """
     n, vocab = x.shape
@@ -217,12 +220,14 @@ def _top_blocks(x: torch.Tensor, k: int) -> tuple[np.ndarray, list[int]]:
         x = torch.cat([x, x.new_full((n, pad), float("-inf"))], dim=-1)
     nb = x.shape[1] // TOP_BLOCK
     top = x.view(n, nb, TOP_BLOCK).amax(dim=-1).numpy()  # (n, nb) float32: torch's reduction, vectorised
-    ids = np.empty((n, k), np.int64)  # (n, k)
-    nan = top_rows(top, x.numpy().reshape(n, nb, TOP_BLOCK), ids)  # (n,) bool
+    ids, scores = np.empty((n, k), np.int64), np.empty((n, k), np.float64)  # (n, k), (n, k)
+    p = probs.contiguous().numpy()  # (n, |V|) float32
+    nan = top_rows(top, x.numpy().reshape(n, nb, TOP_BLOCK), p, ids, scores)  # (n,) bool
     greedy = ids[:, 0].tolist()
     for r in np.flatnonzero(nan).tolist():  # a NaN row: torch's ranking and argmax there
         ids[r], greedy[r] = x[r, :vocab].topk(k).indices.numpy(), int(x[r, :vocab].argmax())
-    return ids, greedy
+        scores[r] = p[r, ids[r]]
+    return ids, scores, greedy
 
 
 def greedy_walk(tree: DraftTree, greedy: list[int], priority: tuple[Source, ...]) -> tuple[tuple[int, ...], int]:
