@@ -204,9 +204,9 @@ def _top_blocks(x: torch.Tensor, probs: torch.Tensor, k: int) -> tuple[np.ndarra
     Two passes instead of a top-k over every logit: the maximum of each block of ``TOP_BLOCK`` logits (torch's
     vectorised reduction), then ``topk_kernel.top_rows`` reads only the blocks that can hold a top-k logit, and
     gathers the probabilities in the same call.  In the loop, right after the forward (docs/results.md, "Goose's cost
-    per cycle"), the read-back of one SmolLM2 row costs 0.20 ms against 0.24 with ``torch.topk``, of 2-8 demo rows
-    0.12 against 0.14.  A row holding a NaN (the largest, as ``torch.topk`` ranks it) is read by ``torch.topk`` and
-    ``torch.argmax`` alone.
+    per cycle"), the read-back of one SmolLM2 row cost 0.20 ms against 0.24 with ``torch.topk``, of 2-8 demo rows
+    0.12 against 0.14 (commit 9be7f69; the gather's move into the kernel took 0.02-0.03 ms more off).  A row
+    holding a NaN (the largest, as ``torch.topk`` ranks it) is read by ``torch.topk`` and ``torch.argmax`` alone.
 
     Args:
         x: (n, |V|) float32 CPU logits.
