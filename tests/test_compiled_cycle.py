@@ -90,7 +90,8 @@ def test_the_compiled_cycle_plans_what_the_python_one_plans_on_smollm2(smollm2_l
 
 def test_the_tables_grow_between_cycles_and_the_trees_stay_the_same(demo_lm, lossless_prompts, monkeypatch):
     """Room for one tree at a time: TR's table and the calibration's pool grow mid-generation (``CompiledPlanner._room``
-    from ``learn``, a new compiled state), and every cycle still plans what the Python planner plans."""
+    from ``learn``, a new compiled state), and every cycle still plans what the Python planner plans, its tokens
+    greedy decoding's."""
     monkeypatch.setattr(compiled_cycle, "ROOM_TREES", 1)
     grown = []
     original = CompiledPlanner._room
@@ -101,10 +102,15 @@ def test_the_tables_grow_between_cycles_and_the_trees_stay_the_same(demo_lm, los
 
     monkeypatch.setattr(CompiledPlanner, "_room", counted)
     curve = CostCurve.from_spec(STEEP)  # path calibration on: its pool grows too
+    accepted = 0
     for text in lossless_prompts[:2]:
-        python, compiled = _both(demo_lm.model, DecodeConfig.of(max_new_tokens=96), curve, demo_lm.encode_prompt(text))
+        ids = demo_lm.encode_prompt(text)
+        python, compiled = _both(demo_lm.model, DecodeConfig.of(max_new_tokens=96), curve, ids)
         assert python == compiled
+        assert [t for trace in compiled for t in trace["new_tokens"]] == greedy_reference(demo_lm.model, ids, 96)
+        accepted += sum(len(t["accepted"]) for t in compiled)
     assert len(grown) > 2  # beyond the start of each generation
+    assert accepted > 0  # drafts were accepted: not a run of AR steps alone
 
 
 def test_the_compiled_cycle_is_lossless(demo_lm, lossless_prompts):
