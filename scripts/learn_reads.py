@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # planner_stages, also when imported (tests)
 
 from planner_stages import CURVES, ROOT, SETS  # noqa: E402
 
